@@ -1,0 +1,457 @@
+//! The embedded PostgreSQL cluster (SPEC 9): a private server under
+//! `$TIDEMARK_HOME`, started from the server binaries installed on the machine.
+//!
+//! Layout, for a home `H`:
+//! - `H/db.lock`: serialises `up` and `down` across processes.
+//! - the cluster directory (`data/`, `server.log`, the unix socket):
+//!   `H/pg` when not root; when root, PostgreSQL refuses to run, so the server runs
+//!   as an unprivileged user and its directory is `/var/tmp/tidemark-<hash of H>`
+//!   (reachable by that user even when `H` is in a root-only directory), with
+//!   `H/pg` a symlink to it.
+//!
+//! The server listens on a unix socket only, in a directory only its user can
+//! enter, unless a loopback TCP port is asked for.
+
+use std::fs::{self, File};
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Where to find the server binaries, in order, after `$TIDEMARK_PG_BINDIR`.
+const BINDIR_GLOB_ROOT: &str = "/usr/lib/postgresql";
+const MIN_MAJOR: u32 = 15;
+const SUPERUSER: &str = "tidemark";
+pub const DATABASE: &str = "tidemark";
+/// The port number names the socket file even when no TCP port is open.
+const DEFAULT_PORT: u16 = 5432;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(
+        "no PostgreSQL server binaries (version {MIN_MAJOR} or later) found: looked in \
+         $TIDEMARK_PG_BINDIR, PATH, `pg_config --bindir` and {BINDIR_GLOB_ROOT}/*/bin. \
+         Install them, e.g. `apt-get install postgresql` on Debian/Ubuntu \
+         (or `postgresql-server` on Fedora), or set database_url to use an existing server"
+    )]
+    NoBinaries,
+    #[error("running as root, but no unprivileged user to run PostgreSQL as (tried {0}); create one or set TIDEMARK_PG_USER")]
+    NoUser(String),
+    #[error("{what} failed: {detail}")]
+    Command { what: String, detail: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ClusterError + '_ {
+    move |source| ClusterError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// An unprivileged account to run the server as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// A handle on the embedded cluster of one `$TIDEMARK_HOME`.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    home: PathBuf,
+    dir: PathBuf,
+    bindir: PathBuf,
+    run_as: Option<User>,
+}
+
+/// Whether the server is running, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    NotInitialised,
+    Stopped,
+    Running { url: String },
+}
+
+impl Cluster {
+    /// The home from `$TIDEMARK_HOME`, else `./.tidemark`.
+    pub fn default_home() -> PathBuf {
+        std::env::var_os("TIDEMARK_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(".tidemark"))
+    }
+
+    /// Finds the binaries and works out the layout; creates `home` if needed.
+    pub fn new(home: &Path) -> Result<Cluster, ClusterError> {
+        fs::create_dir_all(home).map_err(io_err(home))?;
+        let home = fs::canonicalize(home).map_err(io_err(home))?;
+        let bindir = find_bindir().ok_or(ClusterError::NoBinaries)?;
+        let root = fs::metadata("/proc/self")
+            .map(|m| m.uid() == 0)
+            .unwrap_or(false);
+        let (dir, run_as) = if root {
+            let user = unprivileged_user()?;
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            home.hash(&mut h);
+            let dir = PathBuf::from(format!("/var/tmp/tidemark-{:016x}", h.finish()));
+            (dir, Some(user))
+        } else {
+            (home.join("pg"), None)
+        };
+        Ok(Cluster {
+            home,
+            dir,
+            bindir,
+            run_as,
+        })
+    }
+
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    pub fn bindir(&self) -> &Path {
+        &self.bindir
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
+    /// The directory holding the socket: the cluster directory, unless its path
+    /// is too long for a unix socket address (108 bytes).
+    fn socket_dir(&self) -> PathBuf {
+        if self.dir.as_os_str().len() < 80 {
+            return self.dir.clone();
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.dir.hash(&mut h);
+        std::env::temp_dir().join(format!("tidemark-sock-{:016x}", h.finish()))
+    }
+
+    /// The connection string of the `tidemark` database.
+    pub fn url(&self) -> String {
+        let port = self.port().unwrap_or(DEFAULT_PORT);
+        format!(
+            "postgresql://{SUPERUSER}@/{DATABASE}?host={}&port={port}",
+            self.socket_dir().display()
+        )
+    }
+
+    /// The same server, another database.
+    pub fn url_for(&self, database: &str) -> String {
+        self.url()
+            .replacen(&format!("/{DATABASE}?"), &format!("/{database}?"), 1)
+    }
+
+    fn port(&self) -> Option<u16> {
+        let conf = fs::read_to_string(self.data().join("tidemark.conf")).ok()?;
+        conf.lines()
+            .find_map(|l| l.strip_prefix("port = "))
+            .and_then(|p| p.trim().parse().ok())
+    }
+
+    pub fn status(&self) -> Result<Status, ClusterError> {
+        if !self.data().join("PG_VERSION").exists() {
+            return Ok(Status::NotInitialised);
+        }
+        let out = self.pg_ctl(&["status"])?;
+        Ok(match out.status.code() {
+            Some(0) => Status::Running { url: self.url() },
+            _ => Status::Stopped,
+        })
+    }
+
+    /// Initialises the cluster if needed and starts it if stopped. Safe to call
+    /// from several processes at once. `tcp_port` opens a loopback port.
+    /// Returns whether this call started the server.
+    pub fn up(&self, tcp_port: Option<u16>) -> Result<bool, ClusterError> {
+        let _lock = self.lock()?;
+        self.prepare_dirs()?;
+        if !self.data().join("PG_VERSION").exists() {
+            self.initdb()?;
+        }
+        let conf_changed = self.write_conf(tcp_port)?;
+        let running = self.pg_ctl(&["status"])?.status.success();
+        if running && !conf_changed {
+            return Ok(false);
+        }
+        if running {
+            self.checked(self.pg_ctl(&["stop", "-m", "fast", "-w"])?, "pg_ctl stop")?;
+        }
+        let log = self.log();
+        let out = self.pg_ctl(&["start", "-w", "-t", "120", "-l", &log.to_string_lossy()])?;
+        if !out.status.success() {
+            let tail = fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(15).collect();
+            return Err(ClusterError::Command {
+                what: "pg_ctl start".into(),
+                detail: format!(
+                    "{}\nlast lines of {}:\n{}",
+                    String::from_utf8_lossy(&out.stderr).trim(),
+                    log.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                ),
+            });
+        }
+        Ok(true)
+    }
+
+    /// Stops the server if it runs. Returns whether it was running.
+    pub fn down(&self) -> Result<bool, ClusterError> {
+        let _lock = self.lock()?;
+        if !self.data().join("PG_VERSION").exists() {
+            return Ok(false);
+        }
+        if !self.pg_ctl(&["status"])?.status.success() {
+            return Ok(false);
+        }
+        self.checked(
+            self.pg_ctl(&["stop", "-m", "fast", "-w", "-t", "120"])?,
+            "pg_ctl stop",
+        )?;
+        Ok(true)
+    }
+
+    /// Stops the server and deletes the cluster's files.
+    pub fn destroy(&self) -> Result<(), ClusterError> {
+        self.down()?;
+        for dir in [self.dir.clone(), self.socket_dir()] {
+            if dir.exists() {
+                fs::remove_dir_all(&dir).map_err(io_err(&dir))?;
+            }
+        }
+        let link = self.home.join("pg");
+        if fs::symlink_metadata(&link).is_ok() {
+            let _ = fs::remove_file(&link);
+        }
+        Ok(())
+    }
+
+    fn lock(&self) -> Result<File, ClusterError> {
+        let path = self.home.join("db.lock");
+        let f = File::create(&path).map_err(io_err(&path))?;
+        f.lock().map_err(io_err(&path))?;
+        Ok(f)
+    }
+
+    /// Creates the cluster and socket directories, owned by the server's user, mode 0700.
+    fn prepare_dirs(&self) -> Result<(), ClusterError> {
+        for dir in [self.dir.clone(), self.socket_dir()] {
+            fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+            if let Some(u) = &self.run_as {
+                std::os::unix::fs::chown(&dir, Some(u.uid), Some(u.gid)).map_err(io_err(&dir))?;
+            }
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(io_err(&dir))?;
+        }
+        if self.run_as.is_some() {
+            let link = self.home.join("pg");
+            if fs::read_link(&link).ok().as_deref() != Some(self.dir.as_path()) {
+                let _ = fs::remove_file(&link);
+                std::os::unix::fs::symlink(&self.dir, &link).map_err(io_err(&link))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn initdb(&self) -> Result<(), ClusterError> {
+        let data = self.data();
+        // A half-made data directory from an interrupted initdb would make it refuse.
+        if data.exists() {
+            fs::remove_dir_all(&data).map_err(io_err(&data))?;
+        }
+        let out = self
+            .command("initdb")
+            .arg("-D")
+            .arg(&data)
+            .args([
+                "-U",
+                SUPERUSER,
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--auth=trust",
+                "--no-sync",
+            ])
+            .output()
+            .map_err(io_err(&self.bindir))?;
+        self.checked(out, "initdb")?;
+        let conf = data.join("postgresql.conf");
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(&conf)
+            .map_err(io_err(&conf))?;
+        writeln!(f, "\ninclude_if_exists = 'tidemark.conf'").map_err(io_err(&conf))?;
+        Ok(())
+    }
+
+    /// Writes the settings Tidemark owns; returns whether they changed.
+    fn write_conf(&self, tcp_port: Option<u16>) -> Result<bool, ClusterError> {
+        let path = self.data().join("tidemark.conf");
+        let old = fs::read_to_string(&path).unwrap_or_default();
+        // Keep a port asked for earlier unless a new one is given.
+        let port = tcp_port.or_else(|| {
+            old.contains("listen_addresses = '127.0.0.1'")
+                .then(|| self.port())
+                .flatten()
+        });
+        let listen = if port.is_some() { "127.0.0.1" } else { "" };
+        let conf = format!(
+            "# Written by `tidemark db up`; edits are overwritten.\n\
+             listen_addresses = '{listen}'\n\
+             port = {port}\n\
+             unix_socket_directories = '{socket}'\n\
+             unix_socket_permissions = 0700\n\
+             max_connections = 200\n\
+             shared_buffers = 256MB\n\
+             work_mem = 16MB\n\
+             maintenance_work_mem = 128MB\n\
+             # Buffer tables are unlogged; keep WAL small for the logged rest.\n\
+             wal_level = minimal\n\
+             max_wal_senders = 0\n\
+             max_wal_size = 2GB\n\
+             checkpoint_timeout = 15min\n\
+             # Buffer tables churn: vacuum them early and often (seed 004).\n\
+             autovacuum_naptime = 5s\n\
+             autovacuum_vacuum_scale_factor = 0.02\n\
+             autovacuum_vacuum_insert_scale_factor = 0.05\n\
+             autovacuum_analyze_scale_factor = 0.02\n\
+             autovacuum_vacuum_cost_limit = 2000\n\
+             autovacuum_vacuum_cost_delay = 1ms\n\
+             # Sessions that write only unlogged buffers turn synchronous_commit off themselves.\n\
+             log_min_messages = warning\n\
+             log_checkpoints = off\n",
+            port = port.unwrap_or(DEFAULT_PORT),
+            socket = self.socket_dir().display(),
+        );
+        if conf == old {
+            return Ok(false);
+        }
+        let tmp = path.with_extension("conf.tmp");
+        fs::write(&tmp, &conf).map_err(io_err(&tmp))?;
+        if let Some(u) = &self.run_as {
+            std::os::unix::fs::chown(&tmp, Some(u.uid), Some(u.gid)).map_err(io_err(&tmp))?;
+        }
+        fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        Ok(true)
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Result<Output, ClusterError> {
+        self.command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(args)
+            .output()
+            .map_err(io_err(&self.bindir))
+    }
+
+    /// A server binary, run as the server's user, from a directory that user can enter.
+    fn command(&self, program: &str) -> Command {
+        let mut c = Command::new(self.bindir.join(program));
+        c.current_dir(&self.dir)
+            .env("LC_ALL", "C")
+            .env_remove("PGDATA");
+        if let Some(u) = &self.run_as {
+            c.uid(u.uid)
+                .gid(u.gid)
+                .env("USER", &u.name)
+                .env("HOME", &self.dir);
+        }
+        c
+    }
+
+    fn checked(&self, out: Output, what: &str) -> Result<(), ClusterError> {
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(ClusterError::Command {
+            what: what.to_owned(),
+            detail: format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        })
+    }
+}
+
+/// The server's bin directory: `$TIDEMARK_PG_BINDIR`, PATH, `pg_config --bindir`,
+/// then the newest `/usr/lib/postgresql/<major>/bin` with major ≥ 15.
+pub fn find_bindir() -> Option<PathBuf> {
+    let has_server = |d: &Path| {
+        d.join("postgres").is_file() && d.join("initdb").is_file() && d.join("pg_ctl").is_file()
+    };
+    if let Some(d) = std::env::var_os("TIDEMARK_PG_BINDIR").map(PathBuf::from) {
+        return has_server(&d).then_some(d);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut candidates: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        if out.status.success() {
+            candidates.push(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
+        }
+    }
+    let mut versioned: Vec<(u32, PathBuf)> = fs::read_dir(BINDIR_GLOB_ROOT)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let major: u32 = e.file_name().to_str()?.parse().ok()?;
+            Some((major, e.path().join("bin")))
+        })
+        .filter(|(major, _)| *major >= MIN_MAJOR)
+        .collect();
+    versioned.sort();
+    candidates.extend(versioned.into_iter().rev().map(|(_, p)| p));
+    candidates
+        .into_iter()
+        .find(|d| has_server(d) && server_major(d).is_some_and(|m| m >= MIN_MAJOR))
+}
+
+fn server_major(bindir: &Path) -> Option<u32> {
+    let out = Command::new(bindir.join("postgres"))
+        .arg("--version")
+        .output()
+        .ok()?;
+    // "postgres (PostgreSQL) 15.18 (Debian ...)"
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text.split_whitespace().nth(2)?;
+    version.split('.').next()?.parse().ok()
+}
+
+/// `$TIDEMARK_PG_USER`, else `postgres`, else `nobody`, from /etc/passwd.
+fn unprivileged_user() -> Result<User, ClusterError> {
+    let wanted: Vec<String> = match std::env::var("TIDEMARK_PG_USER") {
+        Ok(u) => vec![u],
+        Err(_) => vec!["postgres".into(), "nobody".into()],
+    };
+    let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
+    for name in &wanted {
+        for line in passwd.lines() {
+            let f: Vec<&str> = line.split(':').collect();
+            if f.len() >= 4 && f[0] == name {
+                if let (Ok(uid), Ok(gid)) = (f[2].parse(), f[3].parse()) {
+                    if uid != 0 {
+                        return Ok(User {
+                            name: name.clone(),
+                            uid,
+                            gid,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Err(ClusterError::NoUser(wanted.join(", ")))
+}

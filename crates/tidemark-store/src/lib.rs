@@ -1,0 +1,91 @@
+//! PostgreSQL for Tidemark: the embedded cluster, schema migrations and
+//! connections. The only crate that speaks SQL.
+//!
+//! Owns: starting and stopping the private cluster (SPEC 9), the `sql/`
+//! migrations, and every statement run against the buffer and observation
+//! tables. Knows nothing of ZeroMQ or of the learner.
+
+pub mod cluster;
+mod migrate;
+
+pub use cluster::{Cluster, ClusterError, Status};
+pub use migrate::{latest_version, migrate, MIGRATIONS};
+
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, NoTls};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    #[error("migration {version} failed: {source}")]
+    Migration {
+        version: i32,
+        source: tokio_postgres::Error,
+    },
+    #[error("the database has schema version {0}, newer than this binary knows; upgrade tidemark")]
+    SchemaTooNew(i32),
+    #[error("bad database url: {0}")]
+    Url(String),
+}
+
+impl StoreError {
+    /// Whether retrying later may succeed (the server went away or is restarting),
+    /// as opposed to an error in what was asked.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Db(e) | StoreError::Migration { source: e, .. } => {
+                e.is_closed()
+                    || e.code().is_none()
+                    || e.code().is_some_and(|c| {
+                        let c = c.code();
+                        c.starts_with("08") || c.starts_with("57P") || c == "53300"
+                    })
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Opens one connection and drives it on the current tokio runtime.
+pub async fn connect(url: &str) -> Result<Client, StoreError> {
+    let config: tokio_postgres::Config =
+        url.parse().map_err(|e| StoreError::Url(format!("{e}")))?;
+    let (client, conn) = config.connect(NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!("connection closed: {e}");
+        }
+    });
+    Ok(client)
+}
+
+/// Creates `database` on the server of `admin_url` if it does not exist.
+pub async fn ensure_database(admin_url: &str, database: &str) -> Result<bool, StoreError> {
+    let client = connect(admin_url).await?;
+    let exists = client
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&database])
+        .await?
+        .is_some();
+    if exists {
+        return Ok(false);
+    }
+    let sql = format!("CREATE DATABASE {}", quote_ident(database));
+    match client.batch_execute(&sql).await {
+        Ok(()) => Ok(true),
+        // Another process created it between the check and here (which of the
+        // two errors depends on how far its CREATE had got).
+        Err(e)
+            if e.code() == Some(&SqlState::DUPLICATE_DATABASE)
+                || e.code() == Some(&SqlState::UNIQUE_VIOLATION) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Quotes an SQL identifier.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

@@ -1,0 +1,67 @@
+//! Schema migrations: the files in `sql/`, embedded in the binary, applied in
+//! order, each once, recorded in `tidemark.schema_migrations`.
+
+use tokio_postgres::Client;
+
+use crate::StoreError;
+
+/// `(version, name, sql)`, in version order. Forward-only: never edit one that shipped.
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
+    1,
+    "observations",
+    include_str!("../../../sql/V0001__observations.sql"),
+)];
+
+/// Any key works as long as only migrations use it.
+const MIGRATION_LOCK: i64 = 0x7469_6465_6d61_726b; // "tidemark"
+
+/// Applies every migration not yet applied, in one transaction, under an
+/// advisory lock so concurrent starts apply each exactly once. Returns the
+/// versions applied by this call.
+pub async fn migrate(client: &mut Client) -> Result<Vec<i32>, StoreError> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    tx.batch_execute(
+        "CREATE SCHEMA IF NOT EXISTS tidemark;
+         CREATE TABLE IF NOT EXISTS tidemark.schema_migrations (
+             version    integer     PRIMARY KEY,
+             name       text        NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         );",
+    )
+    .await?;
+    let done: Vec<i32> = tx
+        .query("SELECT version FROM tidemark.schema_migrations", &[])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if let Some(newer) = done.iter().find(|v| **v > latest_version()) {
+        return Err(StoreError::SchemaTooNew(*newer));
+    }
+    let mut applied = Vec::new();
+    for (version, name, sql) in MIGRATIONS {
+        if done.contains(version) {
+            continue;
+        }
+        tx.batch_execute(sql)
+            .await
+            .map_err(|e| StoreError::Migration {
+                version: *version,
+                source: e,
+            })?;
+        tx.execute(
+            "INSERT INTO tidemark.schema_migrations (version, name) VALUES ($1, $2)",
+            &[version, name],
+        )
+        .await?;
+        applied.push(*version);
+    }
+    tx.commit().await?;
+    Ok(applied)
+}
+
+pub fn latest_version() -> i32 {
+    MIGRATIONS.last().map_or(0, |m| m.0)
+}

@@ -1,0 +1,19 @@
+//! The wire contract (SPEC 1-3): transaction ids, event types, topics and payloads.
+//!
+//! Owns: txid generation and parsing, decoding and validating a received
+//! message with a named reason for every rejection, encoding messages for
+//! publishers, and the duration syntax of configuration files.
+//! Knows nothing of sockets, databases or clocks: publishers and bidders can
+//! link it without pulling in ZeroMQ or PostgreSQL.
+
+mod decode;
+mod duration;
+mod encode;
+mod txid;
+mod types;
+
+pub use decode::{Decoder, Event, Features, Message, Reject, Tick, MAX_PAYLOAD};
+pub use duration::{parse_duration, HumanDuration};
+pub use encode::{event_payload, tick_payload, topic};
+pub use txid::{Txid, MAX_CREATED_MS, RANDOM_DIGITS, TXID_LEN};
+pub use types::{BadTypeName, EventType, Types};

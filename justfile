@@ -1,0 +1,33 @@
+# Everyday recipes. Each is a one-liner over cargo; none is needed to build or test.
+
+# The README's test command
+test:
+    cargo test --workspace
+    cargo run -q -- db down --home target/tmp/tidemark-test
+
+# Formatting and lints, as CI runs them
+lint:
+    cargo fmt --all -- --check
+    cargo clippy --all-targets -- -D warnings
+
+# Everything CI does
+ci:
+    bash .ci/run
+
+# The main job
+demo:
+    cargo run --release -- demo
+
+# Fuzz the message decoder for `secs` seconds (needs `cargo install cargo-fuzz`)
+fuzz secs="300":
+    cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run decode --sanitizer none -- -max_total_time={{secs}} -max_len=70000
+
+# Without cargo-fuzz: the decoder's random-input properties with many cases
+fuzz-props cases="2000000":
+    TIDEMARK_FUZZ_CASES={{cases}} cargo test --release -p tidemark-wire --test decode
+
+# The embedded cluster under $TIDEMARK_HOME (default ./.tidemark)
+db-up:
+    cargo run -q -- db up
+db-down:
+    cargo run -q -- db down

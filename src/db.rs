@@ -1,0 +1,71 @@
+//! `tidemark db up | down | status | url`: the embedded cluster (SPEC 9).
+
+use std::path::PathBuf;
+
+use tidemark_store::{Cluster, Status};
+
+#[derive(clap::Subcommand)]
+pub enum Action {
+    /// Initialise (first time) and start the cluster, create the database, migrate
+    Up {
+        /// Also listen on 127.0.0.1 at this port
+        #[arg(long)]
+        port: Option<u16>,
+    },
+    /// Stop the cluster
+    Down,
+    /// Say whether the cluster runs, and where
+    Status,
+    /// Print the connection string (starts nothing)
+    Url,
+}
+
+pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
+    let home = home.unwrap_or_else(Cluster::default_home);
+    let cluster = Cluster::new(&home)?;
+    match action {
+        Action::Up { port } => {
+            let applied = up(&cluster, port)?;
+            eprintln!(
+                "tidemark db: running ({}), schema version {}{}",
+                cluster.home().display(),
+                tidemark_store::latest_version(),
+                if applied.is_empty() {
+                    String::new()
+                } else {
+                    format!(", applied {applied:?}")
+                }
+            );
+            println!("{}", cluster.url());
+        }
+        Action::Down => {
+            let was = cluster.down()?;
+            eprintln!(
+                "tidemark db: {}",
+                if was { "stopped" } else { "was not running" }
+            );
+        }
+        Action::Status => match cluster.status()? {
+            Status::Running { url } => println!("running {url}"),
+            Status::Stopped => println!("stopped"),
+            Status::NotInitialised => println!("not initialised"),
+        },
+        Action::Url => println!("{}", cluster.url()),
+    }
+    Ok(())
+}
+
+/// Starts the cluster if needed, creates the database and applies migrations.
+/// Returns the migrations applied now.
+pub fn up(cluster: &Cluster, port: Option<u16>) -> anyhow::Result<Vec<i32>> {
+    cluster.up(port)?;
+    crate::runtime()?.block_on(async {
+        tidemark_store::ensure_database(
+            &cluster.url_for("postgres"),
+            tidemark_store::cluster::DATABASE,
+        )
+        .await?;
+        let mut client = tidemark_store::connect(&cluster.url()).await?;
+        Ok(tidemark_store::migrate(&mut client).await?)
+    })
+}

@@ -1,0 +1,73 @@
+//! The `tidemark` binary: command-line parsing, logging set-up, and one
+//! function per subcommand (SPEC 8). Each subcommand is a thin shell over a
+//! library crate; the logic lives there.
+
+mod db;
+mod demo;
+mod plan;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "tidemark",
+    version,
+    about = "Samples RTB events into training observations"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the pipeline on the embedded default and print a report
+    Demo(demo::Args),
+    /// Print disjoint txid prefix sets sampling a rate (SPEC 4)
+    Plan(plan::Args),
+    /// Manage the embedded PostgreSQL cluster under $TIDEMARK_HOME
+    Db {
+        #[command(subcommand)]
+        action: db::Action,
+        /// Defaults to $TIDEMARK_HOME, else ./.tidemark
+        #[arg(long, global = true)]
+        home: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        Command::Demo(args) => demo::run(args),
+        Command::Plan(args) => plan::run(args),
+        Command::Db { action, home } => db::run(action, home),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tidemark: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr, filtered by `RUST_LOG` (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// A current-thread runtime for subcommands that talk to PostgreSQL briefly.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}

@@ -1,0 +1,54 @@
+//! `tidemark plan` and argument handling, through the binary.
+
+use crate::support::bin;
+
+#[test]
+fn plan_json_gives_disjoint_sets_within_tolerance() {
+    let out = bin()
+        .args(["plan", "--rate", "0.3", "--shards", "4", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shards = v["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 4);
+    let sets: Vec<(String, Vec<String>)> = shards
+        .iter()
+        .map(|s| {
+            let ps = s["prefixes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap().to_owned())
+                .collect();
+            (s["name"].as_str().unwrap().to_owned(), ps)
+        })
+        .collect();
+    let c = tidemark_plan::coverage(&sets);
+    assert!(c.overlaps.is_empty(), "{:?}", c.overlaps);
+    for (s, (_, ps)) in shards.iter().zip(&sets) {
+        let share = tidemark_plan::share(ps);
+        assert!((share - 0.3 / 4.0).abs() <= 16f64.powi(-6));
+        assert_eq!(s["rate"].as_f64().unwrap(), share);
+    }
+    assert!((v["rate"].as_f64().unwrap() - 0.3).abs() <= 4.0 * 16f64.powi(-6));
+}
+
+#[test]
+fn bad_plan_arguments_fail_cleanly() {
+    for args in [
+        vec!["--rate", "0", "--shards", "2"],
+        vec!["--rate", "1.5", "--shards", "2"],
+        vec!["--rate", "nan", "--shards", "2"],
+        vec!["--rate", "0.5", "--shards", "0"],
+        vec!["--rate", "0.5", "--shards", "-1"],
+        vec!["--rate", "abc", "--shards", "1"],
+        vec!["--rate", "0.5"],
+    ] {
+        let out = bin().arg("plan").args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+        assert!(!err.trim().is_empty(), "{args:?} said nothing");
+    }
+}

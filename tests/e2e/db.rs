@@ -1,0 +1,107 @@
+//! The embedded cluster (SPEC 9) and the per-test database harness.
+
+use std::process::Command;
+
+use crate::support::{bin, block_on, run_ok, TestDb};
+
+#[test]
+fn db_up_url_down_in_a_private_home() {
+    // A fresh mktemp-style directory: only its owner (root, in CI) can enter it.
+    let home = tempdir();
+    let h = home.to_str().unwrap();
+    let concurrent: Vec<_> = (0..3)
+        .map(|_| bin().args(["db", "up", "--home", h]).output_async())
+        .collect();
+    for child in concurrent {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let url = String::from_utf8(run_ok(&["db", "url", "--home", h]).stdout).unwrap();
+    let status = String::from_utf8(run_ok(&["db", "status", "--home", h]).stdout).unwrap();
+    assert!(status.starts_with("running"), "{status}");
+    let url2 = url.trim().to_owned();
+    let (one, version): (i32, i32) = block_on(async move {
+        let c = tidemark_store::connect(&url2).await.unwrap();
+        let one = c.query_one("SELECT 1", &[]).await.unwrap().get(0);
+        let v = c
+            .query_one("SELECT max(version) FROM tidemark.schema_migrations", &[])
+            .await
+            .unwrap()
+            .get(0);
+        (one, v)
+    });
+    assert_eq!((one, version), (1, tidemark_store::latest_version()));
+    run_ok(&["db", "down", "--home", h]);
+    let status = String::from_utf8(run_ok(&["db", "status", "--home", h]).stdout).unwrap();
+    assert_eq!(status.trim(), "stopped");
+    // A second `up` restarts the same cluster, and migrations stay applied once.
+    run_ok(&["db", "up", "--home", h]);
+    run_ok(&["db", "down", "--home", h]);
+    tidemark_store::Cluster::new(&home)
+        .unwrap()
+        .destroy()
+        .unwrap();
+    std::fs::remove_dir_all(&home).unwrap();
+}
+
+#[test]
+fn test_databases_are_migrated_and_independent() {
+    let a = TestDb::new("independent_a");
+    let b = TestDb::new("independent_b");
+    let (ua, ub) = (a.url.clone(), b.url.clone());
+    let counts: (i64, i64) = block_on(async move {
+        let ca = tidemark_store::connect(&ua).await.unwrap();
+        let cb = tidemark_store::connect(&ub).await.unwrap();
+        ca.execute(
+            "INSERT INTO tidemark.observations (shard, seq, target, txid, label, features, rate, created_at)
+             VALUES ('s', 1, 'ctr', 'x', 1, '{}', 1, now())",
+            &[],
+        )
+        .await
+        .unwrap();
+        let n = |c: tokio_postgres::Client| async move {
+            c.query_one("SELECT count(*) FROM tidemark.observations", &[])
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        };
+        (n(ca).await, n(cb).await)
+    });
+    assert_eq!(counts, (1, 0));
+    let name = a.name.clone();
+    drop(a);
+    let admin = tidemark_store::Cluster::new(&crate::support::test_home())
+        .unwrap()
+        .url_for("postgres");
+    let gone = block_on(async move {
+        let c = tidemark_store::connect(&admin).await.unwrap();
+        c.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])
+            .await
+            .unwrap()
+            .is_none()
+    });
+    assert!(gone, "dropped TestDb leaves its database behind");
+}
+
+/// A new directory under the system temp dir, mode 0700 like `mktemp -d`.
+fn tempdir() -> std::path::PathBuf {
+    let out = Command::new("mktemp").arg("-d").output().unwrap();
+    std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+trait OutputAsync {
+    fn output_async(&mut self) -> std::process::Child;
+}
+
+impl OutputAsync for Command {
+    fn output_async(&mut self) -> std::process::Child {
+        self.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}

@@ -1,0 +1,8 @@
+//! End-to-end tests: the built `tidemark` binary, a real PostgreSQL cluster
+//! and real ZeroMQ sockets. One test binary, so one cluster serves them all.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cli;
+mod db;
