@@ -69,3 +69,14 @@ pub fn up(cluster: &Cluster, port: Option<u16>) -> anyhow::Result<Vec<i32>> {
         Ok(tidemark_store::migrate(&mut client).await?)
     })
 }
+
+/// The database to use: the configured URL, else the embedded cluster under
+/// `$TIDEMARK_HOME`, started (and migrated) if needed.
+pub fn resolve(url: Option<&str>) -> anyhow::Result<String> {
+    if let Some(u) = url {
+        return Ok(u.to_owned());
+    }
+    let cluster = Cluster::new(&Cluster::default_home())?;
+    up(&cluster, None)?;
+    Ok(cluster.url())
+}

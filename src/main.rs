@@ -5,6 +5,8 @@
 mod db;
 mod demo;
 mod plan;
+mod publish;
+mod shard;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,6 +30,22 @@ enum Command {
     Demo(demo::Args),
     /// Print disjoint txid prefix sets sampling a rate (SPEC 4)
     Plan(plan::Args),
+    /// Run one shard: subscribe, buffer, sweep, emit observations
+    Shard(shard::Args),
+    /// Publish the synthetic market, or replay a recorded event file
+    Publish(publish::Args),
+    /// Forward publishers to shards through one address (XSUB/XPUB)
+    Proxy {
+        /// Publisher endpoints to connect to
+        #[arg(long)]
+        publishers: Vec<String>,
+        /// Endpoints to bind for publishers that connect
+        #[arg(long)]
+        frontend: Vec<String>,
+        /// Endpoints to bind for shards to connect to
+        #[arg(long, required = true)]
+        backend: Vec<String>,
+    },
     /// Manage the embedded PostgreSQL cluster under $TIDEMARK_HOME
     Db {
         #[command(subcommand)]
@@ -44,6 +62,14 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Plan(args) => plan::run(args),
+        Command::Shard(args) => shard::run(args),
+        Command::Publish(args) => publish::run(args),
+        Command::Proxy {
+            publishers,
+            frontend,
+            backend,
+        } => tidemark_market::proxy::run(&publishers, &frontend, &backend)
+            .map_err(anyhow::Error::msg),
         Command::Db { action, home } => db::run(action, home),
     };
     match result {
@@ -70,4 +96,26 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
+    }
+}
+
+/// Sets `flag` on SIGTERM or SIGINT, for commands that run without a runtime.
+fn stop_on_signal(flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(shutdown_signal());
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
 }

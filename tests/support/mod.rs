@@ -210,3 +210,206 @@ impl Drop for TestDb {
         });
     }
 }
+
+/// A test publisher: an XPUB socket on an ephemeral loopback port, so a test
+/// can wait until a shard's subscriptions have arrived before sending.
+pub struct Publisher {
+    sock: zmq::Socket,
+    _ctx: zmq::Context,
+    pub endpoint: String,
+    subscriptions: Vec<Vec<u8>>,
+    payload: String,
+}
+
+impl Publisher {
+    pub fn new() -> Publisher {
+        let ctx = zmq::Context::new();
+        let sock = ctx.socket(zmq::XPUB).unwrap();
+        sock.set_sndhwm(0).unwrap();
+        sock.set_rcvtimeo(100).unwrap();
+        // Pass every subscription up, duplicates too: two sockets subscribe to `tick`.
+        sock.set_xpub_verbose(true).unwrap();
+        sock.bind("tcp://127.0.0.1:*").unwrap();
+        let endpoint = sock.get_last_endpoint().unwrap().unwrap();
+        Publisher {
+            sock,
+            _ctx: ctx,
+            endpoint,
+            subscriptions: Vec::new(),
+            payload: String::new(),
+        }
+    }
+
+    /// Waits until `n` subscriptions to `topic` have arrived (each shard subscribes to `tick` twice).
+    pub fn wait_subscribed(&mut self, topic: &str, n: usize) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let have = self
+                .subscriptions
+                .iter()
+                .filter(|s| s.as_slice() == topic.as_bytes())
+                .count();
+            if have >= n {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no subscription to {topic:?} after 20s"
+            );
+            if let Ok(m) = self.sock.recv_bytes(0) {
+                if m.first() == Some(&1) {
+                    self.subscriptions.push(m[1..].to_vec());
+                }
+            }
+        }
+    }
+
+    pub fn raw(&self, frames: &[&[u8]]) {
+        self.sock.send_multipart(frames, 0).unwrap();
+    }
+
+    /// Sends an event; `extra` is `"key":value` pairs (may be empty).
+    pub fn event(&mut self, type_name: &str, txid: &tidemark_wire::Txid, ts: i64, extra: &str) {
+        tidemark_wire::event_payload(&mut self.payload, type_name, txid, ts, extra);
+        let topic = tidemark_wire::topic(type_name, txid);
+        self.sock
+            .send_multipart([topic.as_bytes(), self.payload.as_bytes()], 0)
+            .unwrap();
+    }
+
+    pub fn tick(&self, ts: i64) {
+        let p = tidemark_wire::tick_payload("test", ts, &[]);
+        self.sock
+            .send_multipart([b"tick".as_slice(), p.as_bytes()], 0)
+            .unwrap();
+    }
+}
+
+/// A shard process running the built binary against a test database.
+pub struct ShardProc {
+    pub child: std::process::Child,
+    pub config: PathBuf,
+    pub name: String,
+    log: PathBuf,
+}
+
+impl ShardProc {
+    /// Starts `tidemark shard` with `name`, connecting to `endpoint`; `extra` is more TOML.
+    pub fn start(db: &TestDb, name: &str, endpoint: &str, extra: &str) -> ShardProc {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("shards");
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join(format!("{}_{name}.toml", db.name));
+        let toml = format!(
+            "name = \"{name}\"\nendpoints = [\"{endpoint}\"]\ndatabase_url = \"{}\"\n{extra}\n",
+            db.url
+        );
+        std::fs::write(&config, toml).unwrap();
+        ShardProc::spawn(config, name)
+    }
+
+    fn spawn(config: PathBuf, name: &str) -> ShardProc {
+        let log = config.with_extension("log");
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = bin()
+            .env("RUST_LOG", "info")
+            .args(["shard", "--config", config.to_str().unwrap()])
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        ShardProc {
+            child,
+            config,
+            name: name.to_owned(),
+            log,
+        }
+    }
+
+    /// Starts the same configuration again (after a stop or a kill).
+    pub fn restart(&mut self) {
+        let _ = self.child.try_wait();
+        *self = ShardProc::spawn(self.config.clone(), &self.name);
+    }
+
+    /// SIGTERM, then waits; asserts a clean exit.
+    pub fn stop(&mut self) {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "shard exited with {status}; log:\n{}",
+            self.log()
+        );
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ShardProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, for at most 30 s.
+pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Runs one SQL query returning a single bigint (NULL as None).
+pub fn query_i64(url: &str, sql: &str) -> Option<i64> {
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    block_on(async move {
+        let c = tidemark_store::connect(&url).await.ok()?;
+        let row = c.query_one(sql.as_str(), &[]).await.ok()?;
+        row.get::<_, Option<i64>>(0)
+    })
+}
+
+/// Rows of a query as strings (each column cast to text by the query).
+pub fn query_rows(url: &str, sql: &str) -> Vec<Vec<Option<String>>> {
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    block_on(async move {
+        let c = tidemark_store::connect(&url).await.unwrap();
+        let rows = c.query(sql.as_str(), &[]).await.unwrap();
+        rows.iter()
+            .map(|r| {
+                (0..r.len())
+                    .map(|i| r.get::<_, Option<String>>(i))
+                    .collect()
+            })
+            .collect()
+    })
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}

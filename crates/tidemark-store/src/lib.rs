@@ -5,8 +5,10 @@
 //! migrations, and every statement run against the buffer and observation
 //! tables. Knows nothing of ZeroMQ or of the learner.
 
+pub mod buffer;
 pub mod cluster;
 mod migrate;
+pub mod state;
 
 pub use cluster::{Cluster, ClusterError, Status};
 pub use migrate::{latest_version, migrate, MIGRATIONS};
@@ -16,9 +18,9 @@ use tokio_postgres::{Client, NoTls};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("database: {0}")]
+    #[error("database: {}", describe(.0))]
     Db(#[from] tokio_postgres::Error),
-    #[error("migration {version} failed: {source}")]
+    #[error("migration {version} failed: {}", describe(.source))]
     Migration {
         version: i32,
         source: tokio_postgres::Error,
@@ -44,6 +46,24 @@ impl StoreError {
             }
             _ => false,
         }
+    }
+}
+
+/// The server's own words for an error, which `tokio_postgres` keeps out of `Display`.
+pub fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut s = format!("{}: {} ({})", db.severity(), db.message(), db.code().code());
+        if let Some(d) = db.detail() {
+            s.push_str(&format!("; {d}"));
+        }
+        if let Some(w) = db.where_() {
+            s.push_str(&format!("; where: {w}"));
+        }
+        return s;
+    }
+    match std::error::Error::source(e) {
+        Some(src) => format!("{e}: {src}"),
+        None => e.to_string(),
     }
 }
 

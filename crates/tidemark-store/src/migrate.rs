@@ -6,11 +6,14 @@ use tokio_postgres::Client;
 use crate::StoreError;
 
 /// `(version, name, sql)`, in version order. Forward-only: never edit one that shipped.
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "observations",
-    include_str!("../../../sql/V0001__observations.sql"),
-)];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "observations",
+        include_str!("../../../sql/V0001__observations.sql"),
+    ),
+    (2, "shards", include_str!("../../../sql/V0002__shards.sql")),
+];
 
 /// Any key works as long as only migrations use it.
 const MIGRATION_LOCK: i64 = 0x7469_6465_6d61_726b; // "tidemark"

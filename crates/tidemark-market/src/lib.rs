@@ -1,0 +1,14 @@
+//! The publishing side: a synthetic market that generates the events of RTB
+//! transactions in event-time order, a ZeroMQ publisher that paces them onto
+//! the wire with heartbeats (`tidemark publish`), and the XSUB/XPUB proxy
+//! (`tidemark proxy`).
+//!
+//! Owns: event generation and publishing. Knows nothing of shards or
+//! PostgreSQL; speaks only the wire contract of `tidemark-wire`.
+
+pub mod market;
+pub mod proxy;
+pub mod publisher;
+
+pub use market::{Market, MarketConfig, Out};
+pub use publisher::{publish, PublishOptions, PublishReport, Source};

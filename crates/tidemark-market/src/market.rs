@@ -1,0 +1,289 @@
+//! A synthetic market: transactions arrive at a steady rate of event time; each
+//! gets a bid, and with learnable probabilities an impression, a click and an
+//! install, at delays scaled to the attribution windows. A share of events is
+//! duplicated (publisher retries). Deterministic for a seed.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fmt::Write as _;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tidemark_wire::Txid;
+
+/// Shape of the market. Times are milliseconds of event time.
+#[derive(Debug, Clone)]
+pub struct MarketConfig {
+    pub seed: u64,
+    /// Transactions (bids) per second of event time.
+    pub tps: f64,
+    /// Share of bids that win an impression.
+    pub impression_rate: f64,
+    /// Base click-through rate (features move it up and down).
+    pub ctr: f64,
+    /// Base install rate given a click.
+    pub cvr: f64,
+    /// Share of events sent twice.
+    pub duplicate_rate: f64,
+    /// Windows the delays are scaled to.
+    pub click_window_ms: i64,
+    pub install_short_ms: i64,
+    /// Custom event types, each following a click with probability `custom_rate`.
+    pub custom_types: Vec<String>,
+    pub custom_rate: f64,
+}
+
+impl Default for MarketConfig {
+    fn default() -> Self {
+        MarketConfig {
+            seed: 1,
+            tps: 1000.0,
+            impression_rate: 0.3,
+            ctr: 0.05,
+            cvr: 0.1,
+            duplicate_rate: 0.01,
+            click_window_ms: 3_600_000,
+            install_short_ms: 86_400_000,
+            custom_types: Vec::new(),
+            custom_rate: 0.3,
+        }
+    }
+}
+
+/// One event ready to publish.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Out {
+    pub type_name: String,
+    pub txid: Txid,
+    pub ts: i64,
+    /// `"key":value` pairs beyond type, txid and ts.
+    pub extra: String,
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Pending {
+    ts: i64,
+    order: u64,
+    kind: u8,
+    txid: Txid,
+    /// The click model's score ×1000, which sets the bid price.
+    score_milli: i32,
+}
+
+const APPS: u32 = 2000;
+const CAMPAIGNS: u32 = 50;
+const COUNTRIES: [&str; 8] = ["us", "br", "ar", "mx", "de", "in", "jp", "fr"];
+const EXCHANGES: [&str; 5] = ["adx", "mopub", "unity", "applovin", "inmobi"];
+const OSES: [&str; 3] = ["android", "ios", "other"];
+const SIZES: [&str; 4] = ["320x50", "300x250", "728x90", "interstitial"];
+
+pub struct Market {
+    cfg: MarketConfig,
+    rng: SmallRng,
+    heap: BinaryHeap<Reverse<Pending>>,
+    next_created: f64,
+    order: u64,
+    /// Per-feature-value effects on the click logit, drawn from the seed.
+    app_effect: Vec<f32>,
+    campaign_effect: Vec<f32>,
+    pub transactions: u64,
+}
+
+impl Market {
+    /// Starts generating transactions created from `start_ms` on.
+    pub fn new(cfg: MarketConfig, start_ms: i64) -> Market {
+        let mut rng = SmallRng::seed_from_u64(cfg.seed);
+        let app_effect = (0..APPS).map(|_| rng.random_range(-1.5f32..1.5)).collect();
+        let campaign_effect = (0..CAMPAIGNS)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        Market {
+            cfg,
+            rng,
+            heap: BinaryHeap::new(),
+            next_created: start_ms as f64,
+            order: 0,
+            app_effect,
+            campaign_effect,
+            transactions: 0,
+        }
+    }
+
+    /// The next event with time at or before `until_ms`, in time order.
+    pub fn next_until(&mut self, until_ms: i64, out: &mut Out) -> bool {
+        // Create transactions until the next one would start after `until`.
+        while (self.next_created as i64) <= until_ms
+            && self
+                .heap
+                .peek()
+                .is_none_or(|Reverse(p)| p.ts >= self.next_created as i64)
+        {
+            let created = self.next_created as i64;
+            self.new_transaction(created);
+            self.next_created += 1000.0 / self.cfg.tps;
+        }
+        match self.heap.peek() {
+            Some(Reverse(p)) if p.ts <= until_ms => {}
+            _ => return false,
+        }
+        let Reverse(p) = self.heap.pop().expect("peeked");
+        self.render(p, out);
+        true
+    }
+
+    fn push(&mut self, ts: i64, kind: u8, txid: Txid, score_milli: i32) {
+        self.order += 1;
+        self.heap.push(Reverse(Pending {
+            ts,
+            order: self.order,
+            kind,
+            txid,
+            score_milli,
+        }));
+        if self.rng.random_bool(self.cfg.duplicate_rate) {
+            self.order += 1;
+            let retry = ts + self.rng.random_range(0..2000);
+            self.heap.push(Reverse(Pending {
+                ts: retry,
+                order: self.order,
+                kind,
+                txid,
+                score_milli,
+            }));
+        }
+    }
+
+    fn new_transaction(&mut self, created: i64) {
+        self.transactions += 1;
+        let txid = Txid::new(self.rng.random::<u128>(), created as u64);
+        // Clicks and installs follow the bid's features, so there is something to learn.
+        let score = self.click_score(&txid);
+        let score_milli = (score * 1000.0) as i32;
+        let bid_at = created + self.rng.random_range(0..100);
+        self.push(bid_at, KIND_BID, txid, score_milli);
+        if self.rng.random_bool(self.cfg.impression_rate) {
+            let imp_at = created + self.rng.random_range(50..2000);
+            self.push(imp_at, KIND_IMPRESSION, txid, score_milli);
+            let p_click = sigmoid(logit(self.cfg.ctr) + score);
+            if self.rng.random_bool(p_click) {
+                let mean = self.cfg.click_window_ms as f64 / 20.0;
+                let click_at = imp_at + self.exp(mean) as i64;
+                self.push(click_at, KIND_CLICK, txid, score_milli);
+                let p_install = sigmoid(logit(self.cfg.cvr) + 0.5 * score);
+                if self.rng.random_bool(p_install) {
+                    // About 90% of installs land in the short window.
+                    let mean = self.cfg.install_short_ms as f64 / 2.3;
+                    let at = click_at + self.exp(mean) as i64;
+                    self.push(at, KIND_INSTALL, txid, score_milli);
+                }
+                for i in 0..self.cfg.custom_types.len() {
+                    if self.rng.random_bool(self.cfg.custom_rate) {
+                        let at = click_at + self.exp(self.cfg.click_window_ms as f64 / 4.0) as i64;
+                        self.push(at, KIND_CUSTOM + i as u8, txid, score_milli);
+                    }
+                }
+            }
+        }
+    }
+
+    fn exp(&mut self, mean: f64) -> f64 {
+        -mean * (1.0 - self.rng.random::<f64>()).ln()
+    }
+
+    /// Feature values are a function of the txid's random digits, so the bid
+    /// can be rendered later from the txid alone.
+    fn features(txid: &Txid) -> [u32; 8] {
+        let hex = &txid.as_str()[..16];
+        let mut x = u64::from_str_radix(hex, 16).expect("hex");
+        let mut next = |m: u32| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 33) % u64::from(m)) as u32
+        };
+        // Zipf-like apps: a few apps get most traffic.
+        let u = next(1 << 20) as f64 / f64::from(1 << 20);
+        let app = ((APPS as f64).powf(u) as u32).min(APPS - 1);
+        [
+            app,
+            next(CAMPAIGNS),
+            next(COUNTRIES.len() as u32),
+            next(EXCHANGES.len() as u32),
+            next(OSES.len() as u32),
+            next(SIZES.len() as u32),
+            next(11),
+            next(2),
+        ]
+    }
+
+    fn render(&mut self, p: Pending, out: &mut Out) {
+        out.txid = p.txid;
+        out.ts = p.ts;
+        out.extra.clear();
+        out.type_name.clear();
+        match p.kind {
+            KIND_BID => {
+                out.type_name.push_str("bid");
+                let f = Self::features(&p.txid);
+                let _ = write!(
+                    out.extra,
+                    r#""features":{{"app":"app{}","campaign":"c{}","country":"{}","exchange":"{}","os":"{}","size":"{}","user_clicks":{},"wifi":{},"hour":"{}","bidfloor":{:.2}}},"price":{:.3}"#,
+                    f[0],
+                    f[1],
+                    COUNTRIES[f[2] as usize],
+                    EXCHANGES[f[3] as usize],
+                    OSES[f[4] as usize],
+                    SIZES[f[5] as usize],
+                    f[6],
+                    f[7] == 1,
+                    (p.ts / 3_600_000) % 24,
+                    0.1 + f64::from(f[6]) * 0.05,
+                    0.5 + f64::from(p.score_milli.rem_euclid(1000)) / 1000.0,
+                );
+            }
+            KIND_IMPRESSION => {
+                out.type_name.push_str("impression");
+                out.extra.push_str(r#""price":0.42"#);
+            }
+            KIND_CLICK => out.type_name.push_str("click"),
+            KIND_INSTALL => out.type_name.push_str("install"),
+            k => out
+                .type_name
+                .push_str(&self.cfg.custom_types[usize::from(k - KIND_CUSTOM)]),
+        }
+    }
+
+    /// The click logit offset of a transaction, from its features.
+    pub fn click_score(&self, txid: &Txid) -> f64 {
+        let f = Self::features(txid);
+        f64::from(self.app_effect[f[0] as usize])
+            + f64::from(self.campaign_effect[f[1] as usize])
+            + [0.3, -0.2, -0.5][f[4] as usize]
+            + 0.08 * f64::from(f[6])
+    }
+}
+
+const KIND_BID: u8 = 0;
+const KIND_IMPRESSION: u8 = 1;
+const KIND_CLICK: u8 = 2;
+const KIND_INSTALL: u8 = 3;
+const KIND_CUSTOM: u8 = 4;
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn logit(p: f64) -> f64 {
+    (p / (1.0 - p)).ln()
+}
+
+impl Default for Out {
+    fn default() -> Self {
+        Out {
+            type_name: String::new(),
+            txid: Txid::new(0, 0),
+            ts: 0,
+            extra: String::new(),
+        }
+    }
+}

@@ -1,0 +1,526 @@
+//! Shard configuration (SPEC 7): one TOML file, validated at start with
+//! messages that name the offending key.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tidemark_wire::{parse_duration, Types};
+
+/// A validated shard configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub name: String,
+    pub endpoints: Vec<String>,
+    /// Empty means every transaction (share 1).
+    pub prefixes: Vec<String>,
+    pub database_url: Option<String>,
+    pub clock: ClockKind,
+    pub lateness: Duration,
+    pub publisher_timeout: Duration,
+    pub period: Duration,
+    pub max_future: Duration,
+    pub types: Types,
+    pub windows: Windows,
+    pub grace: Windows,
+    pub targets: Vec<Target>,
+    /// ZeroMQ receive high-water mark, per socket.
+    pub rcvhwm: i32,
+    /// Events per batch written to PostgreSQL.
+    pub batch_events: usize,
+    /// Longest an event waits in memory before its batch is written.
+    pub batch_delay: Duration,
+    /// Most events held in memory (received, not yet written); beyond it new
+    /// events wait in ZeroMQ's queues, then are dropped there.
+    pub max_pending: usize,
+    /// Creation-time span of one buffer partition.
+    pub partition: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockKind {
+    Wall,
+    Event,
+}
+
+/// The four default windows, measured from the transaction's creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Windows {
+    pub impression: Duration,
+    pub click: Duration,
+    pub install_short: Duration,
+    pub install_long: Duration,
+}
+
+/// A configured target beyond `ctr`, `cvr_short`, `cvr_long`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub name: String,
+    pub given: Given,
+    /// Event type name whose arrival labels 1.
+    pub event: String,
+    pub after: Duration,
+    pub until: Duration,
+    pub grace: Duration,
+}
+
+/// The population a target is learned over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Given {
+    /// Transactions with a bid and an impression in time (as `ctr`).
+    Impression,
+    /// Those that also got a click in time (as `cvr_*`).
+    Click,
+}
+
+/// A configuration error, naming the key at fault.
+#[derive(Debug, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+fn err(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: Option<String>,
+    #[serde(default)]
+    endpoints: Vec<String>,
+    prefixes: Option<Vec<String>>,
+    database_url: Option<String>,
+    clock: Option<String>,
+    lateness: Option<String>,
+    publisher_timeout: Option<String>,
+    period: Option<String>,
+    max_future: Option<String>,
+    #[serde(default)]
+    custom_types: Vec<String>,
+    #[serde(default)]
+    windows: BTreeMap<String, String>,
+    #[serde(default)]
+    grace: BTreeMap<String, String>,
+    #[serde(default)]
+    targets: Vec<RawTarget>,
+    rcvhwm: Option<i32>,
+    batch_events: Option<usize>,
+    batch_delay: Option<String>,
+    max_pending: Option<usize>,
+    partition: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    name: Option<String>,
+    given: Option<String>,
+    event: Option<String>,
+    after: Option<String>,
+    until: Option<String>,
+    grace: Option<String>,
+}
+
+pub const DEFAULT_WINDOWS: Windows = Windows {
+    impression: Duration::from_secs(120),
+    click: Duration::from_secs(3600),
+    install_short: Duration::from_secs(24 * 3600),
+    install_long: Duration::from_secs(7 * 24 * 3600),
+};
+
+pub const DEFAULT_GRACE: Windows = Windows {
+    impression: Duration::from_secs(30),
+    click: Duration::from_secs(300),
+    install_short: Duration::from_secs(6 * 3600),
+    install_long: Duration::from_secs(6 * 3600),
+};
+
+const BUILTIN_TARGETS: [&str; 3] = ["ctr", "cvr_short", "cvr_long"];
+
+impl Config {
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| err("--config", format!("{}: {e}", path.display())))?;
+        Config::parse(&text)
+    }
+
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let raw: Raw = toml::from_str(text).map_err(|e| {
+            // toml names the key in its message; keep its first line.
+            let msg = e.message().to_owned();
+            let key = e
+                .span()
+                .and_then(|s| text.get(s))
+                .map(|k| k.trim().to_owned())
+                .unwrap_or_else(|| "config".into());
+            err(key, msg)
+        })?;
+        let name = raw.name.ok_or_else(|| err("name", "is required"))?;
+        validate_name(&name).map_err(|m| err("name", m))?;
+        if raw.prefixes.as_ref().is_some_and(Vec::is_empty) {
+            return Err(err(
+                "prefixes",
+                "is empty: omit the key to sample every transaction",
+            ));
+        }
+        let prefixes = raw.prefixes.unwrap_or_default();
+        tidemark_plan::validate_set(&prefixes).map_err(|e| err("prefixes", e.to_string()))?;
+        if raw.endpoints.is_empty() {
+            return Err(err("endpoints", "at least one endpoint is required"));
+        }
+        for e in &raw.endpoints {
+            if !(e.starts_with("tcp://") || e.starts_with("ipc://") || e.starts_with("inproc://")) {
+                return Err(err(
+                    "endpoints",
+                    format!("{e:?} is not a ZeroMQ endpoint like tcp://host:port"),
+                ));
+            }
+        }
+        let clock = match raw.clock.as_deref() {
+            None | Some("wall") => ClockKind::Wall,
+            Some("event") => ClockKind::Event,
+            Some(other) => {
+                return Err(err(
+                    "clock",
+                    format!("{other:?} is neither \"wall\" nor \"event\""),
+                ))
+            }
+        };
+        let dur =
+            |key: &str, v: &Option<String>, default: Duration| -> Result<Duration, ConfigError> {
+                v.as_deref()
+                    .map_or(Ok(default), |s| parse_duration(s).map_err(|m| err(key, m)))
+            };
+        let period = dur("period", &raw.period, Duration::from_secs(1))?;
+        if period.is_zero() {
+            return Err(err("period", "must be greater than 0"));
+        }
+        let types =
+            Types::new(&raw.custom_types).map_err(|e| err("custom_types", e.to_string()))?;
+        let windows = parse_windows("windows", &raw.windows, DEFAULT_WINDOWS)?;
+        let grace = parse_windows("grace", &raw.grace, DEFAULT_GRACE)?;
+        if !(windows.impression <= windows.click
+            && windows.click <= windows.install_short
+            && windows.install_short < windows.install_long)
+        {
+            return Err(err(
+                "windows",
+                "must grow: impression <= click <= install_short < install_long",
+            ));
+        }
+        if windows.impression.is_zero() {
+            return Err(err("windows.impression", "must be greater than 0"));
+        }
+        let mut targets = Vec::new();
+        for (i, t) in raw.targets.iter().enumerate() {
+            targets.push(target(i, t, &types, &targets, windows)?);
+        }
+        let partition = dur("partition", &raw.partition, Duration::from_secs(60))?;
+        if partition < Duration::from_secs(1) || partition.as_millis() % 1000 != 0 {
+            return Err(err(
+                "partition",
+                "must be a whole number of seconds, at least 1s",
+            ));
+        }
+        Ok(Config {
+            name,
+            endpoints: raw.endpoints,
+            prefixes,
+            database_url: raw.database_url,
+            clock,
+            lateness: dur("lateness", &raw.lateness, Duration::from_secs(5))?,
+            publisher_timeout: dur(
+                "publisher_timeout",
+                &raw.publisher_timeout,
+                Duration::from_secs(30),
+            )?,
+            period,
+            max_future: dur("max_future", &raw.max_future, Duration::from_secs(600))?,
+            types,
+            windows,
+            grace,
+            targets,
+            rcvhwm: positive("rcvhwm", raw.rcvhwm, 200_000)?,
+            batch_events: positive("batch_events", raw.batch_events, 20_000)?,
+            batch_delay: dur("batch_delay", &raw.batch_delay, Duration::from_millis(200))?,
+            max_pending: positive("max_pending", raw.max_pending, 200_000)?,
+            partition,
+        })
+    }
+
+    /// The share of all transactions this shard samples.
+    pub fn rate(&self) -> f64 {
+        if self.prefixes.is_empty() {
+            1.0
+        } else {
+            tidemark_plan::share(&self.prefixes)
+        }
+    }
+}
+
+fn positive<T: PartialOrd + Default + Copy + std::fmt::Display>(
+    key: &str,
+    v: Option<T>,
+    default: T,
+) -> Result<T, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(x) if x > T::default() => Ok(x),
+        Some(x) => Err(err(key, format!("must be greater than 0, got {x}"))),
+    }
+}
+
+/// Shard names become SQL identifiers and table names: keep them plain.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    let b = name.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 32
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{name:?} must match [a-z][a-z0-9_]{{0,31}}"))
+    }
+}
+
+fn parse_windows(
+    section: &str,
+    raw: &BTreeMap<String, String>,
+    default: Windows,
+) -> Result<Windows, ConfigError> {
+    let mut w = default;
+    for (k, v) in raw {
+        let key = format!("{section}.{k}");
+        let d = parse_duration(v).map_err(|m| err(&key, m))?;
+        match k.as_str() {
+            "impression" => w.impression = d,
+            "click" => w.click = d,
+            "install_short" => w.install_short = d,
+            "install_long" => w.install_long = d,
+            _ => {
+                return Err(err(
+                    key,
+                    "unknown window; expected impression, click, install_short or install_long",
+                ))
+            }
+        }
+    }
+    Ok(w)
+}
+
+fn target(
+    i: usize,
+    t: &RawTarget,
+    types: &Types,
+    earlier: &[Target],
+    windows: Windows,
+) -> Result<Target, ConfigError> {
+    let key = |k: &str| format!("targets[{i}].{k}");
+    let name = t
+        .name
+        .clone()
+        .ok_or_else(|| err(key("name"), "is required"))?;
+    validate_name(&name).map_err(|m| err(key("name"), m))?;
+    if BUILTIN_TARGETS.contains(&name.as_str()) || earlier.iter().any(|e| e.name == name) {
+        return Err(err(key("name"), format!("{name:?} is already a target")));
+    }
+    let given = match t.given.as_deref() {
+        Some("impression") => Given::Impression,
+        Some("click") => Given::Click,
+        Some(other) => {
+            return Err(err(
+                key("given"),
+                format!("{other:?} is neither \"impression\" nor \"click\""),
+            ))
+        }
+        None => {
+            return Err(err(
+                key("given"),
+                "is required: \"impression\" or \"click\"",
+            ))
+        }
+    };
+    let event = t
+        .event
+        .clone()
+        .ok_or_else(|| err(key("event"), "is required"))?;
+    match types.lookup(&event) {
+        Some(
+            tidemark_wire::EventType::Click
+            | tidemark_wire::EventType::Install
+            | tidemark_wire::EventType::Custom(_),
+        ) => {}
+        _ => {
+            return Err(err(
+                key("event"),
+                format!("{event:?} is not click, install or one of custom_types"),
+            ))
+        }
+    }
+    let d = |k: &str, v: &Option<String>| -> Result<Option<Duration>, ConfigError> {
+        v.as_deref()
+            .map(|s| parse_duration(s).map_err(|m| err(key(k), m)))
+            .transpose()
+    };
+    let after = d("after", &t.after)?.unwrap_or(Duration::ZERO);
+    let until = d("until", &t.until)?.ok_or_else(|| err(key("until"), "is required"))?;
+    let grace = d("grace", &t.grace)?.unwrap_or(Duration::ZERO);
+    if until <= after {
+        return Err(err(key("until"), "must be later than `after`"));
+    }
+    let population_ready = match given {
+        Given::Impression => windows.impression,
+        Given::Click => windows.click,
+    };
+    if until < population_ready {
+        return Err(err(
+            key("until"),
+            format!("must not end before the {given:?} window that defines its population"),
+        ));
+    }
+    Ok(Target {
+        name,
+        given,
+        event,
+        after,
+        until,
+        grace,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: &str = r#"
+name = "s0"
+endpoints = ["tcp://127.0.0.1:5556"]
+prefixes = ["0", "1", "2", "3"]
+clock = "event"
+lateness = "5s"
+publisher_timeout = "30s"
+period = "1s"
+max_future = "10m"
+custom_types = ["open"]
+
+[windows]
+impression = "2m"
+click = "1h"
+install_short = "24h"
+install_long = "7d"
+
+[grace]
+impression = "30s"
+click = "5m"
+install_short = "6h"
+install_long = "6h"
+
+[[targets]]
+name = "open_24h"
+given = "click"
+event = "open"
+after = "0s"
+until = "24h"
+grace = "1h"
+"#;
+
+    #[test]
+    fn the_spec_example_parses() {
+        let c = Config::parse(FULL).unwrap();
+        assert_eq!(c.name, "s0");
+        assert_eq!(c.clock, ClockKind::Event);
+        assert_eq!(c.rate(), 0.25);
+        assert_eq!(c.windows, DEFAULT_WINDOWS);
+        assert_eq!(c.grace, DEFAULT_GRACE);
+        assert_eq!(c.targets.len(), 1);
+        assert_eq!(c.targets[0].given, Given::Click);
+    }
+
+    #[test]
+    fn minimal_config_takes_defaults() {
+        let c = Config::parse("name = \"a\"\nendpoints = [\"tcp://127.0.0.1:1\"]").unwrap();
+        assert_eq!(c.clock, ClockKind::Wall);
+        assert!(c.prefixes.is_empty());
+        assert_eq!(c.rate(), 1.0);
+        assert_eq!(c.max_future, Duration::from_secs(600));
+    }
+
+    fn key_of(text: &str) -> String {
+        Config::parse(text).expect_err("should be refused").key
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let base = "endpoints = [\"tcp://127.0.0.1:1\"]\n";
+        assert_eq!(key_of(base), "name");
+        assert_eq!(key_of(&format!("name = \"S-0\"\n{base}")), "name");
+        assert_eq!(
+            key_of(&format!("name = \"a\"\n{base}prefixes = [\"1\", \"1a\"]")),
+            "prefixes"
+        );
+        assert_eq!(
+            key_of(&format!("name = \"a\"\n{base}prefixes = [\"G\"]")),
+            "prefixes"
+        );
+        assert_eq!(key_of("name = \"a\""), "endpoints");
+        assert_eq!(
+            key_of(&format!("name = \"a\"\n{base}clock = \"sun\"")),
+            "clock"
+        );
+        assert_eq!(
+            key_of(&format!("name = \"a\"\n{base}period = \"soon\"")),
+            "period"
+        );
+        assert_eq!(
+            key_of(&format!("name = \"a\"\n{base}custom_types = [\"bid\"]")),
+            "custom_types"
+        );
+        assert_eq!(
+            key_of(&format!("name = \"a\"\n{base}[windows]\nclick = \"1m\"")),
+            "windows"
+        );
+        assert_eq!(
+            key_of(&format!("name = \"a\"\n{base}[windows]\nclik = \"1m\"")),
+            "windows.clik"
+        );
+        assert_eq!(
+            key_of(&format!("name = \"a\"\n{base}[grace]\nclick = \"x\"")),
+            "grace.click"
+        );
+        let t = |body: &str| {
+            format!("name = \"a\"\n{base}custom_types = [\"open\"]\n[[targets]]\n{body}")
+        };
+        assert_eq!(
+            key_of(&t(
+                "name = \"x\"\ngiven = \"bid\"\nevent = \"open\"\nuntil = \"1d\""
+            )),
+            "targets[0].given"
+        );
+        assert_eq!(
+            key_of(&t(
+                "name = \"x\"\ngiven = \"click\"\nevent = \"nope\"\nuntil = \"1d\""
+            )),
+            "targets[0].event"
+        );
+        assert_eq!(
+            key_of(&t(
+                "name = \"ctr\"\ngiven = \"click\"\nevent = \"open\"\nuntil = \"1d\""
+            )),
+            "targets[0].name"
+        );
+        assert_eq!(
+            key_of(&t("name = \"x\"\ngiven = \"click\"\nevent = \"open\"")),
+            "targets[0].until"
+        );
+        assert!(key_of(&format!("name = \"a\"\n{base}bogus = 1")).contains("bogus"));
+    }
+}

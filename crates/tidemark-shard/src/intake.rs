@@ -1,0 +1,338 @@
+//! ZeroMQ intake: two SUB sockets read round-robin on a thread of their own,
+//! decoded and validated, handed to the writer in chunks.
+//!
+//! The thread never blocks on the writer: when the writer's queue is full it
+//! keeps reading into the current chunk up to a bound, then drops (counted),
+//! so ZeroMQ's own queues never overflow silently behind our back.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tidemark_wire::{Decoder, EventType, Message, Reject, Txid};
+use tokio::sync::mpsc;
+
+use crate::clock::{EventClock, Socket};
+use crate::config::{ClockKind, Config};
+use crate::counters::Counters;
+
+/// Events per chunk handed to the writer.
+const CHUNK_EVENTS: usize = 2048;
+/// Longest a received event waits before its chunk is handed over.
+const CHUNK_AGE: Duration = Duration::from_millis(20);
+/// Messages read from one socket before turning to the other.
+const BURST: usize = 256;
+
+/// One accepted event; strings live in the chunk's arena.
+#[derive(Debug, Clone, Copy)]
+pub struct Ev {
+    pub kind: EventType,
+    pub txid: Txid,
+    pub created: i64,
+    /// Clamped: never earlier than creation (SPEC 5).
+    pub ts: i64,
+    pub arrival: i64,
+    features: Option<(u32, u32)>,
+    pub price: Option<f64>,
+    user: Option<(u32, u32)>,
+}
+
+/// Events in arrival order, then the clock as it stood after them.
+#[derive(Debug, Default)]
+pub struct Chunk {
+    pub events: Vec<Ev>,
+    arena: String,
+    /// Set when the event clock moved; applies after every event of the chunk.
+    pub clock: Option<i64>,
+}
+
+impl Chunk {
+    pub fn features(&self, e: &Ev) -> Option<&str> {
+        e.features.map(|(a, b)| &self.arena[a as usize..b as usize])
+    }
+
+    pub fn user(&self, e: &Ev) -> Option<&str> {
+        e.user.map(|(a, b)| &self.arena[a as usize..b as usize])
+    }
+
+    fn push_str(&mut self, s: &str) -> (u32, u32) {
+        let a = self.arena.len() as u32;
+        self.arena.push_str(s);
+        (a, self.arena.len() as u32)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.events.is_empty() && self.clock.is_none()
+    }
+}
+
+/// The subscriptions of one socket: `<type>-<prefix>` for each type and
+/// prefix (or `<type>-` for every transaction), and `tick`.
+pub fn subscriptions(types: &[&str], prefixes: &[String]) -> Vec<String> {
+    let mut subs = Vec::new();
+    for t in types {
+        if prefixes.is_empty() {
+            subs.push(format!("{t}-"));
+        }
+        for p in prefixes {
+            subs.push(format!("{t}-{p}"));
+        }
+    }
+    subs.push("tick".to_owned());
+    subs
+}
+
+/// Opens both sockets, connects them and starts the intake thread.
+pub fn spawn(
+    config: &Config,
+    counters: Arc<Counters>,
+    clock_floor: Option<i64>,
+    out: mpsc::Sender<Chunk>,
+    stop: Arc<AtomicBool>,
+) -> Result<JoinHandle<()>, String> {
+    let ctx = zmq::Context::new();
+    let custom: Vec<&str> = config.types.custom().map(|(_, n)| n).collect();
+    let mut low_types = vec!["click", "install"];
+    low_types.extend(custom);
+    let open = |types: &[&str]| -> Result<zmq::Socket, String> {
+        let s = ctx
+            .socket(zmq::SUB)
+            .map_err(|e| format!("zmq socket: {e}"))?;
+        s.set_rcvhwm(config.rcvhwm)
+            .map_err(|e| format!("rcvhwm: {e}"))?;
+        s.set_linger(0).map_err(|e| format!("linger: {e}"))?;
+        for sub in subscriptions(types, &config.prefixes) {
+            s.set_subscribe(sub.as_bytes())
+                .map_err(|e| format!("subscribe: {e}"))?;
+        }
+        for ep in &config.endpoints {
+            s.connect(ep)
+                .map_err(|e| format!("endpoints: cannot connect to {ep}: {e}"))?;
+        }
+        Ok(s)
+    };
+    let high = open(&["bid", "impression"])?;
+    let low = open(&low_types)?;
+    let mut state = Intake {
+        decoder: Decoder::new(config.types.clone()),
+        counters,
+        clock_kind: config.clock,
+        clock: EventClock::new(config.lateness, config.publisher_timeout, clock_floor),
+        max_future: config.max_future.as_millis() as i64,
+        max_chunk: config.max_pending.clamp(CHUNK_EVENTS, 1 << 20),
+        arrival: wall_ms() * 1000,
+        chunk: Chunk::default(),
+        chunk_started: Instant::now(),
+        out,
+        logged: Vec::new(),
+    };
+    std::thread::Builder::new()
+        .name("intake".into())
+        .spawn(move || {
+            state.run([(Socket::High, high), (Socket::Low, low)], &stop);
+            drop(ctx);
+        })
+        .map_err(|e| format!("spawn intake thread: {e}"))
+}
+
+struct Intake {
+    decoder: Decoder,
+    counters: Arc<Counters>,
+    clock_kind: ClockKind,
+    clock: EventClock,
+    max_future: i64,
+    max_chunk: usize,
+    arrival: i64,
+    chunk: Chunk,
+    chunk_started: Instant,
+    out: mpsc::Sender<Chunk>,
+    /// When each rejection reason was last logged, so bad input cannot flood the log.
+    logged: Vec<(&'static str, Instant)>,
+}
+
+impl Intake {
+    fn run(&mut self, sockets: [(Socket, zmq::Socket); 2], stop: &AtomicBool) {
+        let mut topic = zmq::Message::new();
+        let mut payload = zmq::Message::new();
+        let mut extra = zmq::Message::new();
+        while !stop.load(Ordering::Relaxed) {
+            let mut idle = true;
+            // Round-robin: a flood on one socket cannot starve the other.
+            for (which, sock) in &sockets {
+                for _ in 0..BURST {
+                    match sock.recv(&mut topic, zmq::DONTWAIT) {
+                        Ok(()) => {
+                            idle = false;
+                            let frames = read_rest(sock, &topic, &mut payload, &mut extra);
+                            self.handle(*which, &topic, &payload, frames);
+                        }
+                        Err(zmq::Error::EAGAIN) => break,
+                        Err(e) => {
+                            tracing::warn!("zmq receive: {e}");
+                            break;
+                        }
+                    }
+                }
+            }
+            if self.clock_kind == ClockKind::Event {
+                if let Some(v) = self.clock.advance(Instant::now()) {
+                    self.chunk.clock = Some(v);
+                }
+            }
+            self.hand_over(false);
+            if idle {
+                let mut items = [
+                    sockets[0].1.as_poll_item(zmq::POLLIN),
+                    sockets[1].1.as_poll_item(zmq::POLLIN),
+                ];
+                let _ = zmq::poll(&mut items, 20);
+            }
+        }
+        self.hand_over(true);
+    }
+
+    fn handle(&mut self, which: Socket, topic: &[u8], payload: &[u8], frames: usize) {
+        let decoded = if frames == 2 {
+            self.decoder.decode(topic, payload)
+        } else {
+            Err(Reject::FrameCount(frames))
+        };
+        match decoded {
+            Ok(Message::Event(e)) => {
+                let created = e.txid.created_ms() as i64;
+                let reference = match (self.clock_kind, self.clock.value()) {
+                    (ClockKind::Event, Some(v)) => v,
+                    _ => wall_ms(),
+                };
+                if created > reference + self.max_future {
+                    self.counters.per_type("future", e.kind, 1);
+                    return;
+                }
+                if self.chunk.events.len() >= self.max_chunk {
+                    self.counters.add("dropped_overflow", 1);
+                    return;
+                }
+                self.counters.per_type("received", e.kind, 1);
+                self.arrival += 1;
+                let features = e.features.as_ref().map(|f| {
+                    if f.dropped > 0 {
+                        self.counters.add("dropped_features", u64::from(f.dropped));
+                    }
+                    self.chunk.push_str(&f.json)
+                });
+                let user = e.user.as_deref().map(|u| self.chunk.push_str(u));
+                self.chunk.events.push(Ev {
+                    kind: e.kind,
+                    txid: e.txid,
+                    created,
+                    ts: e.ts.max(created),
+                    arrival: self.arrival,
+                    features,
+                    price: e.price,
+                    user,
+                });
+            }
+            Ok(Message::Tick(t)) => {
+                if self.clock_kind == ClockKind::Event {
+                    if let Some(v) = self.clock.tick(which, &t.publisher, t.ts, Instant::now()) {
+                        self.chunk.clock = Some(v);
+                    }
+                }
+            }
+            Err(r) => {
+                self.counters.rejected(&r);
+                self.log_reject(&r, topic);
+            }
+        }
+    }
+
+    /// Hands the chunk to the writer when it is big or old enough, or a clock
+    /// moved; on `last`, waits for room.
+    fn hand_over(&mut self, last: bool) {
+        if self.chunk.is_empty() {
+            self.chunk_started = Instant::now();
+            return;
+        }
+        let due = last
+            || self.chunk.events.len() >= CHUNK_EVENTS
+            || self.chunk.clock.is_some()
+            || self.chunk_started.elapsed() >= CHUNK_AGE;
+        if !due {
+            return;
+        }
+        let chunk = std::mem::take(&mut self.chunk);
+        if last {
+            let _ = self.out.blocking_send(chunk);
+            return;
+        }
+        match self.out.try_send(chunk) {
+            Ok(()) => self.chunk_started = Instant::now(),
+            // The writer is behind: keep this chunk and retry on the next turn.
+            Err(mpsc::error::TrySendError::Full(chunk)) => self.chunk = chunk,
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+    }
+
+    fn log_reject(&mut self, r: &Reject, topic: &[u8]) {
+        let now = Instant::now();
+        let reason = r.reason();
+        match self.logged.iter_mut().find(|(n, _)| *n == reason) {
+            Some((_, at)) if now.duration_since(*at) < Duration::from_secs(10) => return,
+            Some((_, at)) => *at = now,
+            None => self.logged.push((reason, now)),
+        }
+        let shown: String = String::from_utf8_lossy(&topic[..topic.len().min(64)]).into_owned();
+        tracing::warn!(
+            reason,
+            total = self.counters.get(&format!("rejected_{reason}")),
+            "rejected a message ({r}), topic {shown:?}; repeats of this reason are logged at most every 10s"
+        );
+    }
+}
+
+/// Reads the remaining frames of a message; returns how many it had in all.
+fn read_rest(
+    sock: &zmq::Socket,
+    topic: &zmq::Message,
+    payload: &mut zmq::Message,
+    extra: &mut zmq::Message,
+) -> usize {
+    if !topic.get_more() {
+        return 1;
+    }
+    // The rest of a multipart message is already here: ZeroMQ delivers whole messages.
+    if sock.recv(payload, 0).is_err() {
+        return 1;
+    }
+    let mut frames = 2;
+    let mut more = payload.get_more();
+    while more {
+        if sock.recv(extra, 0).is_err() {
+            break;
+        }
+        frames += 1;
+        more = extra.get_more();
+    }
+    frames
+}
+
+pub fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subscriptions_cover_prefixes_and_ticks() {
+        assert_eq!(
+            subscriptions(&["bid", "impression"], &["0".into(), "a1".into()]),
+            ["bid-0", "bid-a1", "impression-0", "impression-a1", "tick"]
+        );
+        assert_eq!(subscriptions(&["click"], &[]), ["click-", "tick"]);
+    }
+}

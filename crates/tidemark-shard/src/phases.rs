@@ -1,0 +1,349 @@
+//! Phase arithmetic (SPEC 5, seed 004 "Waiting for events"): targets, their
+//! windows, the watermark of each phase, and where an arriving event belongs.
+//! Pure: no IO; all times are milliseconds since the epoch.
+//!
+//! A phase is swept for a transaction created at `c` once the clock passes
+//! `c + offset`; its watermark is `clock - offset`, so a transaction is swept
+//! for the phase exactly when `c <= watermark`.
+
+use std::time::Duration;
+
+use tidemark_wire::{EventType, Types};
+
+use crate::config::{Config, Given};
+
+/// What a target labels, in milliseconds after creation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetDef {
+    pub name: String,
+    pub given: Given,
+    pub event: EventType,
+    /// Label 1 when the earliest such event has `after < ts - c <= until` (`after = 0`: `ts - c <= until`).
+    pub after: i64,
+    pub until: i64,
+    /// When its observations are emitted, after creation: window + grace, and
+    /// never before its population is known.
+    pub offset: i64,
+}
+
+impl TargetDef {
+    /// Whether an event `dt` ms after creation (clamped at 0) falls in the label window.
+    pub fn covers(&self, dt: i64) -> bool {
+        dt <= self.until && (self.after == 0 || dt > self.after)
+    }
+}
+
+/// Every phase of a shard, derived from its configuration.
+#[derive(Debug, Clone)]
+pub struct Phases {
+    /// Bids and impressions are consolidated, and transactions without both dropped, at this offset.
+    pub impression_offset: i64,
+    pub impression_window: i64,
+    /// `ctr`, `cvr_short`, `cvr_long`, then configured targets, sorted by offset.
+    pub targets: Vec<TargetDef>,
+    /// After this offset, only transactions with a click are still needed.
+    pub unclicked_offset: i64,
+    /// After this offset, nothing about a transaction is needed.
+    pub last_offset: i64,
+    /// The click window: a click at `ts - c <= click_window` puts a transaction in the `given = click` population.
+    pub click_window: i64,
+}
+
+fn ms(d: Duration) -> i64 {
+    d.as_millis() as i64
+}
+
+impl Phases {
+    pub fn new(config: &Config) -> Phases {
+        let w = &config.windows;
+        let g = &config.grace;
+        let impression_offset = ms(w.impression + g.impression);
+        let click_offset = impression_offset.max(ms(w.click + g.click));
+        let population_offset = |given: Given| match given {
+            Given::Impression => impression_offset,
+            Given::Click => click_offset,
+        };
+        let mut targets = vec![
+            TargetDef {
+                name: "ctr".into(),
+                given: Given::Impression,
+                event: EventType::Click,
+                after: 0,
+                until: ms(w.click),
+                offset: click_offset,
+            },
+            TargetDef {
+                name: "cvr_short".into(),
+                given: Given::Click,
+                event: EventType::Install,
+                after: 0,
+                until: ms(w.install_short),
+                offset: click_offset.max(ms(w.install_short + g.install_short)),
+            },
+            TargetDef {
+                name: "cvr_long".into(),
+                given: Given::Click,
+                event: EventType::Install,
+                after: ms(w.install_short),
+                until: ms(w.install_long),
+                offset: click_offset.max(ms(w.install_long + g.install_long)),
+            },
+        ];
+        for t in &config.targets {
+            targets.push(TargetDef {
+                name: t.name.clone(),
+                given: t.given,
+                event: config.types.lookup(&t.event).expect("validated"),
+                after: ms(t.after),
+                until: ms(t.until),
+                offset: population_offset(t.given).max(ms(t.until + t.grace)),
+            });
+        }
+        // Stable: equal offsets keep configuration order.
+        targets.sort_by_key(|t| t.offset);
+        let unclicked_offset = targets
+            .iter()
+            .filter(|t| t.given == Given::Impression)
+            .map(|t| t.offset)
+            .max()
+            .unwrap_or(click_offset)
+            .max(click_offset);
+        let last_offset = targets
+            .iter()
+            .map(|t| t.offset)
+            .max()
+            .unwrap_or(click_offset);
+        Phases {
+            impression_offset,
+            impression_window: ms(w.impression),
+            targets,
+            unclicked_offset,
+            last_offset,
+            click_window: ms(w.click),
+        }
+    }
+
+    /// The longest a transaction can matter after creation.
+    pub fn horizon(&self) -> i64 {
+        self.last_offset
+    }
+}
+
+/// Watermarks over creation time, one per phase, each only ever moving forward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watermarks {
+    pub impression: i64,
+    /// One per target, in `Phases::targets` order.
+    pub targets: Vec<i64>,
+    pub unclicked: i64,
+    pub last: i64,
+}
+
+impl Watermarks {
+    /// Where every watermark stands when the clock reads `clock`.
+    pub fn at(phases: &Phases, clock: i64) -> Watermarks {
+        Watermarks {
+            impression: clock - phases.impression_offset,
+            targets: phases.targets.iter().map(|t| clock - t.offset).collect(),
+            unclicked: clock - phases.unclicked_offset,
+            last: clock - phases.last_offset,
+        }
+    }
+
+    /// Elementwise max: watermarks never move back, even if the windows were shortened.
+    pub fn max(&self, other: &Watermarks) -> Watermarks {
+        Watermarks {
+            impression: self.impression.max(other.impression),
+            targets: self
+                .targets
+                .iter()
+                .zip(&other.targets)
+                .map(|(a, b)| *a.max(b))
+                .collect(),
+            unclicked: self.unclicked.max(other.unclicked),
+            last: self.last.max(other.last),
+        }
+    }
+}
+
+/// Where an event goes, decided against the current watermarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Append to the fresh tier: its transaction has not been consolidated yet.
+    Fresh,
+    /// Merge into the consolidated row of an impressed transaction.
+    Consolidated,
+    /// Merge into the long-wait row of a clicked transaction.
+    LongWait,
+    /// Every window this event could count for has been swept.
+    Late,
+    /// Its time falls in no window of any target: it can never change a label.
+    OutsideWindows,
+}
+
+/// Decides where an event of `kind`, created at `c`, stamped `ts`, belongs.
+pub fn route(phases: &Phases, wm: &Watermarks, kind: EventType, c: i64, ts: i64) -> Route {
+    let dt = (ts - c).max(0);
+    let in_time = match kind {
+        // Bids carry what the auction said; auctions are not subscribed (SPEC 4).
+        EventType::Auction => return Route::OutsideWindows,
+        EventType::Bid | EventType::Impression => {
+            if kind == EventType::Impression && dt > phases.impression_window {
+                return Route::OutsideWindows;
+            }
+            c > wm.impression
+        }
+        _ => {
+            let mut relevant = phases
+                .targets
+                .iter()
+                .zip(&wm.targets)
+                .filter(|(t, _)| t.event == kind && t.covers(dt))
+                .peekable();
+            if relevant.peek().is_none() {
+                return Route::OutsideWindows;
+            }
+            relevant.any(|(_, w)| c > *w)
+        }
+    };
+    if !in_time {
+        Route::Late
+    } else if c > wm.impression {
+        Route::Fresh
+    } else if c > wm.unclicked {
+        Route::Consolidated
+    } else {
+        Route::LongWait
+    }
+}
+
+/// Column of the consolidated tables holding the earliest time of an event type.
+pub fn column(types: &Types, kind: EventType) -> String {
+    format!("{}_ts", types.name(kind))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: i64 = 3_600_000;
+    const M: i64 = 60_000;
+
+    fn config(extra: &str) -> Config {
+        Config::parse(&format!(
+            "name = \"t\"\nendpoints = [\"tcp://127.0.0.1:1\"]\ncustom_types = [\"open\"]\n{extra}"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn default_offsets() {
+        let p = Phases::new(&config(""));
+        assert_eq!(p.impression_offset, 2 * M + 30_000);
+        let names: Vec<_> = p
+            .targets
+            .iter()
+            .map(|t| (t.name.as_str(), t.offset))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("ctr", H + 5 * M),
+                ("cvr_short", 30 * H),
+                ("cvr_long", 7 * 24 * H + 6 * H)
+            ]
+        );
+        assert_eq!(p.unclicked_offset, H + 5 * M);
+        assert_eq!(p.last_offset, 7 * 24 * H + 6 * H);
+    }
+
+    #[test]
+    fn a_target_waits_for_its_population() {
+        let p = Phases::new(&config(
+            "[[targets]]\nname = \"o\"\ngiven = \"click\"\nevent = \"open\"\nuntil = \"1h\"\n",
+        ));
+        let o = p.targets.iter().find(|t| t.name == "o").unwrap();
+        assert_eq!(
+            o.offset,
+            H + 5 * M,
+            "cannot be emitted before clicks are known"
+        );
+        let p = Phases::new(&config(
+            "[[targets]]\nname = \"o\"\ngiven = \"impression\"\nevent = \"open\"\nuntil = \"2h\"\ngrace = \"1m\"\n",
+        ));
+        assert_eq!(
+            p.unclicked_offset,
+            2 * H + M,
+            "impressed rows are kept for it"
+        );
+    }
+
+    #[test]
+    fn window_boundaries_are_inclusive_at_the_end() {
+        let p = Phases::new(&config(""));
+        let ctr = &p.targets[0];
+        assert!(ctr.covers(0));
+        assert!(ctr.covers(H));
+        assert!(!ctr.covers(H + 1));
+        let long = &p.targets[2];
+        assert!(!long.covers(24 * H));
+        assert!(long.covers(24 * H + 1));
+        assert!(long.covers(7 * 24 * H));
+    }
+
+    #[test]
+    fn routing_follows_the_watermarks() {
+        let p = Phases::new(&config(""));
+        let c = 1_000 * H;
+        // Clock just past the impression sweep of c.
+        let wm = Watermarks::at(&p, c + p.impression_offset);
+        assert_eq!(route(&p, &wm, EventType::Bid, c, c), Route::Late);
+        assert_eq!(route(&p, &wm, EventType::Bid, c + 1, c + 1), Route::Fresh);
+        assert_eq!(
+            route(&p, &wm, EventType::Click, c, c + 10 * M),
+            Route::Consolidated
+        );
+        assert_eq!(
+            route(&p, &wm, EventType::Click, c, c + H + 1),
+            Route::OutsideWindows
+        );
+        assert_eq!(
+            route(&p, &wm, EventType::Impression, c + 1, c + 3 * M),
+            Route::OutsideWindows
+        );
+        // Clicks before creation count as at creation.
+        assert_eq!(
+            route(&p, &wm, EventType::Click, c, c - 5),
+            Route::Consolidated
+        );
+        let wm = Watermarks::at(&p, c + p.unclicked_offset);
+        assert_eq!(route(&p, &wm, EventType::Click, c, c + 10 * M), Route::Late);
+        assert_eq!(
+            route(&p, &wm, EventType::Install, c, c + 2 * H),
+            Route::LongWait
+        );
+        // An install in the short window arriving after its sweep is late even
+        // though the long window is still open.
+        let wm = Watermarks::at(&p, c + 30 * H);
+        assert_eq!(
+            route(&p, &wm, EventType::Install, c, c + 2 * H),
+            Route::Late
+        );
+        assert_eq!(
+            route(&p, &wm, EventType::Install, c, c + 25 * H),
+            Route::LongWait
+        );
+        assert_eq!(
+            route(&p, &wm, EventType::Custom(0), c, c),
+            Route::OutsideWindows
+        );
+    }
+
+    #[test]
+    fn watermarks_never_move_back() {
+        let p = Phases::new(&config(""));
+        let a = Watermarks::at(&p, 10 * H);
+        let b = Watermarks::at(&p, 9 * H);
+        assert_eq!(a.max(&b), a);
+    }
+}

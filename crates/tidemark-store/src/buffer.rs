@@ -1,0 +1,593 @@
+//! A shard's buffer: the SQL behind intake, phases and subsetting.
+//!
+//! Each shard owns the schema `shard_<name>`, every table of it unlogged:
+//! - `events`: append-only, one row per accepted event of a transaction not yet
+//!   consolidated, range-partitioned by creation time, written with binary
+//!   `COPY`. A partition is dropped whole once the impression phase has passed it.
+//! - `txns`: one consolidated row per transaction that got a bid and an
+//!   impression in time, partitioned by creation time, dropped whole once no
+//!   target given `impression` needs it, after the clicked rows were copied out.
+//! - `long`: the few clicked transactions still waiting for installs and
+//!   custom events; rows are deleted when the last phase passes them.
+//! - `sentinel`: one row; an empty sentinel after a restart means PostgreSQL
+//!   crashed and emptied every unlogged table.
+
+use std::fmt::Write as _;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::SinkExt;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, GenericClient};
+
+use crate::StoreError;
+
+/// One event to append to the fresh tier.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRow<'a> {
+    pub txid: &'a str,
+    pub created_ms: i64,
+    pub type_name: &'a str,
+    /// Event time, already clamped to be no earlier than creation.
+    pub ts_ms: i64,
+    /// Arrival order within the shard, to break ties between equal `ts`.
+    pub arrival: i64,
+    pub features: Option<&'a str>,
+    pub price: Option<f64>,
+    pub user: Option<&'a str>,
+}
+
+/// Merges into an already consolidated transaction: the earliest time per column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MergeRow {
+    pub txid: String,
+    pub created_ms: i64,
+    /// `(column index in Layout::event_columns, ts_ms)`.
+    pub ts: Vec<(usize, i64)>,
+}
+
+/// A phase that emits observations.
+#[derive(Debug, Clone)]
+pub struct TargetSql {
+    pub name: String,
+    /// Population: `false` = every impressed transaction, `true` = those clicked in the click window.
+    pub given_click: bool,
+    /// Column holding the earliest time of the labelling event.
+    pub column: String,
+    pub after_ms: i64,
+    pub until_ms: i64,
+}
+
+/// Names and constants of one shard's buffer.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub shard: String,
+    pub schema: String,
+    /// Columns of consolidated rows holding event times beyond the bid and
+    /// impression: `click_ts`, `install_ts`, then one per custom type.
+    pub event_columns: Vec<String>,
+    /// The type name each of `event_columns` holds.
+    pub event_types: Vec<String>,
+    pub click_window_ms: i64,
+    pub rate: f64,
+}
+
+/// Counts from consolidating a creation-time range at the impression phase.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Consolidated {
+    pub transactions: i64,
+    pub kept: i64,
+    pub orphans: i64,
+    pub unimpressed: i64,
+    pub duplicates: i64,
+}
+
+/// A partition of `events` or `txns`: its table name and creation-time range `[from, to)`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Partition {
+    pub to_ms: i64,
+    pub from_ms: i64,
+    pub table: String,
+}
+
+impl Layout {
+    /// `custom_types` are validated type names; the shard name a validated identifier.
+    pub fn new(shard: &str, custom_types: &[&str], click_window_ms: i64, rate: f64) -> Layout {
+        let mut event_types = vec!["click".to_owned(), "install".to_owned()];
+        event_types.extend(custom_types.iter().map(|t| t.to_string()));
+        Layout {
+            shard: shard.to_owned(),
+            schema: format!("shard_{shard}"),
+            event_columns: event_types.iter().map(|t| format!("{t}_ts")).collect(),
+            event_types,
+            click_window_ms,
+            rate,
+        }
+    }
+
+    fn t(&self, table: &str) -> String {
+        format!("{}.{}", self.schema, table)
+    }
+
+    /// Creates the schema and tables if missing; adds columns for new custom types.
+    pub async fn ensure_schema(&self, c: &Client) -> Result<(), StoreError> {
+        let cols: String = self
+            .event_columns
+            .iter()
+            .map(|c| format!(", {c} timestamptz"))
+            .collect();
+        let (s, events, txns, long, sentinel) = (
+            &self.schema,
+            self.t("events"),
+            self.t("txns"),
+            self.t("long"),
+            self.t("sentinel"),
+        );
+        let mut sql = format!(
+            "CREATE SCHEMA IF NOT EXISTS {s};
+             CREATE TABLE IF NOT EXISTS {events} (
+                 txid text NOT NULL, created_at timestamptz NOT NULL, type text NOT NULL,
+                 ts timestamptz NOT NULL, arrival bigint NOT NULL,
+                 features jsonb, price double precision, uid text
+             ) PARTITION BY RANGE (created_at);
+             CREATE TABLE IF NOT EXISTS {txns} (
+                 txid text NOT NULL, created_at timestamptz NOT NULL,
+                 features jsonb NOT NULL, bid_ts timestamptz NOT NULL, bid_price double precision,
+                 uid text, impression_ts timestamptz NOT NULL, impression_price double precision
+                 {cols},
+                 PRIMARY KEY (txid, created_at)
+             ) PARTITION BY RANGE (created_at);
+             CREATE UNLOGGED TABLE IF NOT EXISTS {long} (
+                 txid text NOT NULL, created_at timestamptz NOT NULL,
+                 features jsonb NOT NULL, bid_ts timestamptz NOT NULL, bid_price double precision,
+                 uid text, impression_ts timestamptz NOT NULL, impression_price double precision
+                 {cols},
+                 PRIMARY KEY (txid, created_at)
+             ) WITH (autovacuum_vacuum_scale_factor = 0.01);
+             CREATE INDEX IF NOT EXISTS long_created ON {long} (created_at);
+             CREATE UNLOGGED TABLE IF NOT EXISTS {sentinel} (alive boolean PRIMARY KEY);"
+        );
+        // Custom types added to the configuration after the tables were made.
+        for col in &self.event_columns {
+            for t in [&txns, &long] {
+                let _ = write!(
+                    sql,
+                    "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {col} timestamptz;"
+                );
+            }
+        }
+        c.batch_execute(&sql).await?;
+        Ok(())
+    }
+
+    /// Whether the sentinel row is there; inserts it. `false` on a shard seen
+    /// before means its unlogged tables were emptied by a crash.
+    pub async fn check_sentinel(&self, c: &Client) -> Result<bool, StoreError> {
+        let n = c
+            .execute(
+                &format!(
+                    "INSERT INTO {} VALUES (true) ON CONFLICT DO NOTHING",
+                    self.t("sentinel")
+                ),
+                &[],
+            )
+            .await?;
+        Ok(n == 0)
+    }
+
+    /// Existing partitions of `events` or `txns`, oldest first.
+    pub async fn partitions(&self, c: &Client, parent: &str) -> Result<Vec<Partition>, StoreError> {
+        let rows = c
+            .query(
+                "SELECT child.relname,
+                        (extract(epoch FROM (regexp_match(pg_get_expr(child.relpartbound, child.oid),
+                            'FROM \\(''([^'']+)''\\)'))[1]::timestamptz) * 1000)::bigint,
+                        (extract(epoch FROM (regexp_match(pg_get_expr(child.relpartbound, child.oid),
+                            'TO \\(''([^'']+)''\\)'))[1]::timestamptz) * 1000)::bigint
+                 FROM pg_inherits
+                 JOIN pg_class parent ON parent.oid = pg_inherits.inhparent
+                 JOIN pg_class child ON child.oid = pg_inherits.inhrelid
+                 JOIN pg_namespace n ON n.oid = parent.relnamespace
+                 WHERE n.nspname = $1 AND parent.relname = $2",
+                &[&self.schema, &parent],
+            )
+            .await?;
+        let mut out: Vec<Partition> = rows
+            .iter()
+            .map(|r| Partition {
+                table: r.get(0),
+                from_ms: r.get(1),
+                to_ms: r.get(2),
+            })
+            .collect();
+        out.sort_by_key(|p| p.from_ms);
+        Ok(out)
+    }
+
+    /// Creates an unlogged partition `[from, to)` of `events` or `txns`.
+    /// Autovacuum stays off: rows are never updated or deleted, and a running
+    /// autovacuum would make the eventual `DROP` wait.
+    pub async fn create_partition(
+        &self,
+        c: &Client,
+        parent: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<String, StoreError> {
+        let name = format!("{parent}_{}", utc_stamp(from_ms));
+        let sql = format!(
+            "CREATE UNLOGGED TABLE IF NOT EXISTS {schema}.{name} PARTITION OF {schema}.{parent}
+                 FOR VALUES FROM ('{from}') TO ('{to}')
+                 WITH (autovacuum_enabled = false)",
+            schema = self.schema,
+            from = rfc3339(from_ms),
+            to = rfc3339(to_ms),
+        );
+        c.batch_execute(&sql).await?;
+        if parent == "events" {
+            // Sweeps read a creation-time range; BRIN is nearly free on inserts.
+            c.batch_execute(&format!(
+                "CREATE INDEX IF NOT EXISTS {name}_created ON {}.{name} USING brin (created_at)",
+                self.schema
+            ))
+            .await?;
+        }
+        Ok(name)
+    }
+
+    /// Drops a partition in its own short transaction (a drop holds a lock on
+    /// the parent that would stall intake until commit). Idempotent.
+    pub async fn drop_partition(&self, c: &Client, table: &str) -> Result<(), StoreError> {
+        c.batch_execute(&format!("DROP TABLE IF EXISTS {}.{table}", self.schema))
+            .await?;
+        Ok(())
+    }
+
+    /// Appends events with one binary `COPY`. The rows' partitions must exist.
+    pub async fn copy_events(&self, c: &Client, rows: &[EventRow<'_>]) -> Result<u64, StoreError> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let sink = c
+            .copy_in::<_, Bytes>(&format!(
+                "COPY {} (txid, created_at, type, ts, arrival, features, price, uid) FROM STDIN (FORMAT binary)",
+                self.t("events")
+            ))
+            .await?;
+        futures_util::pin_mut!(sink);
+        let mut buf = BytesMut::with_capacity(1 << 20);
+        buf.put_slice(b"PGCOPY\n\xff\r\n\0");
+        buf.put_i32(0);
+        buf.put_i32(0);
+        for r in rows {
+            buf.put_i16(8);
+            put_text(&mut buf, Some(r.txid));
+            put_time(&mut buf, r.created_ms);
+            put_text(&mut buf, Some(r.type_name));
+            put_time(&mut buf, r.ts_ms);
+            buf.put_i32(8);
+            buf.put_i64(r.arrival);
+            match r.features {
+                Some(f) => {
+                    buf.put_i32(f.len() as i32 + 1);
+                    buf.put_u8(1); // jsonb binary format version
+                    buf.put_slice(f.as_bytes());
+                }
+                None => buf.put_i32(-1),
+            }
+            match r.price {
+                Some(p) => {
+                    buf.put_i32(8);
+                    buf.put_f64(p);
+                }
+                None => buf.put_i32(-1),
+            }
+            put_text(&mut buf, r.user);
+            if buf.len() > (1 << 20) {
+                sink.send(buf.split().freeze()).await?;
+            }
+        }
+        buf.put_i16(-1);
+        sink.send(buf.freeze()).await?;
+        Ok(sink.finish().await?)
+    }
+
+    /// Merges later events into consolidated rows of `txns` (`long = false`)
+    /// or `long`; returns the txids that had no row (their transaction is not
+    /// in any population).
+    pub async fn merge(
+        &self,
+        c: &Client,
+        long: bool,
+        rows: &[MergeRow],
+    ) -> Result<Vec<String>, StoreError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ncol = self.event_columns.len();
+        let txids: Vec<&str> = rows.iter().map(|r| r.txid.as_str()).collect();
+        let created: Vec<PgTime> = rows.iter().map(|r| PgTime(r.created_ms)).collect();
+        // One array per column, NULL where the row brings nothing for it.
+        let mut cols: Vec<Vec<Option<PgTime>>> = vec![vec![None; rows.len()]; ncol];
+        for (i, r) in rows.iter().enumerate() {
+            for &(col, ts) in &r.ts {
+                let slot = &mut cols[col][i];
+                *slot = Some(PgTime(slot.map_or(ts, |t| t.0.min(ts))));
+            }
+        }
+        let table = self.t(if long { "long" } else { "txns" });
+        let mut set = String::new();
+        let mut unnest = String::from("unnest($1::text[], $2::timestamptz[]");
+        for (i, col) in self.event_columns.iter().enumerate() {
+            if i > 0 {
+                set.push_str(", ");
+            }
+            let _ = write!(set, "{col} = least(t.{col}, u.c{i})");
+            let _ = write!(unnest, ", ${}::timestamptz[]", i + 3);
+        }
+        let aliases: String = (0..ncol).map(|i| format!(", c{i}")).collect();
+        let sql = format!(
+            "UPDATE {table} t SET {set}
+             FROM {unnest}) AS u(txid, created_at{aliases})
+             WHERE t.txid = u.txid AND t.created_at = u.created_at
+             RETURNING t.txid"
+        );
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&txids, &created];
+        for col in &cols {
+            params.push(col);
+        }
+        let found: std::collections::HashSet<String> = c
+            .query(&sql, &params)
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        Ok(txids
+            .into_iter()
+            .filter(|t| !found.contains(*t))
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// Impression phase for creation times `(lo, hi]`: consolidates the fresh
+    /// events of each transaction; keeps (in `txns`) those with a bid and an
+    /// impression. The earliest copy of each type wins, the first received on a tie.
+    pub async fn consolidate(
+        &self,
+        tx: &impl GenericClient,
+        lo: i64,
+        hi: i64,
+    ) -> Result<Consolidated, StoreError> {
+        let mut aggs = String::new();
+        let mut cols = String::new();
+        for (col, ty) in self.event_columns.iter().zip(&self.event_types) {
+            let _ = write!(aggs, ", min(ts) FILTER (WHERE type = '{ty}') AS {col}");
+            let _ = write!(cols, ", {col}");
+        }
+        let first = |what: &str, ty: &str| {
+            format!("(array_agg({what} ORDER BY ts, arrival) FILTER (WHERE type = '{ty}'))[1]")
+        };
+        let sql = format!(
+            "WITH g AS (
+                 SELECT txid, created_at,
+                        {features} AS features, min(ts) FILTER (WHERE type = 'bid') AS bid_ts,
+                        {bid_price} AS bid_price, {uid} AS uid,
+                        min(ts) FILTER (WHERE type = 'impression') AS impression_ts,
+                        {imp_price} AS impression_price
+                        {aggs},
+                        count(*) - count(DISTINCT type) AS dups
+                 FROM {events}
+                 WHERE created_at > $1 AND created_at <= $2
+                 GROUP BY txid, created_at
+             ), ins AS (
+                 INSERT INTO {txns} (txid, created_at, features, bid_ts, bid_price, uid,
+                                     impression_ts, impression_price {cols})
+                 SELECT txid, created_at, features, bid_ts, bid_price, uid,
+                        impression_ts, impression_price {cols}
+                 FROM g WHERE bid_ts IS NOT NULL AND impression_ts IS NOT NULL
+                 RETURNING 1
+             )
+             SELECT count(*), (SELECT count(*) FROM ins),
+                    count(*) FILTER (WHERE bid_ts IS NULL),
+                    count(*) FILTER (WHERE bid_ts IS NOT NULL AND impression_ts IS NULL),
+                    coalesce(sum(dups), 0)::bigint
+             FROM g",
+            features = first("features", "bid"),
+            bid_price = first("price", "bid"),
+            uid = first("uid", "bid"),
+            imp_price = first("price", "impression"),
+            events = self.t("events"),
+            txns = self.t("txns"),
+        );
+        let r = tx.query_one(&sql, &[&PgTime(lo), &PgTime(hi)]).await?;
+        Ok(Consolidated {
+            transactions: r.get(0),
+            kept: r.get(1),
+            orphans: r.get(2),
+            unimpressed: r.get(3),
+            duplicates: r.get(4),
+        })
+    }
+
+    /// Emits one target's observations for creation times `(lo, hi]`, numbered
+    /// from `next_seq`. `unclicked` is the current watermark below which only
+    /// `long` holds rows. Returns `(rows, positives)`.
+    pub async fn emit(
+        &self,
+        tx: &impl GenericClient,
+        target: &TargetSql,
+        lo: i64,
+        hi: i64,
+        unclicked: i64,
+        next_seq: i64,
+    ) -> Result<(i64, i64), StoreError> {
+        let col = &target.column;
+        let population = if target.given_click {
+            format!(
+                "WHERE pop_ts IS NOT NULL AND pop_ts <= created_at + interval '{} milliseconds'",
+                self.click_window_ms
+            )
+        } else {
+            String::new()
+        };
+        let after = if target.after_ms > 0 {
+            format!(
+                " AND label_ts > created_at + interval '{} milliseconds'",
+                target.after_ms
+            )
+        } else {
+            String::new()
+        };
+        let sql = format!(
+            "WITH p AS (
+                 SELECT txid, created_at, features, click_ts AS pop_ts, {col} AS label_ts FROM {txns}
+                 WHERE created_at > $1 AND created_at <= $2 AND created_at > $3
+                 UNION ALL
+                 SELECT txid, created_at, features, click_ts, {col} FROM {long}
+                 WHERE created_at > $1 AND created_at <= $2 AND created_at <= $3
+             ), ins AS (
+                 INSERT INTO tidemark.observations (shard, seq, target, txid, label, features, rate, created_at)
+                 SELECT $4, $5 + row_number() OVER (ORDER BY created_at, txid) - 1, $6, txid,
+                        CASE WHEN label_ts IS NOT NULL
+                                  AND label_ts <= created_at + interval '{until} milliseconds'{after}
+                             THEN 1 ELSE 0 END,
+                        features, $7, created_at
+                 FROM p {population}
+                 RETURNING label
+             )
+             SELECT count(*), count(*) FILTER (WHERE label = 1) FROM ins",
+            txns = self.t("txns"),
+            long = self.t("long"),
+            until = target.until_ms,
+        );
+        let r = tx
+            .query_one(
+                &sql,
+                &[
+                    &PgTime(lo),
+                    &PgTime(hi),
+                    &PgTime(unclicked),
+                    &self.shard,
+                    &next_seq,
+                    &target.name,
+                    &self.rate,
+                ],
+            )
+            .await?;
+        Ok((r.get(0), r.get(1)))
+    }
+
+    /// Copies transactions created in `(lo, hi]` that were clicked in time to
+    /// `long`, before their `txns` partition is dropped. Returns how many.
+    pub async fn keep_clicked(
+        &self,
+        tx: &impl GenericClient,
+        lo: i64,
+        hi: i64,
+    ) -> Result<u64, StoreError> {
+        let sql = format!(
+            "INSERT INTO {long} SELECT * FROM {txns}
+             WHERE created_at > $1 AND created_at <= $2
+               AND click_ts IS NOT NULL AND click_ts <= created_at + interval '{} milliseconds'",
+            self.click_window_ms,
+            long = self.t("long"),
+            txns = self.t("txns"),
+        );
+        Ok(tx.execute(&sql, &[&PgTime(lo), &PgTime(hi)]).await?)
+    }
+
+    /// Forgets long-wait transactions created at or before `hi`: no phase needs them.
+    pub async fn forget(&self, tx: &impl GenericClient, hi: i64) -> Result<u64, StoreError> {
+        Ok(tx
+            .execute(
+                &format!("DELETE FROM {} WHERE created_at <= $1", self.t("long")),
+                &[&PgTime(hi)],
+            )
+            .await?)
+    }
+}
+
+/// A timestamptz given as milliseconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgTime(pub i64);
+
+/// Microseconds between the Unix epoch and PostgreSQL's (2000-01-01).
+const PG_EPOCH_US: i64 = 946_684_800_000_000;
+
+impl ToSql for PgTime {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.put_i64(self.0 * 1000 - PG_EPOCH_US);
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+    tokio_postgres::types::accepts!(TIMESTAMPTZ);
+    tokio_postgres::types::to_sql_checked!();
+}
+
+fn put_text(buf: &mut BytesMut, s: Option<&str>) {
+    match s {
+        Some(s) => {
+            buf.put_i32(s.len() as i32);
+            buf.put_slice(s.as_bytes());
+        }
+        None => buf.put_i32(-1),
+    }
+}
+
+fn put_time(buf: &mut BytesMut, ms: i64) {
+    buf.put_i32(8);
+    buf.put_i64(ms * 1000 - PG_EPOCH_US);
+}
+
+/// `YYYY-MM-DD HH:MM:SS.mmm+00` for SQL literals.
+pub fn rfc3339(ms: i64) -> String {
+    let (y, mo, d, h, mi, s) = civil(ms.div_euclid(1000));
+    format!(
+        "{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}.{:03}+00",
+        ms.rem_euclid(1000)
+    )
+}
+
+/// `YYYYMMDDtHHMMSS`, for partition names.
+fn utc_stamp(ms: i64) -> String {
+    let (y, mo, d, h, mi, s) = civil(ms.div_euclid(1000));
+    format!("{y:04}{mo:02}{d:02}t{h:02}{mi:02}{s:02}")
+}
+
+/// UTC calendar fields of a Unix time in seconds (Howard Hinnant's algorithm).
+fn civil(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (
+        y,
+        m,
+        d,
+        (rem / 3600) as u32,
+        (rem % 3600 / 60) as u32,
+        (rem % 60) as u32,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01 00:00:00.000+00");
+        assert_eq!(rfc3339(1_700_000_000_123), "2023-11-14 22:13:20.123+00");
+        assert_eq!(utc_stamp(951_782_400_000), "20000229t000000");
+        assert_eq!(rfc3339(-1), "1969-12-31 23:59:59.999+00");
+    }
+}

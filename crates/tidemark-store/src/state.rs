@@ -1,0 +1,177 @@
+//! Per-shard bookkeeping in the logged `tidemark` schema: registration and the
+//! run lock, clock, watermarks, observation sequence, counters and gaps.
+
+use std::collections::HashMap;
+
+use tokio_postgres::{Client, GenericClient};
+
+use crate::StoreError;
+
+/// Advisory-lock namespace for shard names (the second key is `hashtext(name)`).
+const SHARD_LOCK_CLASS: i32 = 0x7464_6d6b; // "tdmk"
+
+/// What a shard finds at start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardRow {
+    /// `None` until a clock has been applied.
+    pub clock_ms: Option<i64>,
+    pub next_seq: i64,
+    /// Whether the shard had run against this database before.
+    pub existed: bool,
+}
+
+/// Takes the run lock of a shard name on this session, for as long as the
+/// session lives. `false` if another session holds it.
+pub async fn try_lock(c: &Client, shard: &str) -> Result<bool, StoreError> {
+    let r = c
+        .query_one(
+            "SELECT pg_try_advisory_lock($1, hashtext($2))",
+            &[&SHARD_LOCK_CLASS, &shard],
+        )
+        .await?;
+    Ok(r.get(0))
+}
+
+/// The process holding a shard's lock, if any: `(pid, client address)`.
+pub async fn lock_holder(
+    c: &Client,
+    shard: &str,
+) -> Result<Option<(i32, Option<String>)>, StoreError> {
+    let r = c
+        .query_opt(
+            "SELECT a.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+             WHERE l.locktype = 'advisory' AND l.classid = $1::int::oid
+               AND l.objid = hashtext($2)::oid AND l.granted",
+            &[&SHARD_LOCK_CLASS, &shard],
+        )
+        .await?;
+    Ok(r.map(|r| (r.get(0), r.get(1))))
+}
+
+/// Registers (or re-registers) a shard and returns its saved state.
+pub async fn register(
+    c: &Client,
+    shard: &str,
+    prefixes: &[String],
+    rate: f64,
+    clock_kind: &str,
+    config: &serde_json::Value,
+) -> Result<ShardRow, StoreError> {
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    let r = c
+        .query_one(
+            "INSERT INTO tidemark.shards (name, prefixes, rate, clock_kind, config, pid, host)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (name) DO UPDATE SET prefixes = excluded.prefixes, rate = excluded.rate,
+                 clock_kind = excluded.clock_kind, config = excluded.config, pid = excluded.pid,
+                 host = excluded.host, started_at = now(), updated_at = now()
+             RETURNING clock_ms, next_seq, xmax <> 0",
+            &[
+                &shard,
+                &prefixes,
+                &rate,
+                &clock_kind,
+                config,
+                &(std::process::id() as i32),
+                &host.trim(),
+            ],
+        )
+        .await?;
+    Ok(ShardRow {
+        clock_ms: r.get(0),
+        next_seq: r.get(1),
+        existed: r.get(2),
+    })
+}
+
+/// Saved watermarks by phase name.
+pub async fn watermarks(c: &Client, shard: &str) -> Result<HashMap<String, i64>, StoreError> {
+    Ok(c.query(
+        "SELECT phase, wm_ms FROM tidemark.watermarks WHERE shard = $1",
+        &[&shard],
+    )
+    .await?
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect())
+}
+
+/// Saves the applied clock, the next sequence number and every watermark
+/// `(phase, offset_ms, wm_ms)`: call inside the transaction that emitted.
+pub async fn save_progress(
+    c: &impl GenericClient,
+    shard: &str,
+    clock_ms: i64,
+    next_seq: i64,
+    marks: &[(String, i64, i64)],
+) -> Result<(), StoreError> {
+    c.execute(
+        "UPDATE tidemark.shards SET clock_ms = $2, next_seq = $3, updated_at = now() WHERE name = $1",
+        &[&shard, &clock_ms, &next_seq],
+    )
+    .await?;
+    let phases: Vec<&str> = marks.iter().map(|m| m.0.as_str()).collect();
+    let offsets: Vec<i64> = marks.iter().map(|m| m.1).collect();
+    let wms: Vec<i64> = marks.iter().map(|m| m.2).collect();
+    c.execute(
+        "INSERT INTO tidemark.watermarks (shard, phase, offset_ms, wm_ms)
+         SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[])
+         ON CONFLICT (shard, phase) DO UPDATE
+             SET offset_ms = excluded.offset_ms,
+                 wm_ms = greatest(watermarks.wm_ms, excluded.wm_ms), updated_at = now()",
+        &[&shard, &phases, &offsets, &wms],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Adds to named counters.
+pub async fn add_counters(
+    c: &impl GenericClient,
+    shard: &str,
+    deltas: &[(String, i64)],
+) -> Result<(), StoreError> {
+    let deltas: Vec<&(String, i64)> = deltas.iter().filter(|d| d.1 != 0).collect();
+    if deltas.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = deltas.iter().map(|d| d.0.as_str()).collect();
+    let values: Vec<i64> = deltas.iter().map(|d| d.1).collect();
+    c.execute(
+        "INSERT INTO tidemark.shard_counters (shard, name, value)
+         SELECT $1, * FROM unnest($2::text[], $3::bigint[])
+         ON CONFLICT (shard, name) DO UPDATE
+             SET value = shard_counters.value + excluded.value, updated_at = now()",
+        &[&shard, &names, &values],
+    )
+    .await?;
+    Ok(())
+}
+
+/// All counters of a shard, by name.
+pub async fn counters(c: &Client, shard: &str) -> Result<Vec<(String, i64)>, StoreError> {
+    Ok(c.query(
+        "SELECT name, value FROM tidemark.shard_counters WHERE shard = $1 ORDER BY name",
+        &[&shard],
+    )
+    .await?
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect())
+}
+
+/// Records a creation-time range whose buffered events were lost.
+pub async fn record_gap(
+    c: &Client,
+    shard: &str,
+    from_ms: i64,
+    to_ms: i64,
+    reason: &str,
+) -> Result<(), StoreError> {
+    c.execute(
+        "INSERT INTO tidemark.gaps (shard, from_ms, to_ms, reason) VALUES ($1, $2, $3, $4)",
+        &[&shard, &from_ms, &to_ms, &reason],
+    )
+    .await?;
+    Ok(())
+}
