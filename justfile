@@ -8,7 +8,7 @@ test:
 # Formatting and lints, as CI runs them
 lint:
     cargo fmt --all -- --check
-    cargo clippy --all-targets -- -D warnings
+    cargo clippy --workspace --all-targets -- -D warnings
 
 # Everything CI does
 ci:
@@ -31,3 +31,13 @@ db-up:
     cargo run -q -- db up
 db-down:
     cargo run -q -- db down
+
+# Issue 3: sustained intake through sockets into a shard with phases running, vs the COPY ceiling
+bench-intake seconds="60":
+    cargo build --release --workspace
+    target/release/tidemark-bench intake --seconds {{seconds}}
+
+# Issue 4: sweeping a buffer of N transactions through every phase
+bench-phases transactions="1000000":
+    cargo build --release --workspace
+    target/release/tidemark-bench phases --transactions {{transactions}}

@@ -11,8 +11,10 @@ CREATE TABLE tidemark.observations (
     rate       double precision NOT NULL,
     created_at timestamptz      NOT NULL,
     emitted_at timestamptz      NOT NULL DEFAULT now(),
-    PRIMARY KEY (shard, seq),
-    UNIQUE (shard, target, txid)
+    -- Learners read each shard in seq order. No unique index on (shard, target,
+    -- txid): exactly-once comes from the watermarks moving in the same
+    -- transaction as the emission, and a random-order index would slow every sweep.
+    PRIMARY KEY (shard, seq)
 );
 
 COMMENT ON TABLE tidemark.observations IS

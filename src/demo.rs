@@ -1,62 +1,247 @@
-//! `tidemark demo`: the whole pipeline on the embedded default.
-//!
-//! What exists so far: the embedded cluster, the schema and the sampling
-//! planner. The synthetic market, shards and learner join as they land.
+//! `tidemark demo`: the whole pipeline on the embedded default. A synthetic
+//! market publishes through ZeroMQ into two shards planned by `tidemark plan`,
+//! each with its buffer in the embedded PostgreSQL; event time runs 60× faster
+//! than wall time and the windows are minutes, so every phase is seen within
+//! a minute. Ends with a report read back from the database.
 
-use std::time::Instant;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use anyhow::Context;
+use tidemark_market::{MarketConfig, PublishOptions, Source};
 use tidemark_store::Cluster;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Sampling rate for the demo's plan
-    #[arg(long, default_value_t = 0.25)]
+    /// Share of all transactions the shards sample
+    #[arg(long, default_value_t = 0.5)]
     rate: f64,
-    /// Number of shards for the demo's plan
+    /// Number of shards
     #[arg(long, default_value_t = 2)]
     shards: u64,
+    /// Wall seconds the market publishes for
+    #[arg(long, default_value_t = 45)]
+    seconds: u64,
+    /// Transactions per second of event time
+    #[arg(long, default_value_t = 300.0)]
+    tps: f64,
+    /// Event time per wall time
+    #[arg(long, default_value_t = 60.0)]
+    speed: f64,
 }
+
+const DATABASE: &str = "tidemark_demo";
+const ENDPOINT: &str = "tcp://127.0.0.1:5599";
+const WINDOWS: &str = r#"clock = "event"
+lateness = "2s"
+period = "500ms"
+[windows]
+impression = "30s"
+click = "5m"
+install_short = "10m"
+install_long = "30m"
+[grace]
+impression = "10s"
+click = "30s"
+install_short = "1m"
+install_long = "1m"
+"#;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let cluster = Cluster::new(&Cluster::default_home())?;
     eprintln!(
-        "[1/3] starting the embedded PostgreSQL under {} …",
+        "[1/5] embedded PostgreSQL under {} …",
         cluster.home().display()
     );
-    let applied = crate::db::up(&cluster, None)?;
+    crate::db::up(&cluster, None)?;
+    let url = cluster.url_for(DATABASE);
+    let rt = crate::runtime()?;
+    rt.block_on(async {
+        tidemark_store::recreate_database(&cluster.url_for("postgres"), DATABASE).await?;
+        let mut c = tidemark_store::connect(&url).await?;
+        tidemark_store::migrate(&mut c).await?;
+        anyhow::Ok(())
+    })?;
+    eprintln!("      {url}");
+
     eprintln!(
-        "      up at {} (server binaries: {}), migrations applied now: {applied:?}",
-        cluster.url(),
-        cluster.bindir().display()
-    );
-    eprintln!(
-        "[2/3] planning {} shards sampling {} of transactions …",
+        "[2/5] planning {} shards sampling {} of transactions …",
         args.shards, args.rate
     );
     let plan = tidemark_plan::plan(args.rate, args.shards)?;
+    let dir = cluster.home().join("demo");
+    std::fs::create_dir_all(&dir)?;
+    let exe = std::env::current_exe()?;
+    let mut shards: Vec<(String, Child)> = Vec::new();
     for s in &plan.shards {
-        eprintln!("      {}: {:?} (share {:.6})", s.name, s.prefixes, s.rate);
+        let name = format!("demo{}", &s.name[1..]);
+        let prefixes: Vec<String> = s.prefixes.iter().map(|p| format!("{p:?}")).collect();
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "name = \"{name}\"\nendpoints = [\"{ENDPOINT}\"]\nprefixes = [{}]\ndatabase_url = \"{url}\"\n{WINDOWS}",
+                prefixes.join(", ")
+            ),
+        )?;
+        let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+        let child = Command::new(&exe)
+            .args(["shard", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting a shard")?;
+        eprintln!(
+            "      {name}: {} prefixes, share {:.4} (config {})",
+            s.prefixes.len(),
+            s.rate,
+            config.display()
+        );
+        shards.push((name, child));
     }
-    eprintln!("[3/3] checking the observation table …");
-    let rows: i64 = crate::runtime()?.block_on(async {
-        let client = tidemark_store::connect(&cluster.url()).await?;
-        let row = client
-            .query_one("SELECT count(*) FROM tidemark.observations", &[])
-            .await?;
-        anyhow::Ok(row.get(0))
-    })?;
-    println!("report");
-    println!("  database      {}", cluster.url());
-    println!(
-        "  plan rate     {} over {} shards",
-        plan.rate,
-        plan.shards.len()
+
+    eprintln!(
+        "[3/5] publishing the synthetic market for {}s: {} transactions per event-second, event time ×{} …",
+        args.seconds, args.tps, args.speed
     );
-    println!("  observations  {rows}");
-    println!("  elapsed       {:.1}s", started.elapsed().as_secs_f64());
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::stop_on_signal(stop.clone());
+    let opts = PublishOptions {
+        bind: vec![ENDPOINT.to_owned()],
+        connect: Vec::new(),
+        publisher: "demo-market".into(),
+        speed: args.speed,
+        start_ms: crate::publish::now_ms(),
+        duration: Some(Duration::from_secs(args.seconds)),
+        warmup: Duration::from_secs(2),
+    };
+    let market = MarketConfig {
+        tps: args.tps,
+        click_window_ms: 5 * 60_000,
+        install_short_ms: 10 * 60_000,
+        ..MarketConfig::default()
+    };
+    let publisher = std::thread::spawn(move || {
+        tidemark_market::publish(&opts, Source::Synthetic(market), &stop)
+    });
+    let names: Vec<String> = shards.iter().map(|(n, _)| n.clone()).collect();
+    while !publisher.is_finished() {
+        std::thread::sleep(Duration::from_secs(5));
+        let line = rt
+            .block_on(progress(&url, &names))
+            .unwrap_or_else(|e| format!("(progress unavailable: {e})"));
+        eprintln!("      {:>4.0}s {line}", started.elapsed().as_secs_f64());
+    }
+    let report = publisher
+        .join()
+        .expect("publisher thread")
+        .map_err(anyhow::Error::msg)?;
+
+    eprintln!("[4/5] letting the shards sweep what the last ticks allow, then stopping them …");
+    std::thread::sleep(Duration::from_secs(3));
+    for (name, child) in &mut shards {
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let status = child.wait()?;
+        if !status.success() {
+            anyhow::bail!(
+                "shard {name} exited with {status}; see {}",
+                dir.join(format!("{name}.log")).display()
+            );
+        }
+    }
+
+    eprintln!("[5/5] report");
+    let text = rt.block_on(final_report(&url, &names))?;
     println!(
-        "  not yet built: the synthetic market, shard intake, phases and the learner (issues 3-5)"
+        "published     {} events in {:.1}s ({:.0}/s), event time through {}",
+        report.events,
+        report.elapsed.as_secs_f64(),
+        report.events as f64 / report.elapsed.as_secs_f64(),
+        report.through_ms
     );
+    for (t, n) in &report.by_type {
+        println!("  {t:<12} {n}");
+    }
+    print!("{text}");
+    println!("database      {url}");
+    println!("inspect       psql \"{url}\" -c 'select * from tidemark.shard_status'");
+    println!("elapsed       {:.1}s", started.elapsed().as_secs_f64());
+    println!("not yet built: the learner (tidemark learn / score / export)");
     Ok(())
+}
+
+async fn progress(url: &str, shards: &[String]) -> anyhow::Result<String> {
+    let c = tidemark_store::connect(url).await?;
+    let mut parts = Vec::new();
+    for s in shards {
+        let counters = tidemark_store::state::counters(&c, s).await?;
+        let sum = |p: &str| {
+            counters
+                .iter()
+                .filter(|(n, _)| n.starts_with(p))
+                .map(|(_, v)| v)
+                .sum::<i64>()
+        };
+        parts.push(format!(
+            "{s}: {} received, {} observations",
+            sum("received_"),
+            sum("observations_")
+        ));
+    }
+    Ok(parts.join(" | "))
+}
+
+async fn final_report(url: &str, shards: &[String]) -> anyhow::Result<String> {
+    use std::fmt::Write;
+    let c = tidemark_store::connect(url).await?;
+    let mut out = String::new();
+    for s in shards {
+        let counters = tidemark_store::state::counters(&c, s).await?;
+        let get = |p: &str| {
+            counters
+                .iter()
+                .filter(|(n, _)| n.starts_with(p))
+                .map(|(_, v)| v)
+                .sum::<i64>()
+        };
+        writeln!(
+            out,
+            "shard {s:<7} received {:>8}  rejected {:>3}  late {:>5}  duplicates {:>5}  orphans {:>4}  kept after impression {:>7}  after click {:>6}",
+            get("received_"),
+            get("rejected_"),
+            get("late_"),
+            get("duplicates"),
+            get("orphans"),
+            get("kept_impressed"),
+            get("kept_clicked")
+        )?;
+    }
+    let rates = tidemark_store::state::observation_rates(&c).await?;
+    writeln!(
+        out,
+        "observations  {:<10} {:>9} {:>10}",
+        "target", "rows", "label rate"
+    )?;
+    let mut rate = std::collections::HashMap::new();
+    for (target, n, r) in &rates {
+        writeln!(out, "              {target:<10} {n:>9} {r:>10.5}")?;
+        rate.insert(target.clone(), *r);
+    }
+    if let (Some(ctr), Some(s), Some(l)) =
+        (rate.get("ctr"), rate.get("cvr_short"), rate.get("cvr_long"))
+    {
+        writeln!(
+            out,
+            "p(install | impression) = ctr × (cvr_short + cvr_long) = {:.5}",
+            ctr * (s + l)
+        )?;
+    }
+    Ok(out)
 }

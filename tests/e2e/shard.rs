@@ -73,7 +73,13 @@ fn counter(db: &TestDb, shard: &str, name: &str) -> i64 {
     .unwrap_or(0)
 }
 
+/// The stream invariants: each (target, txid) at most once, `seq` 1..=n without gaps.
 fn assert_seq_gap_free(db: &TestDb, shard: &str) {
+    let repeats = query_i64(
+        &db.url,
+        &format!("SELECT count(*) - count(DISTINCT (target, txid)) FROM tidemark.observations WHERE shard = '{shard}'"),
+    );
+    assert_eq!(repeats, Some(0), "an observation was emitted twice");
     let r = query_rows(
         &db.url,
         &format!("SELECT count(*)::text, min(seq)::text, max(seq)::text FROM tidemark.observations WHERE shard = '{shard}'"),
@@ -531,4 +537,79 @@ install_long = "0s"
     assert_eq!(got.get(&key("ctr")), Some(&1));
     assert_eq!(got.get(&key("cvr_short")), Some(&0));
     assert_eq!(got.get(&key("cvr_long")), Some(&1));
+}
+
+#[test]
+fn a_postgresql_crash_is_recorded_as_a_gap_and_the_shard_carries_on() {
+    // A cluster of its own: crashing the shared one would disturb other tests.
+    let home = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("crash-home");
+    let cluster = tidemark_store::Cluster::new(&home).unwrap();
+    let _ = cluster.destroy();
+    crate::support::run_ok(&["db", "up", "--home", home.to_str().unwrap()]);
+    let url = cluster.url();
+    let mut publ = Publisher::new();
+    let db = crate::support::TestDb::external("crash", &url);
+    let mut shard = ShardProc::start(&db, "c", &publ.endpoint, EVENT_CLOCK);
+    publ.wait_subscribed("tick", 2);
+    publ.tick(T0 - 20 * S);
+    for i in 0..100 {
+        let x = tx(i, T0 + i as i64);
+        publ.event("bid", &x, T0 + 10, BID);
+        publ.event("impression", &x, T0 + 20, "");
+    }
+    publ.tick(T0);
+    wait_for("the buffer to fill", || {
+        (query_i64(&url, "SELECT count(*) FROM shard_c.events")? == 200).then_some(())
+    });
+
+    cluster.crash().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.up(None).unwrap();
+    // The shard reconnects on its own and finds its sentinel gone.
+    let gap = wait_for("a gap row", || {
+        let r = query_rows(
+            &url,
+            "SELECT from_ms::text, to_ms::text FROM tidemark.gaps WHERE shard = 'c'",
+        );
+        r.first().map(|r| {
+            (
+                r[0].clone().unwrap().parse::<i64>().unwrap(),
+                r[1].clone().unwrap().parse::<i64>().unwrap(),
+            )
+        })
+    });
+    assert!(
+        gap.0 <= T0 && gap.1 >= T0 + 100,
+        "gap {gap:?} must cover the lost creation times"
+    );
+    assert_eq!(
+        query_i64(&url, "SELECT count(*) FROM shard_c.events"),
+        Some(0),
+        "crash recovery empties unlogged tables"
+    );
+    // It carries on: new transactions still become observations.
+    let after = tx(1000, T0 + 30 * S);
+    std::thread::sleep(Duration::from_millis(300));
+    publ.event("bid", &after, T0 + 30 * S, BID);
+    publ.event("impression", &after, T0 + 30 * S + 5, "");
+    std::thread::sleep(Duration::from_millis(300));
+    publ.tick(T0 + 200 * S);
+    wait_for("the new transaction's ctr observation", || {
+        query_i64(
+            &url,
+            &format!("SELECT count(*) FROM tidemark.observations WHERE txid = '{after}'"),
+        )
+        .filter(|n| *n >= 1)
+    });
+    shard.stop();
+    let lost_observed = query_i64(
+        &url,
+        &format!("SELECT count(*) FROM tidemark.observations WHERE txid <> '{after}'"),
+    );
+    assert_eq!(
+        lost_observed,
+        Some(0),
+        "the 100 buffered transactions were lost, and said so"
+    );
+    cluster.destroy().unwrap();
 }

@@ -141,6 +141,8 @@ fn make_template(cluster: &Cluster) -> String {
 pub struct TestDb {
     pub name: String,
     pub url: String,
+    /// Not ours to drop: a database on another cluster.
+    external: bool,
 }
 
 impl TestDb {
@@ -186,6 +188,16 @@ impl TestDb {
         TestDb {
             url: s.cluster.url_for(&name),
             name,
+            external: false,
+        }
+    }
+
+    /// A database on a cluster the test manages itself (nothing dropped at the end).
+    pub fn external(name: &str, url: &str) -> TestDb {
+        TestDb {
+            name: name.to_owned(),
+            url: url.to_owned(),
+            external: true,
         }
     }
 
@@ -198,6 +210,9 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
+        if self.external {
+            return;
+        }
         let admin = shared().cluster.url_for("postgres");
         let sql = format!(
             "DROP DATABASE IF EXISTS {} WITH (FORCE)",

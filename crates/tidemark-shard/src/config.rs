@@ -247,10 +247,10 @@ impl Config {
             windows,
             grace,
             targets,
-            rcvhwm: positive("rcvhwm", raw.rcvhwm, 200_000)?,
+            rcvhwm: positive("rcvhwm", raw.rcvhwm, 50_000)?,
             batch_events: positive("batch_events", raw.batch_events, 20_000)?,
             batch_delay: dur("batch_delay", &raw.batch_delay, Duration::from_millis(200))?,
-            max_pending: positive("max_pending", raw.max_pending, 200_000)?,
+            max_pending: positive("max_pending", raw.max_pending, 100_000)?,
             partition,
         })
     }

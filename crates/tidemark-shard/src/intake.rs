@@ -1,9 +1,11 @@
 //! ZeroMQ intake: two SUB sockets read round-robin on a thread of their own,
 //! decoded and validated, handed to the writer in chunks.
 //!
-//! The thread never blocks on the writer: when the writer's queue is full it
-//! keeps reading into the current chunk up to a bound, then drops (counted),
-//! so ZeroMQ's own queues never overflow silently behind our back.
+//! When the writer falls behind (a long sweep), intake stops reading and lets
+//! ZeroMQ's queues, then TCP, hold the backlog: nothing is lost while the
+//! publisher can buffer. If the writer stays stuck longer than `STALL_LIMIT`
+//! (PostgreSQL down), intake reads on and drops what exceeds its memory bound,
+//! counted as `dropped_overflow`, rather than leave the loss to publishers.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,6 +25,8 @@ const CHUNK_EVENTS: usize = 2048;
 const CHUNK_AGE: Duration = Duration::from_millis(20);
 /// Messages read from one socket before turning to the other.
 const BURST: usize = 256;
+/// How long intake waits for a stuck writer before reading on and dropping.
+const STALL_LIMIT: Duration = Duration::from_secs(10);
 
 /// One accepted event; strings live in the chunk's arena.
 #[derive(Debug, Clone, Copy)]
@@ -124,6 +128,7 @@ pub fn spawn(
         arrival: wall_ms() * 1000,
         chunk: Chunk::default(),
         chunk_started: Instant::now(),
+        stalled_since: None,
         out,
         logged: Vec::new(),
     };
@@ -146,6 +151,8 @@ struct Intake {
     arrival: i64,
     chunk: Chunk,
     chunk_started: Instant,
+    /// Since when the writer's queue has been full.
+    stalled_since: Option<Instant>,
     out: mpsc::Sender<Chunk>,
     /// When each rejection reason was last logged, so bad input cannot flood the log.
     logged: Vec<(&'static str, Instant)>,
@@ -157,6 +164,16 @@ impl Intake {
         let mut payload = zmq::Message::new();
         let mut extra = zmq::Message::new();
         while !stop.load(Ordering::Relaxed) {
+            let writer_behind = self.chunk.events.len() >= CHUNK_EVENTS
+                && self
+                    .stalled_since
+                    .is_some_and(|t| t.elapsed() < STALL_LIMIT);
+            if writer_behind {
+                // Back-pressure: leave messages in ZeroMQ's queue until there is room.
+                self.hand_over(false);
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
             let mut idle = true;
             // Round-robin: a flood on one socket cannot starve the other.
             for (which, sock) in &sockets {
@@ -267,9 +284,15 @@ impl Intake {
             return;
         }
         match self.out.try_send(chunk) {
-            Ok(()) => self.chunk_started = Instant::now(),
+            Ok(()) => {
+                self.chunk_started = Instant::now();
+                self.stalled_since = None;
+            }
             // The writer is behind: keep this chunk and retry on the next turn.
-            Err(mpsc::error::TrySendError::Full(chunk)) => self.chunk = chunk,
+            Err(mpsc::error::TrySendError::Full(chunk)) => {
+                self.chunk = chunk;
+                self.stalled_since.get_or_insert_with(Instant::now);
+            }
             Err(mpsc::error::TrySendError::Closed(_)) => {}
         }
     }

@@ -296,12 +296,7 @@ async fn restore(w: &mut Writer) -> Result<(), ShardError> {
         w.wm = Some(wm);
     }
     check_sentinel(w, row.existed).await?;
-    for p in w.layout.partitions(&w.client, "events").await? {
-        w.events_parts.insert(p.from_ms, p);
-    }
-    for p in w.layout.partitions(&w.client, "txns").await? {
-        w.txns_parts.insert(p.from_ms, p);
-    }
+    load_partitions(w).await?;
     tracing::info!(
         shard = w.config.name,
         clock = ?w.applied,
@@ -309,6 +304,19 @@ async fn restore(w: &mut Writer) -> Result<(), ShardError> {
         partitions = w.events_parts.len() + w.txns_parts.len(),
         "state restored"
     );
+    Ok(())
+}
+
+/// Reads which buffer partitions exist from the catalog.
+async fn load_partitions(w: &mut Writer) -> Result<(), StoreError> {
+    w.events_parts.clear();
+    w.txns_parts.clear();
+    for p in w.layout.partitions(&w.client, "events").await? {
+        w.events_parts.insert(p.from_ms, p);
+    }
+    for p in w.layout.partitions(&w.client, "txns").await? {
+        w.txns_parts.insert(p.from_ms, p);
+    }
     Ok(())
 }
 
@@ -352,6 +360,8 @@ async fn reconnect(w: &mut Writer, url: &str) -> Result<(), ShardError> {
             Ok(c) => {
                 w.client = c;
                 check_sentinel(w, true).await?;
+                // A crash can lose partitions whose creation had not reached the WAL.
+                load_partitions(w).await?;
                 tracing::info!("reconnected to the database");
                 return Ok(());
             }

@@ -210,13 +210,16 @@ impl Writer {
         let Some(clock) = self.clock() else {
             return Ok(());
         };
-        loop {
-            let target = match self.applied {
-                Some(a) if a >= clock => break,
-                Some(a) => clock.min(a + SLICE_MS),
-                None => clock,
-            };
-            self.sweep_to(target).await?;
+        if self.applied.is_none() {
+            // The first sweep starts just before the oldest buffered creation time,
+            // so even a buffer filled before the first tick is swept in slices.
+            let oldest = self.events_parts.keys().next().copied().unwrap_or(clock);
+            let start = (oldest - 1 + self.phases.impression_offset).min(clock);
+            self.wm = Some(Watermarks::at(&self.phases, start));
+            self.applied = Some(start);
+        }
+        while let Some(a) = self.applied.filter(|a| *a < clock) {
+            self.sweep_to(clock.min(a + SLICE_MS)).await?;
         }
         self.drop_partitions().await?;
         self.create_ahead(clock).await?;
@@ -236,6 +239,8 @@ impl Writer {
         let deltas = self.counters.take_deltas();
         let mut next_seq = self.next_seq;
         let mut extra: Vec<(String, i64)> = Vec::new();
+        let started = Instant::now();
+        let mut steps: Vec<(&'static str, u128)> = Vec::new();
         self.client.batch_execute("BEGIN").await?;
         let tx = &self.client;
         let result = async {
@@ -254,6 +259,7 @@ impl Writer {
                     ("unimpressed".to_owned(), c.unimpressed),
                     ("duplicates".to_owned(), c.duplicates),
                 ]);
+                steps.push(("consolidate", started.elapsed().as_millis()));
             }
             // Targets in offset order; the unclicked rows are let go after every
             // target that needs them has been emitted.
@@ -288,6 +294,7 @@ impl Writer {
                         )
                         .await?;
                     next_seq += rows;
+                    steps.push(("emit", started.elapsed().as_millis()));
                     extra.push((format!("observations_{}", t.name), rows));
                     extra.push((format!("positives_{}", t.name), positives));
                 }
@@ -322,6 +329,7 @@ impl Writer {
             self.counters.unflush(&deltas);
             return Err(e.into());
         }
+        tracing::debug!(ms = started.elapsed().as_millis(), ?steps, "swept");
         self.next_seq = next_seq;
         self.wm = Some(new);
         self.applied = Some(clock);

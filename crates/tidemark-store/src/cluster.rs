@@ -224,6 +224,17 @@ impl Cluster {
         Ok(true)
     }
 
+    /// Stops the server the way a crash would (`pg_ctl stop -m immediate`): no
+    /// checkpoint, so the next start runs crash recovery and empties every
+    /// unlogged table. For tests and drills.
+    pub fn crash(&self) -> Result<(), ClusterError> {
+        let _lock = self.lock()?;
+        self.checked(
+            self.pg_ctl(&["stop", "-m", "immediate", "-w"])?,
+            "pg_ctl stop -m immediate",
+        )
+    }
+
     /// Stops the server and deletes the cluster's files.
     pub fn destroy(&self) -> Result<(), ClusterError> {
         self.down()?;

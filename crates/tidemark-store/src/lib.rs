@@ -105,6 +105,20 @@ pub async fn ensure_database(admin_url: &str, database: &str) -> Result<bool, St
     }
 }
 
+/// Drops `database` (disconnecting its sessions) and creates it empty.
+pub async fn recreate_database(admin_url: &str, database: &str) -> Result<(), StoreError> {
+    let client = connect(admin_url).await?;
+    let name = quote_ident(database);
+    // Separate statements: CREATE DATABASE cannot run in the implicit transaction of a batch.
+    client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await?;
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await?;
+    Ok(())
+}
+
 /// Quotes an SQL identifier.
 pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))

@@ -13,6 +13,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../../../sql/V0001__observations.sql"),
     ),
     (2, "shards", include_str!("../../../sql/V0002__shards.sql")),
+    (
+        3,
+        "inspection views",
+        include_str!("../../../sql/V0003__inspection_views.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.

@@ -175,3 +175,16 @@ pub async fn record_gap(
     .await?;
     Ok(())
 }
+
+/// `(target, observations, label rate)` over every shard of the database.
+pub async fn observation_rates(c: &Client) -> Result<Vec<(String, i64, f64)>, StoreError> {
+    Ok(c
+        .query(
+            "SELECT target, count(*), avg(label)::float8 FROM tidemark.observations GROUP BY target ORDER BY target",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}

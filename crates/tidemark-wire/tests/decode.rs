@@ -184,7 +184,7 @@ fn rejects_mistyped_fields() {
     let bid = format!("bid-{TX}");
     let cases = [
         (format!(r#"{{"type":1,"txid":"{TX}","ts":1}}"#), "type"),
-        (format!(r#"{{"type":"bid","txid":7,"ts":1}}"#), "txid"),
+        (r#"{"type":"bid","txid":7,"ts":1}"#.to_string(), "txid"),
         (format!(r#"{{"type":"bid","txid":"{TX}","ts":"1"}}"#), "ts"),
         (format!(r#"{{"type":"bid","txid":"{TX}","ts":1.5}}"#), "ts"),
         (format!(r#"{{"type":"bid","txid":"{TX}","ts":-1}}"#), "ts"),

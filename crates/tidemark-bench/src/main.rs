@@ -1,0 +1,508 @@
+//! Benchmarks that drive the real `tidemark` binary, real ZeroMQ sockets and
+//! a real PostgreSQL cluster, and print figures (`just bench-intake`,
+//! `just bench-phases`). Performance is measured here, never in tests.
+//!
+//! Each run uses the embedded cluster under `target/bench-home` and a fresh
+//! database, and compares against a ceiling measured in the same run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use tidemark_market::{Market, MarketConfig, Out};
+use tidemark_store::buffer::{EventRow, Layout};
+use tidemark_store::{quote_ident, state, Cluster};
+
+#[derive(Parser)]
+#[command(about = "Tidemark benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Sustained intake through sockets into a shard with phases running, vs plain COPY
+    Intake {
+        /// Events per second the publisher offers
+        #[arg(long, default_value_t = 130_000.0)]
+        offered: f64,
+        /// Event time per wall time (windows are scaled down so phases run)
+        #[arg(long, default_value_t = 5.0)]
+        speed: f64,
+        /// Seconds measured, after the warm-up
+        #[arg(long, default_value_t = 40)]
+        seconds: u64,
+        #[arg(long, default_value_t = 10)]
+        warmup: u64,
+    },
+    /// Sweeping a buffer of N transactions through every phase
+    Phases {
+        /// Transactions buffered before the sweep
+        #[arg(long, default_value_t = 1_000_000)]
+        transactions: u64,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let bin = std::env::current_exe()?.with_file_name("tidemark");
+    if !bin.exists() {
+        bail!(
+            "{} not found: build it first (cargo build --release)",
+            bin.display()
+        );
+    }
+    let home = PathBuf::from("target/bench-home");
+    let cluster = Cluster::new(&home)?;
+    cluster.up(None)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    match cli.bench {
+        Bench::Intake {
+            offered,
+            speed,
+            seconds,
+            warmup,
+        } => rt.block_on(intake(&bin, &cluster, offered, speed, seconds, warmup)),
+        Bench::Phases { transactions } => rt.block_on(phases(&bin, &cluster, transactions)),
+    }
+}
+
+/// A fresh, migrated database.
+async fn fresh_db(cluster: &Cluster, name: &str) -> anyhow::Result<String> {
+    let admin = tidemark_store::connect(&cluster.url_for("postgres")).await?;
+    // Two statements: CREATE DATABASE cannot share an implicit transaction.
+    admin
+        .batch_execute(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            quote_ident(name)
+        ))
+        .await?;
+    admin
+        .batch_execute(&format!("CREATE DATABASE {}", quote_ident(name)))
+        .await?;
+    let url = cluster.url_for(name);
+    let mut c = tidemark_store::connect(&url).await?;
+    tidemark_store::migrate(&mut c).await?;
+    Ok(url)
+}
+
+const WINDOWS: &str = r#"
+[windows]
+impression = "20s"
+click = "2m"
+install_short = "10m"
+install_long = "30m"
+[grace]
+impression = "2s"
+click = "5s"
+install_short = "10s"
+install_long = "10s"
+"#;
+
+fn spawn_shard(
+    bin: &Path,
+    dir: &Path,
+    name: &str,
+    url: &str,
+    endpoint: &str,
+) -> anyhow::Result<Child> {
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "name = \"{name}\"\nendpoints = [\"{endpoint}\"]\ndatabase_url = \"{url}\"\nclock = \"event\"\nlateness = \"1s\"\nperiod = \"1s\"\n{WINDOWS}"
+        ),
+    )?;
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    Ok(Command::new(bin)
+        .args(["shard", "--config"])
+        .arg(&config)
+        .env(
+            "RUST_LOG",
+            std::env::var("BENCH_SHARD_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?)
+}
+
+fn terminate(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+/// CPU seconds (user + system) and peak RSS in MB of a process.
+fn proc_usage(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Fields after the command name: utime is the 12th, stime the 13th (0-based 11, 12).
+    let cpu = (ticks(11) + ticks(12)) / 100.0;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    (cpu, hwm / 1024.0)
+}
+
+struct Sample {
+    at: Instant,
+    received: i64,
+    written: i64,
+    dropped: i64,
+    observations: i64,
+    buffer_rows: i64,
+    cpu: f64,
+}
+
+async fn sample(c: &tokio_postgres::Client, shard: &str, pid: u32) -> anyhow::Result<Sample> {
+    let counters = state::counters(c, shard).await?;
+    let sum = |p: &str| {
+        counters
+            .iter()
+            .filter(|(n, _)| n.starts_with(p))
+            .map(|(_, v)| v)
+            .sum::<i64>()
+    };
+    let rows: i64 = c
+        .query_one(
+            "SELECT coalesce(sum(n_live_tup), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = $1",
+            &[&format!("shard_{shard}")],
+        )
+        .await?
+        .get(0);
+    let (cpu, _) = proc_usage(pid);
+    Ok(Sample {
+        at: Instant::now(),
+        received: sum("received_"),
+        written: sum("rows_written") + sum("merged"),
+        dropped: sum("dropped_overflow"),
+        observations: sum("observations_"),
+        buffer_rows: rows,
+        cpu,
+    })
+}
+
+async fn intake(
+    bin: &Path,
+    cluster: &Cluster,
+    offered: f64,
+    speed: f64,
+    seconds: u64,
+    warmup: u64,
+) -> anyhow::Result<()> {
+    let url = fresh_db(cluster, "bench_intake").await?;
+    let dir = PathBuf::from("target/bench-home/run");
+    std::fs::create_dir_all(&dir)?;
+    let endpoint = "tcp://127.0.0.1:57311";
+    let mut shard = spawn_shard(bin, &dir, "b", &url, endpoint)?;
+    std::thread::sleep(Duration::from_secs(2));
+    // ~1.33 events per transaction (bid, 30% impressions, a few clicks and installs, 1% duplicates).
+    let tps = offered / speed / 1.33;
+    let total = warmup + seconds + 3;
+    let mut publisher = Command::new(bin)
+        .args([
+            "publish",
+            "--bind",
+            endpoint,
+            "--speed",
+            &speed.to_string(),
+            "--tps",
+            &format!("{tps:.0}"),
+        ])
+        .args([
+            "--duration",
+            &format!("{total}s"),
+            "--click-window",
+            "2m",
+            "--install-short",
+            "10m",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let c = tidemark_store::connect(&url).await?;
+    println!("intake: offering {offered:.0} events/s (event time ×{speed}), warm-up {warmup}s, measuring {seconds}s");
+    println!(
+        "{:>6} {:>12} {:>12} {:>10} {:>12} {:>12}",
+        "t(s)", "received/s", "written/s", "dropped", "buffer rows", "observations"
+    );
+    tokio::time::sleep(Duration::from_secs(warmup)).await;
+    let first = sample(&c, "b", shard.id()).await?;
+    let mut prev = first.received;
+    let mut prev_w = first.written;
+    let mut last = first.at;
+    let mut peak_rows = 0;
+    let mut end = None;
+    for i in 1..=(seconds / 5) {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let s = sample(&c, "b", shard.id()).await?;
+        let dt = s.at.duration_since(last).as_secs_f64();
+        println!(
+            "{:>6} {:>12.0} {:>12.0} {:>10} {:>12} {:>12}",
+            warmup + i * 5,
+            (s.received - prev) as f64 / dt,
+            (s.written - prev_w) as f64 / dt,
+            s.dropped,
+            s.buffer_rows,
+            s.observations
+        );
+        peak_rows = peak_rows.max(s.buffer_rows);
+        prev = s.received;
+        prev_w = s.written;
+        last = s.at;
+        end = Some(s);
+    }
+    let end = end.context("measure at least 5 seconds")?;
+    let (_, rss) = proc_usage(shard.id());
+    let wall = end.at.duration_since(first.at).as_secs_f64();
+    let received = (end.received - first.received) as f64 / wall;
+    let written = (end.written - first.written) as f64 / wall;
+    let cpu = (end.cpu - first.cpu) / wall * 100.0;
+    let _ = publisher.wait();
+    let mut published = String::new();
+    if let Some(mut out) = publisher.stdout.take() {
+        use std::io::Read;
+        out.read_to_string(&mut published)?;
+    }
+    terminate(&mut shard);
+
+    // The ceiling: the same kind of rows written by plain binary COPY, no sockets, no routing.
+    let rows = market_rows(2_000_000, tps, speed);
+    let copy_u = copy_rate(&url, "ceil_unlogged", true, &rows).await?;
+    let copy_l = copy_rate(&url, "ceil_logged", false, &rows).await?;
+    println!();
+    println!("shard received        {received:>10.0} events/s over {wall:.0}s");
+    println!("shard wrote           {written:>10.0} rows/s (COPY into events + merges)");
+    println!("dropped at intake     {:>10}", end.dropped);
+    println!("shard CPU             {cpu:>10.0} % of one core");
+    println!("shard peak RSS        {rss:>10.1} MB");
+    println!("peak buffer rows      {peak_rows:>10}");
+    println!("observations emitted  {:>10}", end.observations);
+    println!("COPY ceiling unlogged {copy_u:>10.0} rows/s");
+    println!(
+        "COPY ceiling logged   {copy_l:>10.0} rows/s (unlogged/logged = {:.2})",
+        copy_u / copy_l
+    );
+    println!("intake / COPY ceiling {:>10.2}", received / copy_u);
+    println!("publisher             {}", published.trim());
+    Ok(())
+}
+
+/// `n` events of the synthetic market, as owned rows.
+fn market_rows(n: usize, tps: f64, _speed: f64) -> Vec<(Out, String)> {
+    let cfg = MarketConfig {
+        tps,
+        click_window_ms: 120_000,
+        install_short_ms: 600_000,
+        ..MarketConfig::default()
+    };
+    let start = 1_800_000_000_000;
+    let mut m = Market::new(cfg, start);
+    let mut out = Vec::with_capacity(n);
+    let mut o = Out::default();
+    let mut until = start;
+    while out.len() < n {
+        until += 1000;
+        while out.len() < n && m.next_until(until, &mut o) {
+            let features = o.extra.split_once(r#""features":"#).map(|(_, f)| {
+                f.rsplit_once(r#","price""#)
+                    .map_or(f, |(a, _)| a)
+                    .to_owned()
+            });
+            out.push((o.clone(), features.unwrap_or_default()));
+        }
+    }
+    out
+}
+
+/// Rows/s of binary COPY, in batches of 20,000 like the shard, into a fresh buffer.
+async fn copy_rate(
+    url: &str,
+    shard: &str,
+    unlogged: bool,
+    rows: &[(Out, String)],
+) -> anyhow::Result<f64> {
+    let c = tidemark_store::connect(url).await?;
+    c.batch_execute("SET synchronous_commit = off").await?;
+    let mut layout = Layout::new(shard, &[], 120_000, 1.0);
+    layout.unlogged = unlogged;
+    layout.ensure_schema(&c).await?;
+    let p = 60_000;
+    let first = rows
+        .iter()
+        .map(|r| r.0.txid.created_ms() as i64)
+        .min()
+        .unwrap_or(0)
+        / p
+        * p;
+    let last = rows
+        .iter()
+        .map(|r| r.0.txid.created_ms() as i64)
+        .max()
+        .unwrap_or(0);
+    let mut from = first;
+    while from <= last {
+        layout
+            .create_partition(&c, "events", from, from + p)
+            .await?;
+        from += p;
+    }
+    let owned: Vec<(String, EventRowOwned)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, (o, f))| {
+            (
+                o.txid.to_string(),
+                EventRowOwned {
+                    created: o.txid.created_ms() as i64,
+                    type_name: o.type_name.clone(),
+                    ts: o.ts,
+                    arrival: i as i64,
+                    features: (o.type_name == "bid").then(|| f.clone()),
+                },
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    for batch in owned.chunks(20_000) {
+        let rows: Vec<EventRow<'_>> = batch
+            .iter()
+            .map(|(txid, r)| EventRow {
+                txid,
+                created_ms: r.created,
+                type_name: &r.type_name,
+                ts_ms: r.ts.max(r.created),
+                arrival: r.arrival,
+                features: r.features.as_deref(),
+                price: Some(0.5),
+                user: None,
+            })
+            .collect();
+        layout.copy_events(&c, &rows).await?;
+    }
+    Ok(rows.len() as f64 / started.elapsed().as_secs_f64())
+}
+
+struct EventRowOwned {
+    created: i64,
+    type_name: String,
+    ts: i64,
+    arrival: i64,
+    features: Option<String>,
+}
+
+async fn phases(bin: &Path, cluster: &Cluster, transactions: u64) -> anyhow::Result<()> {
+    let url = fresh_db(cluster, "bench_phases").await?;
+    let dir = PathBuf::from("target/bench-home/run");
+    std::fs::create_dir_all(&dir)?;
+    // Fill the buffer directly: `transactions` over 1,000 s of creation time.
+    let tps = transactions as f64 / 1000.0;
+    let mut rows = Vec::new();
+    {
+        let cfg = MarketConfig {
+            tps,
+            click_window_ms: 120_000,
+            install_short_ms: 600_000,
+            ..MarketConfig::default()
+        };
+        let start = 1_800_000_000_000;
+        let mut m = Market::new(cfg, start);
+        let mut o = Out::default();
+        while m.next_until(start + 1_000_000, &mut o) {
+            let features = o.extra.split_once(r#""features":"#).map(|(_, f)| {
+                f.rsplit_once(r#","price""#)
+                    .map_or(f, |(a, _)| a)
+                    .to_owned()
+            });
+            rows.push((o.clone(), features.unwrap_or_default()));
+        }
+    }
+    let events = rows.len();
+    let fill = copy_rate(&url, "p", true, &rows).await?;
+    let c = tidemark_store::connect(&url).await?;
+    let buffered: i64 = c
+        .query_one("SELECT count(*) FROM shard_p.events", &[])
+        .await?
+        .get(0);
+    println!("phases: {transactions} transactions, {events} events buffered (filled at {fill:.0} rows/s)");
+
+    let ctx = zmq::Context::new();
+    let publ = ctx.socket(zmq::PUB)?;
+    let endpoint = "tcp://127.0.0.1:57312";
+    publ.bind(endpoint)?;
+    let mut shard = spawn_shard(bin, &dir, "p", &url, endpoint)?;
+    std::thread::sleep(Duration::from_secs(2));
+    // One tick past every window: the shard sweeps the whole buffer, in slices.
+    let target = 1_800_000_000_000 + 1_000_000 + 3_600_000;
+    let started = Instant::now();
+    let tick = tidemark_wire::tick_payload("bench", target + 1000, &[]);
+    loop {
+        publ.send_multipart([b"tick".as_slice(), tick.as_bytes()], 0)?;
+        let clock: Option<i64> = c
+            .query_one("SELECT clock_ms FROM tidemark.shards WHERE name = 'p'", &[])
+            .await?
+            .get(0);
+        if clock.is_some_and(|v| v >= target) {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(1800) {
+            bail!("sweep did not finish in 30 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    terminate(&mut shard);
+    let counters = state::counters(&c, "p").await?;
+    let get = |n: &str| {
+        counters
+            .iter()
+            .filter(|(k, _)| k.starts_with(n))
+            .map(|(_, v)| *v)
+            .sum::<i64>()
+    };
+    let obs = get("observations_");
+    println!("swept every phase in  {secs:>10.2} s (includes up to 1 s of period and start-up)");
+    println!(
+        "transactions swept    {:>10} ({:.0}/s)",
+        get("transactions_swept"),
+        get("transactions_swept") as f64 / secs
+    );
+    println!(
+        "buffered events       {buffered:>10} ({:.0}/s)",
+        buffered as f64 / secs
+    );
+    println!(
+        "observations emitted  {obs:>10} ({:.0}/s)",
+        obs as f64 / secs
+    );
+    for t in ["ctr", "cvr_short", "cvr_long"] {
+        println!(
+            "  {t:<10} {:>10} rows, {:>8} positive",
+            get(&format!("observations_{t}")),
+            get(&format!("positives_{t}"))
+        );
+    }
+    println!("kept after impression {:>10}", get("kept_impressed"));
+    println!("kept after click      {:>10}", get("kept_clicked"));
+    println!("sweeps (transactions) {:>10}", get("sweeps"));
+    Ok(())
+}
