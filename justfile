@@ -41,3 +41,7 @@ bench-intake seconds="60":
 bench-phases transactions="1000000":
     cargo build --release --workspace
     target/release/tidemark-bench phases --transactions {{transactions}}
+
+# Issue 5: the offline learner against Vowpal Wabbit and datatable (installs them in target/peers-venv)
+bench-learner:
+    bash bench/learner.sh

@@ -1,8 +1,10 @@
 //! `tidemark demo`: the whole pipeline on the embedded default. A synthetic
 //! market publishes through ZeroMQ into two shards planned by `tidemark plan`,
-//! each with its buffer in the embedded PostgreSQL; event time runs 60× faster
-//! than wall time and the windows are minutes, so every phase is seen within
-//! a minute. Ends with a report read back from the database.
+//! each with its buffer in the embedded PostgreSQL; a learner trains on their
+//! observations as they come and writes checkpoints. Event time runs 60×
+//! faster than wall time and the windows are minutes, so every phase is seen
+//! within a minute. Ends with a report read back from the database and the
+//! last checkpoint, and a few bids scored with it.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
@@ -10,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use tidemark_checkpoint::Checkpoint;
 use tidemark_market::{MarketConfig, PublishOptions, Source};
 use tidemark_store::Cluster;
 
@@ -53,7 +56,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let cluster = Cluster::new(&Cluster::default_home())?;
     eprintln!(
-        "[1/5] embedded PostgreSQL under {} …",
+        "[1/6] embedded PostgreSQL under {} …",
         cluster.home().display()
     );
     crate::db::up(&cluster, None)?;
@@ -68,7 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("      {url}");
 
     eprintln!(
-        "[2/5] planning {} shards sampling {} of transactions …",
+        "[2/6] planning {} shards sampling {} of transactions …",
         args.shards, args.rate
     );
     let plan = tidemark_plan::plan(args.rate, args.shards)?;
@@ -105,8 +108,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         shards.push((name, child));
     }
 
+    let ckpt = dir.join("checkpoints");
+    let _ = std::fs::remove_dir_all(&ckpt);
+    let learn_cfg = dir.join("learn.toml");
+    std::fs::write(
+        &learn_cfg,
+        format!(
+            "checkpoint_dir = \"{}\"\ncheckpoint_interval = \"3s\"\nbits = 20\npoll = \"200ms\"\ncrosses = [[\"app\", \"os\"]]\n\n[[sources]]\nname = \"demo\"\ndatabase_url = \"{url}\"\n",
+            ckpt.display()
+        ),
+    )?;
+    let mut learner = Command::new(&exe)
+        .args(["learn", "--config"])
+        .arg(&learn_cfg)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("learn.log"))?)
+        .spawn()
+        .context("starting the learner")?;
+    eprintln!("      learner: checkpoints in {}", ckpt.display());
     eprintln!(
-        "[3/5] publishing the synthetic market for {}s: {} transactions per event-second, event time ×{} …",
+        "[3/6] publishing the synthetic market for {}s: {} transactions per event-second, event time ×{} …",
         args.seconds, args.tps, args.speed
     );
     let stop = Arc::new(AtomicBool::new(false));
@@ -142,7 +164,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .expect("publisher thread")
         .map_err(anyhow::Error::msg)?;
 
-    eprintln!("[4/5] letting the shards sweep what the last ticks allow, then stopping them …");
+    eprintln!("[4/6] letting the shards sweep what the last ticks allow, then stopping them …");
     std::thread::sleep(Duration::from_secs(3));
     for (name, child) in &mut shards {
         let _ = Command::new("kill")
@@ -157,7 +179,36 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
 
-    eprintln!("[5/5] report");
+    eprintln!("[5/6] letting the learner catch up, then stopping it …");
+    let total: i64 = rt.block_on(async {
+        let c = tidemark_store::connect(&url).await?;
+        anyhow::Ok(
+            c.query_one("SELECT count(*) FROM tidemark.observations", &[])
+                .await?
+                .get(0),
+        )
+    })?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let learned = tidemark_checkpoint::latest(&ckpt)
+            .and_then(|p| Checkpoint::read(&p, false).ok())
+            .map_or(0, |c| c.targets.iter().map(|t| t.trained).sum::<u64>());
+        if learned as i64 >= total {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &learner.id().to_string()])
+        .status();
+    if !learner.wait()?.success() {
+        anyhow::bail!(
+            "the learner failed; see {}",
+            dir.join("learn.log").display()
+        );
+    }
+
+    eprintln!("[6/6] report");
     let text = rt.block_on(final_report(&url, &names))?;
     println!(
         "published     {} events in {:.1}s ({:.0}/s), event time through {}",
@@ -173,7 +224,41 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!("database      {url}");
     println!("inspect       psql \"{url}\" -c 'select * from tidemark.shard_status'");
     println!("elapsed       {:.1}s", started.elapsed().as_secs_f64());
-    println!("not yet built: the learner (tidemark learn / score / export)");
+    let latest = tidemark_checkpoint::latest(&ckpt).context("the learner wrote no checkpoint")?;
+    let c = Checkpoint::read(&latest, false)?;
+    println!(
+        "checkpoint    {} ({} observations learned)",
+        latest.display(),
+        c.targets.iter().map(|t| t.trained).sum::<u64>()
+    );
+    println!(
+        "  {:<10} {:>9} {:>9} {:>9} {:>7} {:>11}",
+        "target", "learned", "weights", "logloss", "auc", "calibration"
+    );
+    for t in &c.targets {
+        let m = &t.metrics;
+        println!(
+            "  {:<10} {:>9} {:>9} {:>9.5} {:>7.4} {:>11.3}",
+            t.name,
+            t.trained,
+            t.weights.len(),
+            m["logloss"].as_f64().unwrap_or(f64::NAN),
+            m["auc"].as_f64().unwrap_or(f64::NAN),
+            m["calibration"].as_f64().unwrap_or(f64::NAN)
+        );
+    }
+    let scorer = tidemark_checkpoint::Scorer::open(&ckpt)?;
+    println!(
+        "scored        (tidemark score --checkpoint {})",
+        ckpt.display()
+    );
+    for bid in [
+        r#"{"app":"app1","campaign":"c3","country":"us","exchange":"adx","os":"android","size":"320x50","user_clicks":9,"wifi":true}"#,
+        r#"{"app":"app1500","campaign":"c40","country":"jp","exchange":"mopub","os":"other","size":"728x90","user_clicks":0,"wifi":false}"#,
+    ] {
+        let features: serde_json::Map<String, serde_json::Value> = serde_json::from_str(bid)?;
+        println!("  {bid}\n    → {}", scorer.score(&features).to_json());
+    }
     Ok(())
 }
 

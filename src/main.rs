@@ -4,8 +4,11 @@
 
 mod db;
 mod demo;
+mod export;
+mod learn;
 mod plan;
 mod publish;
+mod score;
 mod shard;
 
 use std::path::PathBuf;
@@ -34,6 +37,12 @@ enum Command {
     Shard(shard::Args),
     /// Publish the synthetic market, or replay a recorded event file
     Publish(publish::Args),
+    /// Learn FTRL-Proximal models: offline over TSV files, or online over shard databases
+    Learn(learn::Args),
+    /// Score bids (JSON lines on stdin) with a checkpoint
+    Score(score::Args),
+    /// Write a target's observations as TSV for `learn --input --header`
+    Export(export::Args),
     /// Forward publishers to shards through one address (XSUB/XPUB)
     Proxy {
         /// Publisher endpoints to connect to
@@ -64,6 +73,9 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan::run(args),
         Command::Shard(args) => shard::run(args),
         Command::Publish(args) => publish::run(args),
+        Command::Learn(args) => learn::run(args),
+        Command::Score(args) => score::run(args),
+        Command::Export(args) => export::run(args),
         Command::Proxy {
             publishers,
             frontend,
@@ -98,13 +110,18 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// Completes on SIGTERM or SIGINT. The handlers are installed at the call
+/// (inside a runtime), not at the first poll, so a signal that arrives while a
+/// command is still starting up is not lost to the default action.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
+    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+        }
     }
 }
 

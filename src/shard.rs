@@ -24,13 +24,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async {
+        let shutdown = crate::shutdown_signal();
         if args.status {
             let client = tidemark_store::connect(&url).await?;
             let s = tidemark_shard::status(&client, &config.name).await?;
             println!("{}", serde_json::to_string_pretty(&s)?);
             return Ok(());
         }
-        let summary = tidemark_shard::run(config, &url, crate::shutdown_signal())
+        let summary = tidemark_shard::run(config, &url, shutdown)
             .await
             .context("shard")?;
         let total: u64 = summary

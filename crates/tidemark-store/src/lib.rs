@@ -8,6 +8,7 @@
 pub mod buffer;
 pub mod cluster;
 mod migrate;
+pub mod observations;
 pub mod state;
 
 pub use cluster::{Cluster, ClusterError, Status};

@@ -1,0 +1,340 @@
+//! The bytes of a checkpoint (version 1), little-endian:
+//!
+//! ```text
+//! magic        8 bytes   "TDMKCKPT"
+//! version      u32       1
+//! header_len   u32
+//! header       JSON, header_len bytes (hashing, targets with their counts, positions, metrics)
+//! weights      per target, in header order: count × (u32 index, f32 weight), non-zero only
+//! state        per target, in header order: count × (u32 index, f32 z, f32 n), touched coordinates
+//! crc32        u32       CRC-32 (zlib's) of every byte before it
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde_json::{json, Value};
+use tidemark_features::Hashing;
+
+use crate::crc32::Crc32;
+
+pub const MAGIC: &[u8; 8] = b"TDMKCKPT";
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One target's model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    pub name: String,
+    pub alpha: f64,
+    pub beta: f64,
+    pub l1: f64,
+    pub l2: f64,
+    /// Observations learned since the model began.
+    pub trained: u64,
+    /// Non-zero weights, by index.
+    pub weights: Vec<(u32, f32)>,
+    /// The learner's resume state: `(index, z, n)` for every coordinate seen.
+    pub state: Vec<(u32, f32, f32)>,
+    /// Progressive-validation metrics, free-form.
+    pub metrics: Value,
+}
+
+/// A whole checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    pub hashing: Hashing,
+    pub targets: Vec<Target>,
+    /// `<source>/<shard>` → the last observation `seq` learned.
+    pub positions: BTreeMap<String, i64>,
+    pub created_at_ms: i64,
+}
+
+#[derive(Debug)]
+pub enum FormatError {
+    Io(std::io::Error),
+    NotACheckpoint,
+    UnsupportedVersion(u32),
+    Corrupt(String),
+}
+
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FormatError::Io(e) => write!(f, "{e}"),
+            FormatError::NotACheckpoint => f.write_str("not a Tidemark checkpoint (bad magic bytes)"),
+            FormatError::UnsupportedVersion(v) => write!(
+                f,
+                "checkpoint format version {v} is not supported (this build reads version {FORMAT_VERSION})"
+            ),
+            FormatError::Corrupt(why) => write!(f, "corrupt checkpoint: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for FormatError {}
+
+impl From<std::io::Error> for FormatError {
+    fn from(e: std::io::Error) -> Self {
+        FormatError::Io(e)
+    }
+}
+
+impl Checkpoint {
+    /// The checkpoint as bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let header = json!({
+            "hashing": {
+                "function": "murmur3_x86_32",
+                "seed": self.hashing.seed,
+                "bits": self.hashing.bits,
+                "crosses": self.hashing.crosses.iter().map(|(a, b)| [a, b]).collect::<Vec<_>>(),
+                "bias_index": self.hashing.bias_index(),
+            },
+            "targets": self.targets.iter().map(|t| json!({
+                "name": t.name, "alpha": t.alpha, "beta": t.beta, "l1": t.l1, "l2": t.l2,
+                "trained": t.trained, "weights": t.weights.len(), "state": t.state.len(),
+                "metrics": t.metrics,
+            })).collect::<Vec<_>>(),
+            "positions": self.positions,
+            "created_at_ms": self.created_at_ms,
+        })
+        .to_string();
+        let body: usize = self
+            .targets
+            .iter()
+            .map(|t| t.weights.len() * 8 + t.state.len() * 12)
+            .sum();
+        let mut out = Vec::with_capacity(20 + header.len() + body);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        out.extend_from_slice(header.as_bytes());
+        for t in &self.targets {
+            for (i, w) in &t.weights {
+                out.extend_from_slice(&i.to_le_bytes());
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        for t in &self.targets {
+            for (i, z, n) in &t.state {
+                out.extend_from_slice(&i.to_le_bytes());
+                out.extend_from_slice(&z.to_le_bytes());
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+        }
+        let mut crc = Crc32::new();
+        crc.update(&out);
+        out.extend_from_slice(&crc.finish().to_le_bytes());
+        out
+    }
+
+    /// Reads and verifies a checkpoint. With `with_state = false` the resume
+    /// state is skipped (what a bidder needs).
+    pub fn from_bytes(bytes: &[u8], with_state: bool) -> Result<Checkpoint, FormatError> {
+        if bytes.len() < 8 || &bytes[..8] != MAGIC {
+            return Err(FormatError::NotACheckpoint);
+        }
+        let corrupt = |why: &str| FormatError::Corrupt(why.to_owned());
+        if bytes.len() < 20 {
+            return Err(corrupt("truncated header"));
+        }
+        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+        if version != FORMAT_VERSION {
+            return Err(FormatError::UnsupportedVersion(version));
+        }
+        let (body, tail) = bytes.split_at(bytes.len() - 4);
+        let mut crc = Crc32::new();
+        crc.update(body);
+        if crc.finish() != u32::from_le_bytes(tail.try_into().expect("4 bytes")) {
+            return Err(corrupt("checksum mismatch (truncated or damaged file)"));
+        }
+        let hlen = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize;
+        let header_end = 16usize
+            .checked_add(hlen)
+            .filter(|e| *e <= body.len())
+            .ok_or_else(|| corrupt("header length"))?;
+        let header: Value = serde_json::from_slice(&body[16..header_end])
+            .map_err(|e| corrupt(&format!("header: {e}")))?;
+        let h = &header["hashing"];
+        if h["function"] != "murmur3_x86_32" {
+            return Err(corrupt("unknown hash function"));
+        }
+        let bits = h["bits"]
+            .as_u64()
+            .filter(|b| (1..=30).contains(b))
+            .ok_or_else(|| corrupt("hashing.bits"))? as u8;
+        let seed = h["seed"]
+            .as_u64()
+            .and_then(|s| u32::try_from(s).ok())
+            .ok_or_else(|| corrupt("hashing.seed"))?;
+        let crosses = h["crosses"]
+            .as_array()
+            .ok_or_else(|| corrupt("hashing.crosses"))?
+            .iter()
+            .map(|c| match (c[0].as_str(), c[1].as_str()) {
+                (Some(a), Some(b)) => Ok((a.to_owned(), b.to_owned())),
+                _ => Err(corrupt("hashing.crosses")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let hashing = Hashing::new(bits, seed, crosses);
+        let slots = hashing.slots() as u32;
+        let metas = header["targets"]
+            .as_array()
+            .ok_or_else(|| corrupt("targets"))?;
+        let mut at = header_end;
+        let mut targets = Vec::with_capacity(metas.len());
+        for m in metas {
+            let nw = m["weights"]
+                .as_u64()
+                .ok_or_else(|| corrupt("targets.weights"))? as usize;
+            let end = nw
+                .checked_mul(8)
+                .and_then(|b| b.checked_add(at))
+                .filter(|e| *e <= body.len())
+                .ok_or_else(|| corrupt("weights length"))?;
+            let weights = body[at..end]
+                .chunks_exact(8)
+                .map(|c| {
+                    let i = u32::from_le_bytes(c[..4].try_into().expect("4"));
+                    (i, f32::from_le_bytes(c[4..].try_into().expect("4")))
+                })
+                .collect::<Vec<_>>();
+            if weights.iter().any(|(i, _)| *i >= slots) {
+                return Err(corrupt("weight index out of range"));
+            }
+            at = end;
+            let f = |k: &str| {
+                m[k].as_f64()
+                    .ok_or_else(|| corrupt(&format!("targets.{k}")))
+            };
+            targets.push(Target {
+                name: m["name"]
+                    .as_str()
+                    .ok_or_else(|| corrupt("targets.name"))?
+                    .to_owned(),
+                alpha: f("alpha")?,
+                beta: f("beta")?,
+                l1: f("l1")?,
+                l2: f("l2")?,
+                trained: m["trained"]
+                    .as_u64()
+                    .ok_or_else(|| corrupt("targets.trained"))?,
+                weights,
+                state: Vec::new(),
+                metrics: m["metrics"].clone(),
+            });
+        }
+        for (t, m) in targets.iter_mut().zip(metas) {
+            let ns = m["state"]
+                .as_u64()
+                .ok_or_else(|| corrupt("targets.state"))? as usize;
+            let end = ns
+                .checked_mul(12)
+                .and_then(|b| b.checked_add(at))
+                .filter(|e| *e <= body.len())
+                .ok_or_else(|| corrupt("state length"))?;
+            if with_state {
+                t.state = body[at..end]
+                    .chunks_exact(12)
+                    .map(|c| {
+                        let g = |r: std::ops::Range<usize>| c[r].try_into().expect("4");
+                        (
+                            u32::from_le_bytes(g(0..4)),
+                            f32::from_le_bytes(g(4..8)),
+                            f32::from_le_bytes(g(8..12)),
+                        )
+                    })
+                    .collect();
+                if t.state.iter().any(|(i, _, _)| *i >= slots) {
+                    return Err(corrupt("state index out of range"));
+                }
+            }
+            at = end;
+        }
+        if at != body.len() {
+            return Err(corrupt("trailing bytes"));
+        }
+        let positions = header["positions"]
+            .as_object()
+            .ok_or_else(|| corrupt("positions"))?
+            .iter()
+            .map(|(k, v)| {
+                v.as_i64()
+                    .map(|s| (k.clone(), s))
+                    .ok_or_else(|| corrupt("positions"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Checkpoint {
+            hashing,
+            targets,
+            positions,
+            created_at_ms: header["created_at_ms"].as_i64().unwrap_or(0),
+        })
+    }
+
+    pub fn read(path: &std::path::Path, with_state: bool) -> Result<Checkpoint, FormatError> {
+        let bytes = std::fs::read(path)?;
+        Checkpoint::from_bytes(&bytes, with_state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Checkpoint {
+        Checkpoint {
+            hashing: Hashing::new(4, 7, vec![("a".into(), "b".into())]),
+            targets: vec![Target {
+                name: "ctr".into(),
+                alpha: 0.1,
+                beta: 1.0,
+                l1: 1.0,
+                l2: 1.0,
+                trained: 3,
+                weights: vec![(1, 0.5), (16, -2.0)],
+                state: vec![(1, -1.5, 2.0), (3, 0.5, 1.0), (16, 3.0, 4.0)],
+                metrics: json!({"logloss": 0.1}),
+            }],
+            positions: BTreeMap::from([("local/s0".to_owned(), 42)]),
+            created_at_ms: 1,
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let c = sample();
+        assert_eq!(Checkpoint::from_bytes(&c.to_bytes(), true).unwrap(), c);
+        let lean = Checkpoint::from_bytes(&c.to_bytes(), false).unwrap();
+        assert!(lean.targets[0].state.is_empty());
+        assert_eq!(lean.targets[0].weights, c.targets[0].weights);
+    }
+
+    #[test]
+    fn refuses_foreign_damaged_and_future_files() {
+        let bytes = sample().to_bytes();
+        assert!(matches!(
+            Checkpoint::from_bytes(b"hello world, not a checkpoint", true),
+            Err(FormatError::NotACheckpoint)
+        ));
+        let mut flipped = bytes.clone();
+        flipped[30] ^= 1;
+        assert!(matches!(
+            Checkpoint::from_bytes(&flipped, true),
+            Err(FormatError::Corrupt(_))
+        ));
+        assert!(matches!(
+            Checkpoint::from_bytes(&bytes[..bytes.len() - 9], true),
+            Err(FormatError::Corrupt(_))
+        ));
+        let mut future = bytes.clone();
+        future[8] = 2;
+        assert!(matches!(
+            Checkpoint::from_bytes(&future, true),
+            Err(FormatError::UnsupportedVersion(2))
+        ));
+        for cut in 0..bytes.len() {
+            assert!(Checkpoint::from_bytes(&bytes[..cut], true).is_err());
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! Publishing checkpoints atomically in a directory, with a stable name.
+//!
+//! `checkpoint-<n>.tdm` files are written to a temporary name, fsynced and
+//! renamed, so no reader ever sees one half-written; then the symlink
+//! `latest.tdm` is replaced atomically by another rename. The newest `keep`
+//! files are kept, so a bidder can roll back.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::Checkpoint;
+
+pub const LATEST: &str = "latest.tdm";
+
+/// Writes `checkpoint` as the next file in `dir`, points `latest.tdm` at it
+/// and removes all but the newest `keep` files. Returns the new file's path.
+pub fn publish(dir: &Path, checkpoint: &Checkpoint, keep: usize) -> std::io::Result<PathBuf> {
+    fs::create_dir_all(dir)?;
+    let mut numbered = numbered(dir)?;
+    let next = numbered.last().map_or(1, |(n, _)| n + 1);
+    let name = format!("checkpoint-{next:08}.tdm");
+    let tmp = dir.join(format!(".{name}.tmp"));
+    {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(&checkpoint.to_bytes())?;
+        f.sync_all()?;
+    }
+    let path = dir.join(&name);
+    fs::rename(&tmp, &path)?;
+    let link_tmp = dir.join(".latest.tmp");
+    let _ = fs::remove_file(&link_tmp);
+    std::os::unix::fs::symlink(&name, &link_tmp)?;
+    fs::rename(&link_tmp, dir.join(LATEST))?;
+    fs::File::open(dir)?.sync_all()?;
+    numbered.push((next, path.clone()));
+    let excess = numbered.len().saturating_sub(keep.max(1));
+    for (_, old) in numbered.drain(..excess) {
+        let _ = fs::remove_file(old);
+    }
+    Ok(path)
+}
+
+/// The checkpoint `latest.tdm` points to, if any.
+pub fn latest(dir: &Path) -> Option<PathBuf> {
+    let p = dir.join(LATEST);
+    fs::canonicalize(&p).ok()
+}
+
+/// `checkpoint-<n>.tdm` files, oldest first.
+fn numbered(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
+    let mut out: Vec<(u64, PathBuf)> = fs::read_dir(dir)?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let n = name
+                .strip_prefix("checkpoint-")?
+                .strip_suffix(".tdm")?
+                .parse()
+                .ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}

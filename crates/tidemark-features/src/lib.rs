@@ -1,0 +1,189 @@
+//! Feature hashing (SPEC 10), shared by training and serving so a bidder
+//! scores exactly what was trained. `docs/checkpoint-format.md` specifies the
+//! same bytes for implementations in other languages.
+//!
+//! Owns: MurmurHash3 (x86, 32-bit) and the mapping from a bid's features to
+//! sparse `(index, value)` pairs. Knows nothing of models, files or IO.
+//!
+//! With `mask = 2^bits - 1` and `h(bytes, seed)` = MurmurHash3_x86_32:
+//! - a string `s` under name `n`: index `h(s, h(n, seed)) & mask`, value 1;
+//! - a bool: as the string `"true"` or `"false"`;
+//! - a number `x` under name `n`: index `h(n, seed) & mask`, value `x`;
+//! - a cross of names `a` and `b` (both present): index
+//!   `h(vb, h(va, h(a ++ 0x1F ++ b, seed))) & mask`, where a string's bytes are
+//!   its value's, a bool's `"true"`/`"false"`, a number's empty, and the value is
+//!   the product of the numbers (1 for strings and bools);
+//! - the bias: index `2^bits` (one past the hashed slots), value 1.
+
+use serde_json::Value;
+
+/// The hashing settings a checkpoint records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hashing {
+    pub bits: u8,
+    pub seed: u32,
+    /// Pairs of feature names crossed into one more feature each.
+    pub crosses: Vec<(String, String)>,
+}
+
+impl Hashing {
+    pub fn new(bits: u8, seed: u32, crosses: Vec<(String, String)>) -> Hashing {
+        assert!((1..=30).contains(&bits), "bits must be in 1..=30");
+        Hashing {
+            bits,
+            seed,
+            crosses,
+        }
+    }
+
+    pub fn mask(&self) -> u32 {
+        (1u32 << self.bits) - 1
+    }
+
+    /// Slots in a weight vector: the hashed ones plus the bias.
+    pub fn slots(&self) -> usize {
+        (1usize << self.bits) + 1
+    }
+
+    pub fn bias_index(&self) -> u32 {
+        1u32 << self.bits
+    }
+
+    /// Appends the features of a JSON object, then the bias, to `out`.
+    /// Values other than strings, numbers and bools are skipped.
+    pub fn hash_json(&self, features: &serde_json::Map<String, Value>, out: &mut Vec<(u32, f32)>) {
+        let mask = self.mask();
+        for (name, v) in features {
+            let name_seed = murmur3_32(name.as_bytes(), self.seed);
+            match v {
+                Value::String(s) => out.push((murmur3_32(s.as_bytes(), name_seed) & mask, 1.0)),
+                Value::Bool(b) => out.push((murmur3_32(bool_bytes(*b), name_seed) & mask, 1.0)),
+                Value::Number(n) => {
+                    if let Some(x) = n.as_f64() {
+                        out.push((name_seed & mask, x as f32));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (a, b) in &self.crosses {
+            let (Some(va), Some(vb)) = (features.get(a), features.get(b)) else {
+                continue;
+            };
+            let (Some((ba, xa)), Some((bb, xb))) = (part(va), part(vb)) else {
+                continue;
+            };
+            let h = murmur3_32(bb, murmur3_32(ba, self.cross_seed(a, b)));
+            out.push((h & mask, xa * xb));
+        }
+        out.push((self.bias_index(), 1.0));
+    }
+
+    /// The seed of a column or feature name: index of a categorical value `v`
+    /// is `murmur3_32(v, name_seed(n)) & mask`.
+    pub fn name_seed(&self, name: &str) -> u32 {
+        murmur3_32(name.as_bytes(), self.seed)
+    }
+
+    pub fn cross_seed(&self, a: &str, b: &str) -> u32 {
+        let mut key = Vec::with_capacity(a.len() + b.len() + 1);
+        key.extend_from_slice(a.as_bytes());
+        key.push(0x1f);
+        key.extend_from_slice(b.as_bytes());
+        murmur3_32(&key, self.seed)
+    }
+}
+
+fn bool_bytes(b: bool) -> &'static [u8] {
+    if b {
+        b"true"
+    } else {
+        b"false"
+    }
+}
+
+/// A cross participant: the bytes hashed and the value multiplied.
+fn part(v: &Value) -> Option<(&[u8], f32)> {
+    match v {
+        Value::String(s) => Some((s.as_bytes(), 1.0)),
+        Value::Bool(b) => Some((bool_bytes(*b), 1.0)),
+        Value::Number(n) => n.as_f64().map(|x| (&b""[..], x as f32)),
+        _ => None,
+    }
+}
+
+/// MurmurHash3, x86 32-bit variant (Austin Appleby), as in most languages'
+/// libraries (`mmh3.hash(data, seed, signed=False)` in Python).
+pub fn murmur3_32(data: &[u8], seed: u32) -> u32 {
+    const C1: u32 = 0xcc9e_2d51;
+    const C2: u32 = 0x1b87_3593;
+    let mut h = seed;
+    let mut chunks = data.chunks_exact(4);
+    for c in &mut chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
+        h ^= k;
+        h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
+    }
+    let tail = chunks.remainder();
+    let mut k = 0u32;
+    for (i, b) in tail.iter().enumerate() {
+        k |= u32::from(*b) << (8 * i);
+    }
+    if !tail.is_empty() {
+        k = k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
+        h ^= k;
+    }
+    h ^= data.len() as u32;
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^= h >> 16;
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn murmur3_matches_reference_vectors() {
+        // From the reference implementation's test suite and Python's mmh3.
+        assert_eq!(murmur3_32(b"", 0), 0);
+        assert_eq!(murmur3_32(b"", 1), 0x514e_28b7);
+        assert_eq!(murmur3_32(b"", 0xffff_ffff), 0x81f1_6f39);
+        assert_eq!(murmur3_32(b"\0\0\0\0", 0), 0x2362_f9de);
+        assert_eq!(murmur3_32(b"aaaa", 0x9747_b28c), 0x5a97_808a);
+        assert_eq!(murmur3_32(b"abc", 0), 0xb3dd_93fa);
+        assert_eq!(murmur3_32(b"Hello, world!", 0x9747_b28c), 0x2488_4cba);
+        assert_eq!(
+            murmur3_32(b"The quick brown fox jumps over the lazy dog", 0),
+            0x2e4f_f723
+        );
+    }
+
+    #[test]
+    fn features_by_kind() {
+        let h = Hashing::new(10, 0, vec![("app".into(), "os".into())]);
+        let f: serde_json::Map<String, Value> =
+            serde_json::from_str(r#"{"app":"x","n":2.5,"ok":true,"skip":[1],"os":"ios"}"#).unwrap();
+        let mut out = Vec::new();
+        h.hash_json(&f, &mut out);
+        let mask = h.mask();
+        let app = murmur3_32(b"x", murmur3_32(b"app", 0)) & mask;
+        let n = murmur3_32(b"n", 0) & mask;
+        let ok = murmur3_32(b"true", murmur3_32(b"ok", 0)) & mask;
+        let cross = murmur3_32(b"ios", murmur3_32(b"x", murmur3_32(b"app\x1fos", 0))) & mask;
+        assert!(out.contains(&(app, 1.0)));
+        assert!(out.contains(&(n, 2.5)));
+        assert!(out.contains(&(ok, 1.0)));
+        assert!(out.contains(&(cross, 1.0)));
+        assert_eq!(
+            out.last(),
+            Some(&(1024, 1.0)),
+            "bias last, one past the hashed slots"
+        );
+        assert_eq!(out.len(), 6, "the array value is skipped");
+    }
+}

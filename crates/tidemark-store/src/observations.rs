@@ -1,0 +1,87 @@
+//! Reading the observation stream (SPEC 5), for learners and exports.
+
+use tokio_postgres::Client;
+
+use crate::StoreError;
+
+/// One observation as a learner reads it.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    pub seq: i64,
+    pub target: String,
+    pub label: bool,
+    /// The bid's features, as JSON text.
+    pub features: String,
+}
+
+/// Shards that have emitted into this database.
+pub async fn shards(c: &Client) -> Result<Vec<String>, StoreError> {
+    Ok(
+        c.query("SELECT name FROM tidemark.shards ORDER BY name", &[])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect(),
+    )
+}
+
+/// Up to `limit` observations of `shard` after `after_seq`, in `seq` order.
+pub async fn read(
+    c: &Client,
+    shard: &str,
+    after_seq: i64,
+    limit: i64,
+) -> Result<Vec<Observation>, StoreError> {
+    Ok(c.query(
+        "SELECT seq, target, label, features::text FROM tidemark.observations
+             WHERE shard = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        &[&shard, &after_seq, &limit],
+    )
+    .await?
+    .iter()
+    .map(|r| Observation {
+        seq: r.get(0),
+        target: r.get(1),
+        label: r.get::<_, i16>(2) == 1,
+        features: r.get(3),
+    })
+    .collect())
+}
+
+/// The feature names used by a target's observations, sorted.
+pub async fn feature_names(
+    c: &Client,
+    target: &str,
+    shard: Option<&str>,
+) -> Result<Vec<String>, StoreError> {
+    Ok(c.query(
+        "SELECT DISTINCT jsonb_object_keys(features) AS k FROM tidemark.observations
+             WHERE target = $1 AND ($2::text IS NULL OR shard = $2) ORDER BY k",
+        &[&target, &shard],
+    )
+    .await?
+    .iter()
+    .map(|r| r.get(0))
+    .collect())
+}
+
+/// A target's observations in `(shard, seq)` order after a cursor
+/// `(shard, seq)`, for streaming exports: `(shard, seq, label, features)`.
+pub async fn page(
+    c: &Client,
+    target: &str,
+    shard: Option<&str>,
+    after: (&str, i64),
+    limit: i64,
+) -> Result<Vec<(String, i64, bool, String)>, StoreError> {
+    Ok(c.query(
+        "SELECT shard, seq, label, features::text FROM tidemark.observations
+             WHERE target = $1 AND ($2::text IS NULL OR shard = $2) AND (shard, seq) > ($3, $4)
+             ORDER BY shard, seq LIMIT $5",
+        &[&target, &shard, &after.0, &after.1, &limit],
+    )
+    .await?
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get::<_, i16>(2) == 1, r.get(3)))
+    .collect())
+}

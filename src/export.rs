@@ -1,0 +1,86 @@
+//! `tidemark export --target T`: a target's observations as the TSV that
+//! `tidemark learn --input --header` reads: a header line, then the label and
+//! one column per feature name (strings as they are, bools as true/false,
+//! numbers as written), empty where a bid lacked the feature.
+
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The target whose observations to export (ctr, cvr_short, ...)
+    #[arg(long)]
+    target: String,
+    /// Only this shard's observations
+    #[arg(long)]
+    shard: Option<String>,
+    /// Database (default: the embedded one)
+    #[arg(long)]
+    database_url: Option<String>,
+    /// Output file (default: stdout)
+    #[arg(long)]
+    output: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let url = crate::db::resolve(args.database_url.as_deref())?;
+    let sink: Box<dyn Write> = match &args.output {
+        Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("{}", p.display()))?),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    let mut out = BufWriter::with_capacity(1 << 20, sink);
+    let rows = crate::runtime()?.block_on(async {
+        let c = tidemark_store::connect(&url).await?;
+        let shard = args.shard.as_deref();
+        let names = tidemark_store::observations::feature_names(&c, &args.target, shard).await?;
+        write!(out, "label")?;
+        for n in &names {
+            write!(out, "\t{}", clean(n))?;
+        }
+        writeln!(out)?;
+        let mut cursor = (String::new(), 0i64);
+        let mut rows = 0u64;
+        loop {
+            let page = tidemark_store::observations::page(
+                &c,
+                &args.target,
+                shard,
+                (&cursor.0, cursor.1),
+                50_000,
+            )
+            .await?;
+            let Some(last) = page.last() else { break };
+            cursor = (last.0.clone(), last.1);
+            for (_, _, label, features) in &page {
+                let f: serde_json::Map<String, serde_json::Value> = serde_json::from_str(features)?;
+                write!(out, "{}", u8::from(*label))?;
+                for n in &names {
+                    out.write_all(b"\t")?;
+                    match f.get(n) {
+                        Some(serde_json::Value::String(s)) => write!(out, "{}", clean(s))?,
+                        Some(serde_json::Value::Bool(b)) => write!(out, "{b}")?,
+                        Some(serde_json::Value::Number(x)) => write!(out, "{x}")?,
+                        _ => {}
+                    }
+                }
+                writeln!(out)?;
+                rows += 1;
+            }
+        }
+        out.flush()?;
+        anyhow::Ok(rows)
+    })?;
+    eprintln!("tidemark export: {rows} observations of {}", args.target);
+    Ok(())
+}
+
+/// Tabs and line breaks would break the TSV: they become spaces.
+fn clean(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains(['\t', '\n', '\r']) {
+        s.replace(['\t', '\n', '\r'], " ").into()
+    } else {
+        s.into()
+    }
+}

@@ -1,0 +1,284 @@
+//! The learner end to end: observations in a real database, the built binary
+//! learning them online, killed at random, checkpoints scored by `tidemark score`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tidemark_checkpoint::Checkpoint;
+
+use crate::support::{bin, block_on, query_i64, wait_for, TestDb};
+
+/// Inserts `n` observations per target into `shard`, seq continuing from `from`.
+fn insert(db: &TestDb, shard: &str, from: i64, n: i64) {
+    let url = db.url.clone();
+    let shard = shard.to_owned();
+    block_on(async move {
+        let c = tidemark_store::connect(&url).await.unwrap();
+        // As a shard does before it emits.
+        c.execute(
+            "INSERT INTO tidemark.shards (name, prefixes, rate, clock_kind) VALUES ($1, '{}', 0.5, 'event')
+             ON CONFLICT DO NOTHING",
+            &[&shard],
+        )
+        .await
+        .unwrap();
+        c.execute(
+            "INSERT INTO tidemark.observations (shard, seq, target, txid, label, features, rate, created_at)
+             SELECT $1, $2::bigint + g * 3 + t.k, t.name, md5(g::text || $1),
+                    CASE WHEN (g % 7 = 0) = (t.k = 0) AND g % 3 = 0 THEN 1 ELSE 0 END,
+                    jsonb_build_object('app', 'app' || (g % 13), 'os', CASE WHEN g % 2 = 0 THEN 'ios' ELSE 'android' END,
+                                       'n', g % 5, 'wifi', g % 4 = 0),
+                    0.5, now()
+             FROM generate_series(0::bigint, $3::bigint - 1) g,
+                  (VALUES (0, 'ctr'), (1, 'cvr_short'), (2, 'cvr_long')) t(k, name)",
+            &[&shard, &from, &n],
+        )
+        .await
+        .unwrap();
+    });
+}
+
+fn config(dir: &Path, db: &TestDb) -> PathBuf {
+    let path = dir.join("learn.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "checkpoint_dir = \"{}\"\ncheckpoint_every = 700\ncheckpoint_interval = \"200ms\"\nkeep = 3\nbits = 16\nbatch = 500\npoll = \"50ms\"\ncrosses = [[\"app\", \"os\"]]\n\n[[sources]]\nname = \"local\"\ndatabase_url = \"{}\"\n\n[targets.cvr_long]\nalpha = 0.05\n",
+            dir.join("ckpt").display(),
+            db.url
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn start(config: &Path, log: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    bin()
+        .env("RUST_LOG", "info")
+        .args(["learn", "--config", config.to_str().unwrap()])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+fn latest(dir: &Path) -> Option<Checkpoint> {
+    let p = tidemark_checkpoint::latest(&dir.join("ckpt"))?;
+    Checkpoint::read(&p, true).ok()
+}
+
+fn workdir(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("learn-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn killed_at_random_the_learner_loses_and_repeats_nothing() {
+    let db = TestDb::new("learn_kill");
+    let dir = workdir("kill");
+    let cfg = config(&dir, &db);
+    let log = dir.join("learn.log");
+    insert(&db, "a", 0, 4000);
+    insert(&db, "b", 0, 3000);
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut child = start(&cfg, &log);
+    for round in 0..8 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(100 + rng % 400));
+        let _ = child.kill();
+        let _ = child.wait();
+        if round == 3 {
+            // More observations arrive while it is down.
+            insert(&db, "a", 12_000, 1000);
+        }
+        child = start(&cfg, &log);
+    }
+    let max_a = query_i64(
+        &db.url,
+        "SELECT max(seq) FROM tidemark.observations WHERE shard = 'a'",
+    )
+    .unwrap();
+    let max_b = query_i64(
+        &db.url,
+        "SELECT max(seq) FROM tidemark.observations WHERE shard = 'b'",
+    )
+    .unwrap();
+    let done = wait_for("the learner to catch up", || {
+        let c = latest(&dir)?;
+        (c.positions.get("local/a") == Some(&max_a) && c.positions.get("local/b") == Some(&max_b))
+            .then_some(c)
+    });
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(
+        child.wait().unwrap().success(),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    for t in &done.targets {
+        let n = query_i64(
+            &db.url,
+            &format!(
+                "SELECT count(*) FROM tidemark.observations WHERE target = '{}'",
+                t.name
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            t.trained, n as u64,
+            "{}: every observation learned exactly once",
+            t.name
+        );
+    }
+    let long = done.targets.iter().find(|t| t.name == "cvr_long").unwrap();
+    assert_eq!(long.alpha, 0.05, "per-target parameters");
+    // Only the newest `keep` files remain.
+    let files = std::fs::read_dir(dir.join("ckpt")).unwrap().filter(|e| {
+        e.as_ref()
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("checkpoint-")
+    });
+    assert!(files.count() <= 3);
+}
+
+#[test]
+fn score_reads_checkpoints_while_training_goes_on() {
+    let db = TestDb::new("learn_score");
+    let dir = workdir("score");
+    let cfg = config(&dir, &db);
+    insert(&db, "a", 0, 3000);
+    let mut child = start(&cfg, &dir.join("learn.log"));
+    wait_for("a first checkpoint", || latest(&dir));
+    let mut score = bin()
+        .args(["score", "--checkpoint", dir.join("ckpt").to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    insert(&db, "a", 9000, 3000);
+    {
+        let stdin = score.stdin.as_mut().unwrap();
+        writeln!(stdin, r#"{{"app":"app0","os":"ios","n":3,"wifi":true}}"#).unwrap();
+        writeln!(stdin, "not json").unwrap();
+        writeln!(stdin, "[1,2]").unwrap();
+        writeln!(stdin, r#"{{"app":"app7"}}"#).unwrap();
+    }
+    let out = score.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4, "one answer per line");
+    for i in [0, 3] {
+        let l = &lines[i];
+        let (c, s, g) = (
+            l["ctr"].as_f64().unwrap(),
+            l["cvr_short"].as_f64().unwrap(),
+            l["cvr_long"].as_f64().unwrap(),
+        );
+        assert!((0.0..=1.0).contains(&c));
+        assert!((l["p_install"].as_f64().unwrap() - c * (s + g)).abs() < 1e-12);
+    }
+    assert!(lines[1]["error"].is_string());
+    assert!(lines[2]["error"].is_string());
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn a_corrupt_or_foreign_checkpoint_is_refused_clearly() {
+    let dir = workdir("corrupt");
+    let bad = dir.join("bad.tdm");
+    std::fs::write(&bad, b"definitely not a checkpoint").unwrap();
+    let out = bin()
+        .args(["score", "--checkpoint", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a Tidemark checkpoint"));
+}
+
+#[test]
+fn export_then_learn_offline() {
+    let db = TestDb::new("export");
+    insert(&db, "a", 0, 2000);
+    let dir = workdir("export");
+    let tsv = dir.join("ctr.tsv");
+    let out = bin()
+        .args([
+            "export",
+            "--target",
+            "ctr",
+            "--database-url",
+            &db.url,
+            "--output",
+            tsv.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&tsv).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("label\tapp\tn\tos\twifi"));
+    assert_eq!(lines.count(), 2000);
+    let preds = dir.join("preds");
+    let out = bin()
+        .args([
+            "learn",
+            "--input",
+            tsv.to_str().unwrap(),
+            "--header",
+            "--json",
+            "--cross",
+            "app,os",
+        ])
+        .args(["--predictions", preds.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["rows"], 2000);
+    assert!(report["logloss"].as_f64().unwrap() < std::f64::consts::LN_2);
+    assert_eq!(
+        std::fs::read_to_string(&preds).unwrap().lines().count(),
+        2000
+    );
+    // A bad label is a clear error naming the line.
+    let bad = dir.join("bad.tsv");
+    std::fs::write(&bad, "1\ta\n2\tb\n").unwrap();
+    let out = bin()
+        .args(["learn", "--input", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.tsv:2: label must be 0 or 1"));
+}
