@@ -164,6 +164,9 @@ struct LearnConfig {
     poll: String,
     #[serde(default = "default_window")]
     window: u64,
+    /// Name under which read positions are recorded, so shard retention keeps what is unread.
+    #[serde(default = "default_consumer")]
+    consumer: String,
     sources: Vec<Source>,
     #[serde(default)]
     targets: BTreeMap<String, TargetParams>,
@@ -206,6 +209,9 @@ fn default_poll() -> String {
 }
 fn default_window() -> u64 {
     100_000
+}
+fn default_consumer() -> String {
+    "learner".into()
 }
 
 impl LearnConfig {
@@ -299,6 +305,7 @@ fn online(path: &PathBuf) -> anyhow::Result<()> {
                 || (learner.since_checkpoint > 0 && last_checkpoint.elapsed() >= interval);
             if due {
                 learner.checkpoint(&cfg)?;
+                register(&cfg, &clients, &learner.positions).await?;
                 last_checkpoint = Instant::now();
             }
             if learned == 0 {
@@ -311,9 +318,29 @@ fn online(path: &PathBuf) -> anyhow::Result<()> {
             }
         }
         learner.checkpoint(&cfg)?;
+        register(&cfg, &clients, &learner.positions).await?;
         tracing::info!("learner stopped cleanly");
         anyhow::Ok(())
     })
+}
+
+/// Records in each source how far the last checkpoint reached, only after it
+/// is safely written, so retention never deletes what a restart would re-read.
+async fn register(
+    cfg: &LearnConfig,
+    clients: &[tokio_postgres::Client],
+    positions: &BTreeMap<String, i64>,
+) -> anyhow::Result<()> {
+    for (s, c) in cfg.sources.iter().zip(clients) {
+        let prefix = format!("{}/", s.name);
+        for (key, seq) in positions {
+            if let Some(shard) = key.strip_prefix(&prefix) {
+                tidemark_store::observations::record_position(c, &cfg.consumer, shard, *seq)
+                    .await?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether `f` has completed, without waiting.

@@ -5,18 +5,28 @@ use anyhow::Context;
 #[derive(clap::Args)]
 pub struct Args {
     /// Share of all transactions to sample, in (0, 1]
-    #[arg(long)]
-    rate: f64,
+    #[arg(long, required_unless_present = "check")]
+    rate: Option<f64>,
     /// Number of disjoint shards to split the sample into
-    #[arg(long)]
-    shards: u64,
+    #[arg(long, required_unless_present = "check")]
+    shards: Option<u64>,
+    /// Instead of planning, check shard configuration files together: overlaps
+    /// (an error) and the share of transactions no shard samples
+    #[arg(long, num_args = 1.., conflicts_with_all = ["rate", "shards"])]
+    check: Vec<std::path::PathBuf>,
     /// Print {"rate", "shards": [{"name", "prefixes", "rate"}]}
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let plan = tidemark_plan::plan(args.rate, args.shards)?;
+    if !args.check.is_empty() {
+        return check(&args.check, args.json);
+    }
+    let (Some(rate), Some(shards)) = (args.rate, args.shards) else {
+        anyhow::bail!("--rate and --shards are required");
+    };
+    let plan = tidemark_plan::plan(rate, shards)?;
     if args.json {
         println!(
             "{}",
@@ -36,6 +46,50 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             s.name,
             s.rate,
             quoted.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Checks deployed shard configurations against each other.
+fn check(files: &[std::path::PathBuf], json: bool) -> anyhow::Result<()> {
+    let mut sets = Vec::new();
+    for f in files {
+        let c = tidemark_shard::Config::from_file(f)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
+        let prefixes = if c.prefixes.is_empty() {
+            (0..16).map(|d| format!("{d:x}")).collect()
+        } else {
+            c.prefixes.clone()
+        };
+        sets.push((c.name, prefixes));
+    }
+    let mut names: Vec<&String> = sets.iter().map(|(n, _)| n).collect();
+    names.sort();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        anyhow::bail!("two configurations name the same shard {:?}", w[0]);
+    }
+    let c = tidemark_plan::coverage(&sets);
+    if json {
+        println!("{}", serde_json::to_string(&c)?);
+    } else {
+        println!(
+            "shards {}, sampled share {:.9}, share no shard samples {:.9}",
+            sets.len(),
+            c.rate,
+            c.uncovered
+        );
+        for o in &c.overlaps {
+            println!(
+                "overlap: {} {:?} and {} {:?}",
+                o.shards[0], o.prefixes[0], o.shards[1], o.prefixes[1]
+            );
+        }
+    }
+    if !c.overlaps.is_empty() {
+        anyhow::bail!(
+            "{} overlapping prefix pairs: a transaction would be sampled by two shards",
+            c.overlaps.len()
         );
     }
     Ok(())

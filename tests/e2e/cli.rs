@@ -52,3 +52,40 @@ fn bad_plan_arguments_fail_cleanly() {
         assert!(!err.trim().is_empty(), "{args:?} said nothing");
     }
 }
+
+#[test]
+fn plan_check_finds_overlapping_shard_configs() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("plan-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, prefixes: &str| {
+        let p = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &p,
+            format!(
+                "name = \"{name}\"\nendpoints = [\"tcp://127.0.0.1:1\"]\nprefixes = [{prefixes}]\n"
+            ),
+        )
+        .unwrap();
+        p.to_str().unwrap().to_owned()
+    };
+    let (a, b, c) = (
+        write("a", "\"0\", \"1\""),
+        write("b", "\"2\""),
+        write("c", "\"1f\""),
+    );
+    let ok = bin()
+        .args(["plan", "--json", "--check", &a, &b])
+        .output()
+        .unwrap();
+    assert!(ok.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(v["rate"].as_f64(), Some(3.0 / 16.0));
+    assert_eq!(v["uncovered"].as_f64(), Some(13.0 / 16.0));
+    let bad = bin()
+        .args(["plan", "--check", &a, &b, &c])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stdout).contains("overlap: a \"1\" and c \"1f\""));
+}

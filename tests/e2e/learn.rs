@@ -144,6 +144,12 @@ fn killed_at_random_the_learner_loses_and_repeats_nothing() {
             t.name
         );
     }
+    // The positions are registered, so shard retention keeps what is unread.
+    let registered = query_i64(
+        &db.url,
+        "SELECT seq FROM tidemark.consumers WHERE consumer = 'learner' AND shard = 'a'",
+    );
+    assert_eq!(registered, Some(max_a));
     let long = done.targets.iter().find(|t| t.name == "cvr_long").unwrap();
     assert_eq!(long.alpha, 0.05, "per-target parameters");
     // Only the newest `keep` files remain.

@@ -613,3 +613,47 @@ fn a_postgresql_crash_is_recorded_as_a_gap_and_the_shard_carries_on() {
     );
     cluster.destroy().unwrap();
 }
+
+#[test]
+fn retention_never_deletes_what_a_consumer_has_not_read() {
+    let db = TestDb::new("retention");
+    let mut publ = Publisher::new();
+    let cfg = format!("retention = \"0s\"\nretention_check = \"100ms\"\n{EVENT_CLOCK}");
+    let mut shard = ShardProc::start(&db, "t", &publ.endpoint, &cfg);
+    publ.wait_subscribed("tick", 2);
+    // A learner has read up to seq 3 of this shard.
+    query_i64(
+        &db.url,
+        "WITH i AS (INSERT INTO tidemark.consumers (consumer, shard, seq) VALUES ('learner', 't', 3) RETURNING 1) SELECT count(*) FROM i",
+    );
+    publ.tick(T0 - 20 * S);
+    for i in 0..5 {
+        let x = tx(i, T0 + i as i64);
+        publ.event("bid", &x, T0 + 10, BID);
+        publ.event("impression", &x, T0 + 20, "");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    publ.tick(T0 + 61 * S);
+    wait_clock(&db, "t", T0 + 61 * S);
+    let kept = wait_for("retention to delete what was read", || {
+        let min = query_i64(
+            &db.url,
+            "SELECT min(seq) FROM tidemark.observations WHERE shard = 't'",
+        )?;
+        (min == 4).then_some(min)
+    });
+    assert_eq!(kept, 4);
+    assert_eq!(
+        query_i64(&db.url, "SELECT count(*) FROM tidemark.observations"),
+        Some(2)
+    );
+    query_i64(
+        &db.url,
+        "WITH u AS (UPDATE tidemark.consumers SET seq = 5 RETURNING 1) SELECT count(*) FROM u",
+    );
+    wait_for("the rest to go once read", || {
+        (query_i64(&db.url, "SELECT count(*) FROM tidemark.observations")? == 0).then_some(())
+    });
+    shard.stop();
+    assert_eq!(counter(&db, "t", "pruned"), 5);
+}

@@ -137,3 +137,78 @@ impl Scorer {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{publish, Target};
+    use std::collections::BTreeMap;
+
+    fn checkpoint(bias: f32) -> Checkpoint {
+        let hashing = Hashing::new(8, 0, Vec::new());
+        let targets = ["ctr", "cvr_short", "cvr_long"]
+            .iter()
+            .map(|n| Target {
+                name: n.to_string(),
+                alpha: 0.1,
+                beta: 1.0,
+                l1: 1.0,
+                l2: 1.0,
+                trained: 1,
+                weights: vec![(hashing.bias_index(), bias)],
+                state: Vec::new(),
+                metrics: Value::Null,
+            })
+            .collect();
+        Checkpoint {
+            hashing,
+            targets,
+            positions: BTreeMap::new(),
+            created_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn reloads_while_other_threads_score() {
+        let dir = std::env::temp_dir().join(format!("tidemark-scorer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        publish(&dir, &checkpoint(0.0), 2).unwrap();
+        let scorer = Arc::new(Scorer::open(&dir).unwrap());
+        let features = Map::new();
+        assert_eq!(scorer.score(&features).get("ctr"), Some(0.5));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..4)
+            .map(|_| {
+                let (s, stop) = (scorer.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut seen = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let p = s.score(&Map::new()).get("ctr").unwrap();
+                        // Always one whole model or the other, never a mix.
+                        assert!(p == 0.5 || (p - sigmoid(2.0)).abs() < 1e-12, "{p}");
+                        seen += 1;
+                    }
+                    seen
+                })
+            })
+            .collect();
+        publish(&dir, &checkpoint(2.0), 2).unwrap();
+        scorer.reload().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for r in readers {
+            assert!(r.join().unwrap() > 0);
+        }
+        let s = scorer.score(&features);
+        assert!((s.get("ctr").unwrap() - sigmoid(2.0)).abs() < 1e-12);
+        let c = sigmoid(2.0);
+        assert!((s.p_install.unwrap() - c * (c + c)).abs() < 1e-12);
+        // A damaged newer file leaves the current model in place.
+        std::fs::write(dir.join("checkpoint-00000003.tdm"), b"garbage").unwrap();
+        std::os::unix::fs::symlink("checkpoint-00000003.tdm", dir.join("x")).unwrap();
+        std::fs::rename(dir.join("x"), dir.join(crate::LATEST)).unwrap();
+        assert!(scorer.reload().is_err());
+        assert!((scorer.score(&features).get("ctr").unwrap() - sigmoid(2.0)).abs() < 1e-12);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

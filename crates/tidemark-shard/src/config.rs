@@ -36,6 +36,11 @@ pub struct Config {
     pub max_pending: usize,
     /// Creation-time span of one buffer partition.
     pub partition: Duration,
+    /// Observations older than this (by emission) are deleted once every
+    /// registered consumer has read them; `None` keeps them forever.
+    pub retention: Option<Duration>,
+    /// How often retention runs.
+    pub retention_check: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +120,8 @@ struct Raw {
     batch_delay: Option<String>,
     max_pending: Option<usize>,
     partition: Option<String>,
+    retention: Option<String>,
+    retention_check: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -252,6 +259,16 @@ impl Config {
             batch_delay: dur("batch_delay", &raw.batch_delay, Duration::from_millis(200))?,
             max_pending: positive("max_pending", raw.max_pending, 100_000)?,
             partition,
+            retention: raw
+                .retention
+                .as_deref()
+                .map(|s| parse_duration(s).map_err(|m| err("retention", m)))
+                .transpose()?,
+            retention_check: dur(
+                "retention_check",
+                &raw.retention_check,
+                Duration::from_secs(60),
+            )?,
         })
     }
 

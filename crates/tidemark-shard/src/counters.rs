@@ -23,7 +23,7 @@ pub struct Counters {
 pub const PER_TYPE: [&str; 5] = ["received", "late", "outside_windows", "unmatched", "future"];
 
 /// Other counters, besides `rejected_<reason>`.
-pub const SINGLE: [&str; 14] = [
+pub const SINGLE: [&str; 15] = [
     "dropped_overflow",
     "dropped_features",
     "batches",
@@ -38,6 +38,7 @@ pub const SINGLE: [&str; 14] = [
     "kept_clicked",
     "forgotten",
     "gaps",
+    "pruned",
 ];
 
 impl Counters {

@@ -83,6 +83,7 @@ pub async fn run(
         pending: Vec::new(),
         pending_events: 0,
         columns,
+        last_prune: None,
         config,
     };
     restore(&mut writer).await?;

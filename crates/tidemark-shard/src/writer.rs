@@ -43,6 +43,8 @@ pub struct Writer {
     pub(crate) pending_events: usize,
     /// Column index in `layout.event_columns` of each event type that has one.
     pub(crate) columns: HashMap<EventType, usize>,
+    /// When retention last ran.
+    pub(crate) last_prune: Option<Instant>,
 }
 
 impl Writer {
@@ -223,6 +225,30 @@ impl Writer {
         }
         self.drop_partitions().await?;
         self.create_ahead(clock).await?;
+        self.retain().await?;
+        Ok(())
+    }
+
+    /// Deletes observations past retention that every registered consumer has read.
+    async fn retain(&mut self) -> Result<(), StoreError> {
+        let Some(keep) = self.config.retention else {
+            return Ok(());
+        };
+        if self
+            .last_prune
+            .is_some_and(|t| t.elapsed() < self.config.retention_check)
+        {
+            return Ok(());
+        }
+        self.last_prune = Some(Instant::now());
+        let before = wall_ms() - keep.as_millis() as i64;
+        let n =
+            tidemark_store::observations::prune(&self.client, &self.layout.shard, before, 100_000)
+                .await?;
+        if n > 0 {
+            self.counters.add("pruned", n);
+            tracing::debug!(deleted = n, "retention");
+        }
         Ok(())
     }
 

@@ -18,6 +18,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "inspection views",
         include_str!("../../../sql/V0003__inspection_views.sql"),
     ),
+    (
+        4,
+        "consumers",
+        include_str!("../../../sql/V0004__consumers.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.

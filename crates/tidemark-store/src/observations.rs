@@ -85,3 +85,41 @@ pub async fn page(
     .map(|r| (r.get(0), r.get(1), r.get::<_, i16>(2) == 1, r.get(3)))
     .collect())
 }
+
+/// Records how far `consumer` has read `shard` (never moving it back).
+pub async fn record_position(
+    c: &Client,
+    consumer: &str,
+    shard: &str,
+    seq: i64,
+) -> Result<(), StoreError> {
+    c.execute(
+        "INSERT INTO tidemark.consumers (consumer, shard, seq) VALUES ($1, $2, $3)
+         ON CONFLICT (consumer, shard) DO UPDATE
+             SET seq = greatest(consumers.seq, excluded.seq), updated_at = now()",
+        &[&consumer, &shard, &seq],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Deletes up to `limit` of `shard`'s oldest observations emitted before
+/// `before_ms` that every registered consumer has read. Observations are
+/// emitted in `seq` order, so the deleted ones are always a prefix of the
+/// stream. Returns how many went.
+pub async fn prune(c: &Client, shard: &str, before_ms: i64, limit: i64) -> Result<u64, StoreError> {
+    let cutoff = crate::buffer::PgTime(before_ms);
+    Ok(c.execute(
+        "WITH readable AS (
+                 SELECT coalesce(min(seq), 9223372036854775807) AS upto
+                 FROM tidemark.consumers WHERE shard = $1
+             ), victims AS (
+                 SELECT o.seq FROM tidemark.observations o, readable r
+                 WHERE o.shard = $1 AND o.seq <= r.upto ORDER BY o.seq LIMIT $3
+             )
+             DELETE FROM tidemark.observations o USING victims v
+             WHERE o.shard = $1 AND o.seq = v.seq AND o.emitted_at < $2",
+        &[&shard, &cutoff, &limit],
+    )
+    .await?)
+}
