@@ -267,13 +267,7 @@ async fn progress(url: &str, shards: &[String]) -> anyhow::Result<String> {
     let mut parts = Vec::new();
     for s in shards {
         let counters = tidemark_store::state::counters(&c, s).await?;
-        let sum = |p: &str| {
-            counters
-                .iter()
-                .filter(|(n, _)| n.starts_with(p))
-                .map(|(_, v)| v)
-                .sum::<i64>()
-        };
+        let sum = |p: &str| tidemark_store::state::sum_prefix(&counters, p);
         parts.push(format!(
             "{s}: {} received, {} observations",
             sum("received_"),
@@ -289,13 +283,7 @@ async fn final_report(url: &str, shards: &[String]) -> anyhow::Result<String> {
     let mut out = String::new();
     for s in shards {
         let counters = tidemark_store::state::counters(&c, s).await?;
-        let get = |p: &str| {
-            counters
-                .iter()
-                .filter(|(n, _)| n.starts_with(p))
-                .map(|(_, v)| v)
-                .sum::<i64>()
-        };
+        let get = |p: &str| tidemark_store::state::sum_prefix(&counters, p);
         writeln!(
             out,
             "shard {s:<7} received {:>8}  rejected {:>3}  late {:>5}  duplicates {:>5}  orphans {:>4}  kept after impression {:>7}  after click {:>6}",

@@ -175,13 +175,7 @@ struct Sample {
 
 async fn sample(c: &tokio_postgres::Client, shard: &str, pid: u32) -> anyhow::Result<Sample> {
     let counters = state::counters(c, shard).await?;
-    let sum = |p: &str| {
-        counters
-            .iter()
-            .filter(|(n, _)| n.starts_with(p))
-            .map(|(_, v)| v)
-            .sum::<i64>()
-    };
+    let sum = |p: &str| tidemark_store::state::sum_prefix(&counters, p);
     let rows: i64 = c
         .query_one(
             "SELECT coalesce(sum(n_live_tup), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = $1",
@@ -286,7 +280,7 @@ async fn intake(
     terminate(&mut shard);
 
     // The ceiling: the same kind of rows written by plain binary COPY, no sockets, no routing.
-    let rows = market_rows(2_000_000, tps, speed);
+    let rows = market_rows(tps, 2_000_000, i64::MAX / 4);
     let copy_u = copy_rate(&url, "ceil_unlogged", true, &rows).await?;
     let copy_l = copy_rate(&url, "ceil_logged", false, &rows).await?;
     println!();
@@ -307,8 +301,9 @@ async fn intake(
     Ok(())
 }
 
-/// `n` events of the synthetic market, as owned rows.
-fn market_rows(n: usize, tps: f64, _speed: f64) -> Vec<(Out, String)> {
+/// Events of the synthetic market, as owned rows with the bid's features
+/// split out: at most `max_rows`, created at most `span_ms` after the start.
+fn market_rows(tps: f64, max_rows: usize, span_ms: i64) -> Vec<(Out, String)> {
     let cfg = MarketConfig {
         tps,
         click_window_ms: 120_000,
@@ -317,12 +312,12 @@ fn market_rows(n: usize, tps: f64, _speed: f64) -> Vec<(Out, String)> {
     };
     let start = 1_800_000_000_000;
     let mut m = Market::new(cfg, start);
-    let mut out = Vec::with_capacity(n);
+    let mut out = Vec::new();
     let mut o = Out::default();
     let mut until = start;
-    while out.len() < n {
+    while out.len() < max_rows && until < start + span_ms {
         until += 1000;
-        while out.len() < n && m.next_until(until, &mut o) {
+        while out.len() < max_rows && m.next_until(until, &mut o) {
             let features = o.extra.split_once(r#""features":"#).map(|(_, f)| {
                 f.rsplit_once(r#","price""#)
                     .map_or(f, |(a, _)| a)
@@ -415,27 +410,7 @@ async fn phases(bin: &Path, cluster: &Cluster, transactions: u64) -> anyhow::Res
     let dir = PathBuf::from("target/bench-home/run");
     std::fs::create_dir_all(&dir)?;
     // Fill the buffer directly: `transactions` over 1,000 s of creation time.
-    let tps = transactions as f64 / 1000.0;
-    let mut rows = Vec::new();
-    {
-        let cfg = MarketConfig {
-            tps,
-            click_window_ms: 120_000,
-            install_short_ms: 600_000,
-            ..MarketConfig::default()
-        };
-        let start = 1_800_000_000_000;
-        let mut m = Market::new(cfg, start);
-        let mut o = Out::default();
-        while m.next_until(start + 1_000_000, &mut o) {
-            let features = o.extra.split_once(r#""features":"#).map(|(_, f)| {
-                f.rsplit_once(r#","price""#)
-                    .map_or(f, |(a, _)| a)
-                    .to_owned()
-            });
-            rows.push((o.clone(), features.unwrap_or_default()));
-        }
-    }
+    let rows = market_rows(transactions as f64 / 1000.0, usize::MAX, 1_000_000);
     let events = rows.len();
     let fill = copy_rate(&url, "p", true, &rows).await?;
     let c = tidemark_store::connect(&url).await?;
@@ -472,13 +447,7 @@ async fn phases(bin: &Path, cluster: &Cluster, transactions: u64) -> anyhow::Res
     let secs = started.elapsed().as_secs_f64();
     terminate(&mut shard);
     let counters = state::counters(&c, "p").await?;
-    let get = |n: &str| {
-        counters
-            .iter()
-            .filter(|(k, _)| k.starts_with(n))
-            .map(|(_, v)| *v)
-            .sum::<i64>()
-    };
+    let get = |n: &str| tidemark_store::state::sum_prefix(&counters, n);
     let obs = get("observations_");
     println!("swept every phase in  {secs:>10.2} s (includes up to 1 s of period and start-up)");
     println!(

@@ -103,20 +103,7 @@ impl Writer {
             }
         }
         for from in starts {
-            if !self.events_parts.contains_key(&from) {
-                let table = self
-                    .layout
-                    .create_partition(&self.client, "events", from, from + p)
-                    .await?;
-                self.events_parts.insert(
-                    from,
-                    Partition {
-                        from_ms: from,
-                        to_ms: from + p,
-                        table,
-                    },
-                );
-            }
+            self.ensure_partition(false, from).await?;
         }
         let mut fresh: Vec<EventRow<'_>> = Vec::with_capacity(routes.len());
         let mut merges: [HashMap<Txid, MergeRow>; 2] = [HashMap::new(), HashMap::new()];
@@ -407,21 +394,39 @@ impl Writer {
             .map(|p| p.from_ms.div_euclid(q) * q)
             .collect();
         for from in needed {
-            if !self.txns_parts.contains_key(&from) {
-                let table = self
-                    .layout
-                    .create_partition(&self.client, "txns", from, from + q)
-                    .await?;
-                self.txns_parts.insert(
-                    from,
-                    Partition {
-                        from_ms: from,
-                        to_ms: from + q,
-                        table,
-                    },
-                );
-            }
+            self.ensure_partition(true, from).await?;
         }
+        Ok(())
+    }
+
+    /// Creates the partition of `txns` (else `events`) starting at `from`,
+    /// unless it exists.
+    async fn ensure_partition(&mut self, txns: bool, from: i64) -> Result<(), StoreError> {
+        let (parent, span) = if txns {
+            ("txns", self.txns_partition_ms())
+        } else {
+            ("events", self.partition_ms())
+        };
+        let parts = if txns {
+            &mut self.txns_parts
+        } else {
+            &mut self.events_parts
+        };
+        if parts.contains_key(&from) {
+            return Ok(());
+        }
+        let table = self
+            .layout
+            .create_partition(&self.client, parent, from, from + span)
+            .await?;
+        parts.insert(
+            from,
+            Partition {
+                from_ms: from,
+                to_ms: from + span,
+                table,
+            },
+        );
         Ok(())
     }
 
@@ -454,20 +459,7 @@ impl Writer {
         let p = self.partition_ms();
         let first = clock.div_euclid(p) * p;
         for from in (0..3).map(|i| first + i * p) {
-            if !self.events_parts.contains_key(&from) {
-                let table = self
-                    .layout
-                    .create_partition(&self.client, "events", from, from + p)
-                    .await?;
-                self.events_parts.insert(
-                    from,
-                    Partition {
-                        from_ms: from,
-                        to_ms: from + p,
-                        table,
-                    },
-                );
-            }
+            self.ensure_partition(false, from).await?;
         }
         Ok(())
     }

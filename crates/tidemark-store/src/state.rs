@@ -188,3 +188,13 @@ pub async fn observation_rates(c: &Client) -> Result<Vec<(String, i64, f64)>, St
         .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect())
 }
+
+/// The sum of the counters whose names start with `prefix` (a family, like
+/// `received_`), or the one named exactly `prefix`.
+pub fn sum_prefix(counters: &[(String, i64)], prefix: &str) -> i64 {
+    counters
+        .iter()
+        .filter(|(n, _)| n.starts_with(prefix))
+        .map(|(_, v)| v)
+        .sum()
+}
