@@ -39,9 +39,8 @@ impl Scores {
             .iter()
             .map(|(n, p)| (n.clone(), Value::from(*p)))
             .collect();
-        if let Some(p) = self.p_install {
-            m.insert("p_install".into(), Value::from(p));
-        }
+        // Always present: null until the ctr, cvr_short and cvr_long models all exist.
+        m.insert("p_install".into(), self.p_install.map_or(Value::Null, Value::from));
         Value::Object(m)
     }
 }
