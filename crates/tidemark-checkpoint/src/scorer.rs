@@ -40,7 +40,10 @@ impl Scores {
             .map(|(n, p)| (n.clone(), Value::from(*p)))
             .collect();
         // Always present: null until the ctr, cvr_short and cvr_long models all exist.
-        m.insert("p_install".into(), self.p_install.map_or(Value::Null, Value::from));
+        m.insert(
+            "p_install".into(),
+            self.p_install.map_or(Value::Null, Value::from),
+        );
         Value::Object(m)
     }
 }
