@@ -657,3 +657,27 @@ fn retention_never_deletes_what_a_consumer_has_not_read() {
     shard.stop();
     assert_eq!(counter(&db, "t", "pruned"), 5);
 }
+
+#[test]
+fn ticks_sent_counts_estimate_what_pubsub_lost() {
+    let db = TestDb::new("loss");
+    let mut publ = Publisher::new();
+    let mut shard = ShardProc::start(
+        &db,
+        "l",
+        &publ.endpoint,
+        "prefixes = [\"0\"]\nbatch_delay = \"20ms\"",
+    );
+    publ.wait_subscribed("tick", 2);
+    let now = crate::support::now_ms();
+    // The publisher had sent 10 bids before; 5 more reach the shard, but it claims 10.
+    publ.tick_sent(now, &[("bid-0".into(), 10)]);
+    for i in 0..5u128 {
+        publ.event("bid", &tx(i, now), now, BID);
+    }
+    publ.tick_sent(now + 1, &[("bid-0".into(), 20)]);
+    std::thread::sleep(Duration::from_millis(300));
+    shard.stop();
+    assert_eq!(counter(&db, "l", "received_bid"), 5);
+    assert_eq!(counter(&db, "l", "lost_estimate"), 5);
+}

@@ -293,7 +293,12 @@ impl Publisher {
     }
 
     pub fn tick(&self, ts: i64) {
-        let p = tidemark_wire::tick_payload("test", ts, &[]);
+        self.tick_sent(ts, &[]);
+    }
+
+    /// A tick carrying `sent` counts (`<type>-<digit>`, messages sent so far).
+    pub fn tick_sent(&self, ts: i64, sent: &[(String, u64)]) {
+        let p = tidemark_wire::tick_payload("test", ts, sent);
         self.sock
             .send_multipart([b"tick".as_slice(), p.as_bytes()], 0)
             .unwrap();

@@ -23,7 +23,7 @@ pub struct Counters {
 pub const PER_TYPE: [&str; 5] = ["received", "late", "outside_windows", "unmatched", "future"];
 
 /// Other counters, besides `rejected_<reason>`.
-pub const SINGLE: [&str; 15] = [
+pub const SINGLE: [&str; 16] = [
     "dropped_overflow",
     "dropped_features",
     "batches",
@@ -39,6 +39,7 @@ pub const SINGLE: [&str; 15] = [
     "forgotten",
     "gaps",
     "pruned",
+    "lost_estimate",
 ];
 
 impl Counters {
@@ -72,7 +73,7 @@ impl Counters {
         }
     }
 
-    fn type_slot(t: EventType) -> usize {
+    pub fn type_slot(t: EventType) -> usize {
         match t {
             EventType::Auction => 0,
             EventType::Bid => 1,

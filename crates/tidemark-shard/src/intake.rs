@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use crate::clock::{EventClock, Socket};
 use crate::config::{ClockKind, Config};
 use crate::counters::Counters;
+use crate::loss::LossEstimator;
 
 /// Events per chunk handed to the writer.
 const CHUNK_EVENTS: usize = 2048;
@@ -129,6 +130,8 @@ pub fn spawn(
         chunk: Chunk::default(),
         chunk_started: Instant::now(),
         stalled_since: None,
+        loss: LossEstimator::new(config.types.clone(), &config.prefixes),
+        reported_loss: 0,
         out,
         logged: Vec::new(),
     };
@@ -153,6 +156,9 @@ struct Intake {
     chunk_started: Instant,
     /// Since when the writer's queue has been full.
     stalled_since: Option<Instant>,
+    loss: LossEstimator,
+    /// The loss estimate already added to the `lost_estimate` counter.
+    reported_loss: u64,
     out: mpsc::Sender<Chunk>,
     /// When each rejection reason was last logged, so bad input cannot flood the log.
     logged: Vec<(&'static str, Instant)>,
@@ -217,6 +223,7 @@ impl Intake {
         };
         match decoded {
             Ok(Message::Event(e)) => {
+                self.loss.arrived(e.kind, e.txid.first_digit());
                 let created = e.txid.created_ms() as i64;
                 let reference = match (self.clock_kind, self.clock.value()) {
                     (ClockKind::Event, Some(v)) => v,
@@ -251,6 +258,14 @@ impl Intake {
                 });
             }
             Ok(Message::Tick(t)) => {
+                if !t.sent.is_empty() {
+                    let lost = self.loss.tick(which, &t.publisher, &t.sent);
+                    if lost > self.reported_loss {
+                        self.counters
+                            .add("lost_estimate", lost - self.reported_loss);
+                        self.reported_loss = lost;
+                    }
+                }
                 if self.clock_kind == ClockKind::Event {
                     if let Some(v) = self.clock.tick(which, &t.publisher, t.ts, Instant::now()) {
                         self.chunk.clock = Some(v);

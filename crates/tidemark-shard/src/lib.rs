@@ -10,6 +10,7 @@ pub mod clock;
 pub mod config;
 pub mod counters;
 pub mod intake;
+pub mod loss;
 pub mod phases;
 mod writer;
 
