@@ -286,8 +286,9 @@ async fn final_report(url: &str, shards: &[String]) -> anyhow::Result<String> {
         let get = |p: &str| tidemark_store::state::sum_prefix(&counters, p);
         writeln!(
             out,
-            "shard {s:<7} received {:>8}  rejected {:>3}  late {:>5}  duplicates {:>5}  orphans {:>4}  kept after impression {:>7}  after click {:>6}",
+            "shard {s:<7} received {:>8}  lost on the wire {:>3}  rejected {:>3}  late {:>5}  duplicates {:>5}  orphans {:>4}  kept after impression {:>7}  after click {:>6}",
             get("received_"),
+            get("lost_estimate"),
             get("rejected_"),
             get("late_"),
             get("duplicates"),

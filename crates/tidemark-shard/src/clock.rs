@@ -55,6 +55,19 @@ impl EventClock {
         let timeout = self.publisher_timeout;
         self.latest
             .retain(|_, (_, heard)| now.saturating_duration_since(*heard) <= timeout);
+        // A publisher heard on one socket only holds the clock: its messages on
+        // the other socket may still be queued unread (at start, a flooded
+        // high-frequency socket yields its first tick long after the other).
+        let heard_on_both = self.latest.keys().all(|(socket, publisher)| {
+            let other = match socket {
+                Socket::High => Socket::Low,
+                Socket::Low => Socket::High,
+            };
+            self.latest.contains_key(&(other, publisher.clone()))
+        });
+        if !heard_on_both {
+            return None;
+        }
         let oldest = self.latest.values().map(|(ts, _)| *ts).min()?;
         let candidate = oldest - self.lateness;
         if self.value.is_none_or(|v| candidate > v) {
@@ -87,17 +100,24 @@ mod tests {
     fn oldest_socket_and_publisher_wins() {
         let t0 = Instant::now();
         let mut c = clock();
-        assert_eq!(c.tick(Socket::High, "p", 100_000, t0), Some(95_000));
+        // Heard on one socket only: the other may hold unread messages.
+        assert_eq!(c.tick(Socket::High, "p", 100_000, t0), None);
+        assert_eq!(c.tick(Socket::Low, "p", 100_000, t0), Some(95_000));
         // The high socket runs ahead; the low one holds the clock back.
-        c.tick(Socket::Low, "p", 90_000, t0);
         c.tick(Socket::High, "p", 200_000, t0);
+        c.tick(Socket::Low, "p", 90_000, t0);
         assert_eq!(c.value(), Some(95_000), "never moves back");
         c.tick(Socket::Low, "p", 150_000, t0);
         assert_eq!(c.value(), Some(145_000));
         // A second, slower publisher holds it too, until it times out.
         c.tick(Socket::High, "q", 160_000, t0);
-        c.tick(Socket::Low, "q", 160_000, t0);
         c.tick(Socket::Low, "p", 300_000, t0);
+        assert_eq!(
+            c.value(),
+            Some(145_000),
+            "q not yet heard on the low socket"
+        );
+        c.tick(Socket::Low, "q", 160_000, t0);
         assert_eq!(c.value(), Some(155_000));
         let later = t0 + Duration::from_secs(31);
         c.tick(Socket::High, "p", 300_000, later);
@@ -108,7 +128,8 @@ mod tests {
     #[test]
     fn a_saved_floor_is_kept() {
         let mut c = EventClock::new(Duration::ZERO, Duration::from_secs(30), Some(1_000));
-        assert_eq!(c.tick(Socket::High, "p", 500, Instant::now()), None);
+        c.tick(Socket::High, "p", 500, Instant::now());
+        assert_eq!(c.tick(Socket::Low, "p", 500, Instant::now()), None);
         assert_eq!(c.value(), Some(1_000));
     }
 }
