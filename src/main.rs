@@ -132,7 +132,7 @@ fn stop_on_signal(flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
             .enable_all()
             .build()
             .expect("runtime");
-        rt.block_on(shutdown_signal());
+        rt.block_on(async { shutdown_signal().await });
         flag.store(true, std::sync::atomic::Ordering::Relaxed);
     });
 }

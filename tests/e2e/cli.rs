@@ -89,3 +89,36 @@ fn plan_check_finds_overlapping_shard_configs() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stdout).contains("overlap: a \"1\" and c \"1f\""));
 }
+
+#[test]
+fn publish_stops_cleanly_on_sigterm_and_reports() {
+    let child = bin()
+        .args([
+            "publish",
+            "--bind",
+            "tcp://127.0.0.1:*",
+            "--tps",
+            "50",
+            "--warmup",
+            "0s",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["events"].as_u64().unwrap() > 0);
+    assert!(report["ticks"].as_u64().unwrap() > 0);
+}
