@@ -14,7 +14,7 @@ pub mod loss;
 pub mod phases;
 mod writer;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -65,10 +65,11 @@ pub async fn run(
     let custom: Vec<&str> = config.types.custom().map(|(_, n)| n).collect();
     let layout = Layout::new(&config.name, &custom, phases.click_window, config.rate());
     let client = open(&config, &layout, database_url).await?;
-    let mut columns = HashMap::from([(EventType::Click, 0), (EventType::Install, 1)]);
-    for (i, (t, _)) in config.types.custom().enumerate() {
-        columns.insert(t, 2 + i);
-    }
+    // In the order of `Layout::event_columns`: click, install, then custom types.
+    let columns: Vec<EventType> = [EventType::Click, EventType::Install]
+        .into_iter()
+        .chain(config.types.custom().map(|(t, _)| t))
+        .collect();
     let counters = Arc::new(Counters::new(&config.types));
     let mut writer = Writer {
         layout,
@@ -384,8 +385,9 @@ async fn reconnect(w: &mut Writer, url: &str) -> Result<(), ShardError> {
 
 fn report(w: &Writer, queued_chunks: usize) {
     let c = &w.counters;
+    let snapshot = c.snapshot();
     let sum = |fam: &str| -> u64 {
-        c.snapshot()
+        snapshot
             .iter()
             .filter(|(n, _)| n.starts_with(fam))
             .map(|(_, v)| v)

@@ -41,8 +41,8 @@ pub struct Writer {
     pub(crate) txns_parts: BTreeMap<i64, Partition>,
     pub(crate) pending: Vec<Chunk>,
     pub(crate) pending_events: usize,
-    /// Column index in `layout.event_columns` of each event type that has one.
-    pub(crate) columns: HashMap<EventType, usize>,
+    /// The event type each of `layout.event_columns` holds, in column order.
+    pub(crate) columns: Vec<EventType>,
     /// When retention last ran.
     pub(crate) last_prune: Option<Instant>,
 }
@@ -55,6 +55,14 @@ impl Writer {
     /// Consolidated partitions span ten fresh ones: they live ~30 times longer.
     fn txns_partition_ms(&self) -> i64 {
         self.partition_ms() * 10
+    }
+
+    /// The column of consolidated rows that holds an event type's earliest time.
+    fn column(&self, kind: EventType) -> usize {
+        self.columns
+            .iter()
+            .position(|k| *k == kind)
+            .expect("routed events and targets have a column")
     }
 
     /// Takes a chunk from intake.
@@ -106,8 +114,9 @@ impl Writer {
             self.ensure_partition(false, from).await?;
         }
         let mut fresh: Vec<EventRow<'_>> = Vec::with_capacity(routes.len());
-        let mut merges: [HashMap<Txid, MergeRow>; 2] = [HashMap::new(), HashMap::new()];
-        let mut late: Vec<(EventType, u64)> = Vec::new();
+        // Per tier (txns, long): one row per txid, found through `index`.
+        let mut merges: [(HashMap<Txid, usize>, Vec<MergeRow>); 2] = Default::default();
+        let mut late: Vec<EventType> = Vec::new();
         let mut routes = routes.into_iter();
         for chunk in &self.pending {
             for e in &chunk.events {
@@ -123,18 +132,19 @@ impl Writer {
                         user: chunk.user(e),
                     }),
                     r @ (Route::Consolidated | Route::LongWait) => {
-                        let col = self.columns[&e.kind];
-                        merges[usize::from(r == Route::LongWait)]
-                            .entry(e.txid)
-                            .or_insert_with(|| MergeRow {
+                        let col = self.column(e.kind);
+                        let (index, rows) = &mut merges[usize::from(r == Route::LongWait)];
+                        let i = *index.entry(e.txid).or_insert_with(|| {
+                            rows.push(MergeRow {
                                 txid: e.txid.as_str().to_owned(),
                                 created_ms: e.created,
                                 ts: Vec::new(),
-                            })
-                            .ts
-                            .push((col, e.ts));
+                            });
+                            rows.len() - 1
+                        });
+                        rows[i].ts.push((col, e.ts));
                     }
-                    Route::Late => late.push((e.kind, 1)),
+                    Route::Late => late.push(e.kind),
                     Route::OutsideWindows => self.counters.per_type("outside_windows", e.kind, 1),
                 }
             }
@@ -143,10 +153,9 @@ impl Writer {
         let result = async {
             let written = self.layout.copy_events(&self.client, &fresh).await?;
             let mut unmatched = Vec::new();
-            for (i, rows) in merges.iter().enumerate() {
-                let rows: Vec<MergeRow> = rows.values().cloned().collect();
-                for txid in self.layout.merge(&self.client, i == 1, &rows).await? {
-                    unmatched.push(txid);
+            for (tier, (_, rows)) in merges.iter().enumerate() {
+                for i in self.layout.merge(&self.client, tier == 1, rows).await? {
+                    unmatched.push(&rows[i]);
                 }
             }
             self.client.batch_execute("COMMIT").await?;
@@ -160,28 +169,17 @@ impl Writer {
                 return Err(e);
             }
         };
-        for (kind, n) in late {
-            self.counters.per_type("late", kind, n);
+        for kind in late {
+            self.counters.per_type("late", kind, 1);
         }
         // A merge without a row: its transaction got no impression (or no bid) in
         // time, so no population holds it.
-        let by_txid: HashMap<&str, &MergeRow> = merges
-            .iter()
-            .flat_map(|m| m.values())
-            .map(|r| (r.txid.as_str(), r))
-            .collect();
-        for txid in &unmatched {
-            for &(col, _) in &by_txid[txid.as_str()].ts {
-                let kind = self
-                    .columns
-                    .iter()
-                    .find(|(_, c)| **c == col)
-                    .map(|(k, _)| *k)
-                    .expect("column");
-                self.counters.per_type("unmatched", kind, 1);
+        for row in &unmatched {
+            for &(col, _) in &row.ts {
+                self.counters.per_type("unmatched", self.columns[col], 1);
             }
         }
-        let merged: usize = merges.iter().map(HashMap::len).sum();
+        let merged: usize = merges.iter().map(|(_, rows)| rows.len()).sum();
         self.counters
             .add("merged", (merged - unmatched.len()) as u64);
         self.counters.add("rows_written", written);
@@ -291,7 +289,7 @@ impl Writer {
                     let sql = TargetSql {
                         name: t.name.clone(),
                         given_click: t.given == Given::Click,
-                        column: self.layout.event_columns[self.columns[&t.event]].clone(),
+                        column: self.layout.event_columns[self.column(t.event)].clone(),
                         after_ms: t.after,
                         until_ms: t.until,
                     };

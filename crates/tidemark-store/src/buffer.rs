@@ -298,14 +298,14 @@ impl Layout {
     }
 
     /// Merges later events into consolidated rows of `txns` (`long = false`)
-    /// or `long`; returns the txids that had no row (their transaction is not
-    /// in any population).
+    /// or `long`; returns the indices in `rows` of those that had no row
+    /// (their transaction is not in any population).
     pub async fn merge(
         &self,
         c: &Client,
         long: bool,
         rows: &[MergeRow],
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<Vec<usize>, StoreError> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
@@ -347,10 +347,8 @@ impl Layout {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        Ok(txids
-            .into_iter()
-            .filter(|t| !found.contains(*t))
-            .map(str::to_owned)
+        Ok((0..rows.len())
+            .filter(|i| !found.contains(&rows[*i].txid))
             .collect())
     }
 
