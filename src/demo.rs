@@ -141,6 +141,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         start_ms: crate::publish::now_ms(),
         duration: Some(Duration::from_secs(args.seconds)),
         warmup: Duration::from_secs(2),
+        span_ms: None,
+        tick_past_ms: 0,
+        drain: Duration::from_secs(60),
+        write: None,
+        sndhwm: 200_000,
     };
     let market = MarketConfig {
         tps: args.tps,

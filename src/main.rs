@@ -36,7 +36,7 @@ enum Command {
     /// Run one shard: subscribe, buffer, sweep, emit observations
     Shard(shard::Args),
     /// Publish the synthetic market, or replay a recorded event file
-    Publish(publish::Args),
+    Publish(Box<publish::Args>),
     /// Learn FTRL-Proximal models: offline over TSV files, or online over shard databases
     Learn(learn::Args),
     /// Score bids (JSON lines on stdin) with a checkpoint
@@ -72,7 +72,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Shard(args) => shard::run(args),
-        Command::Publish(args) => publish::run(args),
+        Command::Publish(args) => publish::run(*args),
         Command::Learn(args) => learn::run(args),
         Command::Score(args) => score::run(args),
         Command::Export(args) => export::run(args),
@@ -119,9 +119,18 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
     async move {
         tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+            _ = term.recv() => tracing::info!("SIGTERM: stopping (a second signal ends at once)"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping (a second signal ends at once)"),
         }
+        // A second signal means "now": whatever is still held is given up.
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            eprintln!("tidemark: second signal, exiting at once");
+            std::process::exit(130);
+        });
     }
 }
 
@@ -132,7 +141,10 @@ fn stop_on_signal(flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
             .enable_all()
             .build()
             .expect("runtime");
-        rt.block_on(async { shutdown_signal().await });
-        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        rt.block_on(async {
+            shutdown_signal().await;
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            std::future::pending::<()>().await
+        });
     });
 }

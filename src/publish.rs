@@ -54,6 +54,30 @@ pub struct Args {
     /// Publisher name carried in ticks
     #[arg(long, default_value = "tidemark-publish")]
     name: String,
+    /// Synthetic market: event time to generate, e.g. 3h (needed at --speed 0); the
+    /// market then starts at now minus this, unless --start-ms says otherwise
+    #[arg(long, value_parser = parse_duration)]
+    span: Option<Duration>,
+    /// Synthetic market: events go out up to this much event time late (bounded disorder)
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    disorder: Duration,
+    /// Synthetic market: a duplicate's ts differs from the original's by up to this
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    duplicate_shift: Duration,
+    /// After the last event, keep stepping ticks through this much event time, so
+    /// shards sweep every window (e.g. 8d for the default install_long)
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    tick_past: Duration,
+    /// On exit, wait at most this long for subscribers to take what is still queued
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    drain: Duration,
+    /// Write the event payloads, one JSON object per line, to FILE instead of
+    /// publishing (a file --replay reads)
+    #[arg(long)]
+    write: Option<PathBuf>,
+    /// Messages queued per subscriber before sending blocks (never drops)
+    #[arg(long, default_value_t = 200_000)]
+    sndhwm: i32,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -70,7 +94,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     tidemark_wire::Types::new(&args.custom_types)
         .map_err(|e| anyhow::anyhow!("--custom-types: {e}"))?;
-    let start_ms = args.start_ms.unwrap_or_else(now_ms);
+    let span_ms = args.span.map(|d| d.as_millis() as i64);
+    let start_ms = args
+        .start_ms
+        .unwrap_or_else(|| now_ms() - span_ms.unwrap_or(0));
     let source = match args.replay {
         Some(path) => Source::Replay(path),
         None => Source::Synthetic(MarketConfig {
@@ -81,6 +108,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             click_window_ms: args.click_window.as_millis() as i64,
             install_short_ms: args.install_short.as_millis() as i64,
             custom_types: args.custom_types,
+            disorder_ms: args.disorder.as_millis() as i64,
+            duplicate_shift_ms: args.duplicate_shift.as_millis() as i64,
             ..MarketConfig::default()
         }),
     };
@@ -97,6 +126,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         start_ms,
         duration: args.duration,
         warmup: args.warmup,
+        span_ms,
+        tick_past_ms: args.tick_past.as_millis() as i64,
+        drain: args.drain,
+        write: args.write,
+        sndhwm: args.sndhwm,
     };
     let stop = Arc::new(AtomicBool::new(false));
     crate::stop_on_signal(stop.clone());
@@ -110,6 +144,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "seconds": secs,
             "events_per_second": report.events as f64 / secs.max(1e-9),
             "through_ms": report.through_ms,
+            "drain_seconds": report.drained.as_secs_f64(),
             "by_type": report.by_type.iter().map(|(k, v)| (k.clone(), (*v).into()))
                 .collect::<serde_json::Map<String, serde_json::Value>>(),
         })

@@ -296,6 +296,16 @@ impl Publisher {
         self.tick_sent(ts, &[]);
     }
 
+    /// Ticks from `from` to `to` a minute of event time at a time, as a
+    /// publisher steps through a quiet stretch (SPEC 3).
+    pub fn tick_steps(&self, from: i64, to: i64) {
+        let mut t = from;
+        while t < to {
+            t = (t + 60_000).min(to);
+            self.tick(t);
+        }
+    }
+
     /// A tick carrying `sent` counts (`<type>-<digit>`, messages sent so far).
     pub fn tick_sent(&self, ts: i64, sent: &[(String, u64)]) {
         let p = tidemark_wire::tick_payload("test", ts, sent);

@@ -31,6 +31,13 @@ pub struct MarketConfig {
     /// Custom event types, each following a click with probability `custom_rate`.
     pub custom_types: Vec<String>,
     pub custom_rate: f64,
+    /// Events go out up to this much event time after their own `ts`, so
+    /// later-stamped events may overtake them (bounded disorder).
+    pub disorder_ms: i64,
+    /// A duplicate's `ts` differs from the original's by up to this much
+    /// either way (never before creation). A bid's copy says `"retry": true`
+    /// in its features, so which copy won is visible downstream.
+    pub duplicate_shift_ms: i64,
 }
 
 impl Default for MarketConfig {
@@ -46,6 +53,8 @@ impl Default for MarketConfig {
             install_short_ms: 86_400_000,
             custom_types: Vec::new(),
             custom_rate: 0.3,
+            disorder_ms: 0,
+            duplicate_shift_ms: 2000,
         }
     }
 }
@@ -56,18 +65,23 @@ pub struct Out {
     pub type_name: String,
     pub txid: Txid,
     pub ts: i64,
+    /// Event time at which it goes out: `ts` plus its disorder delay. Every
+    /// event sent later has `ts >= send_at - disorder_ms`.
+    pub send_at: i64,
     /// `"key":value` pairs beyond type, txid and ts.
     pub extra: String,
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Pending {
-    ts: i64,
+    send_at: i64,
     order: u64,
+    ts: i64,
     kind: u8,
     txid: Txid,
     /// The click model's score ×1000, which sets the bid price.
     score_milli: i32,
+    retry: bool,
 }
 
 const APPS: u32 = 2000;
@@ -116,14 +130,14 @@ impl Market {
             && self
                 .heap
                 .peek()
-                .is_none_or(|Reverse(p)| p.ts >= self.next_created as i64)
+                .is_none_or(|Reverse(p)| p.send_at >= self.next_created as i64)
         {
             let created = self.next_created as i64;
             self.new_transaction(created);
             self.next_created += 1000.0 / self.cfg.tps;
         }
         match self.heap.peek() {
-            Some(Reverse(p)) if p.ts <= until_ms => {}
+            Some(Reverse(p)) if p.send_at <= until_ms => {}
             _ => return false,
         }
         let Reverse(p) = self.heap.pop().expect("peeked");
@@ -132,25 +146,31 @@ impl Market {
     }
 
     fn push(&mut self, ts: i64, kind: u8, txid: Txid, score_milli: i32) {
+        self.push_copy(ts, kind, txid, score_milli, false);
+        if self.rng.random_bool(self.cfg.duplicate_rate) {
+            let shift = self.cfg.duplicate_shift_ms;
+            let created = txid.created_ms() as i64;
+            let at = (ts + self.rng.random_range(-shift..=shift)).max(created);
+            self.push_copy(at, kind, txid, score_milli, true);
+        }
+    }
+
+    fn push_copy(&mut self, ts: i64, kind: u8, txid: Txid, score_milli: i32, retry: bool) {
         self.order += 1;
+        let delay = if self.cfg.disorder_ms > 0 {
+            self.rng.random_range(0..=self.cfg.disorder_ms)
+        } else {
+            0
+        };
         self.heap.push(Reverse(Pending {
-            ts,
+            send_at: ts + delay,
             order: self.order,
+            ts,
             kind,
             txid,
             score_milli,
+            retry,
         }));
-        if self.rng.random_bool(self.cfg.duplicate_rate) {
-            self.order += 1;
-            let retry = ts + self.rng.random_range(0..2000);
-            self.heap.push(Reverse(Pending {
-                ts: retry,
-                order: self.order,
-                kind,
-                txid,
-                score_milli,
-            }));
-        }
     }
 
     fn new_transaction(&mut self, created: i64) {
@@ -219,6 +239,7 @@ impl Market {
     fn render(&mut self, p: Pending, out: &mut Out) {
         out.txid = p.txid;
         out.ts = p.ts;
+        out.send_at = p.send_at;
         out.extra.clear();
         out.type_name.clear();
         match p.kind {
@@ -227,7 +248,7 @@ impl Market {
                 let f = Self::features(&p.txid);
                 let _ = write!(
                     out.extra,
-                    r#""features":{{"app":"app{}","campaign":"c{}","country":"{}","exchange":"{}","os":"{}","size":"{}","user_clicks":{},"wifi":{},"hour":"{}","bidfloor":{:.2}}},"price":{:.3}"#,
+                    r#""features":{{"app":"app{}","campaign":"c{}","country":"{}","exchange":"{}","os":"{}","size":"{}","user_clicks":{},"wifi":{},"hour":"{}","bidfloor":{:.2}{}}},"price":{:.3}"#,
                     f[0],
                     f[1],
                     COUNTRIES[f[2] as usize],
@@ -238,6 +259,7 @@ impl Market {
                     f[7] == 1,
                     (p.ts / 3_600_000) % 24,
                     0.1 + f64::from(f[6]) * 0.05,
+                    if p.retry { r#","retry":true"# } else { "" },
                     0.5 + f64::from(p.score_milli.rem_euclid(1000)) / 1000.0,
                 );
             }
@@ -283,6 +305,7 @@ impl Default for Out {
             type_name: String::new(),
             txid: Txid::new(0, 0),
             ts: 0,
+            send_at: 0,
             extra: String::new(),
         }
     }

@@ -1,11 +1,15 @@
-//! `tidemark publish`: puts events on a ZeroMQ PUB socket, paced in event
-//! time, with a heartbeat (`tick`) at least every 250 ms of wall time.
+//! `tidemark publish`: puts events on a ZeroMQ socket, paced in event time,
+//! with heartbeats (`tick`) as SPEC 3 asks: one before the first event, then
+//! at least every 250 ms of wall time and, faster than real time, every
+//! minute of event time, stepping through quiet stretches.
 //!
-//! It never drops: the send high-water mark is unlimited, so a slow
-//! subscriber makes messages queue here (paced by `speed`) rather than vanish.
+//! It never drops: the socket is an XPUB with `ZMQ_XPUB_NODROP`, so a full
+//! subscriber queue blocks the sender instead of losing messages, and on exit
+//! it waits (up to `drain`) until its queues are handed to the subscribers'
+//! connections. It can also write what it would send to a file, to replay.
 
 use std::collections::HashMap;
-use std::io::BufRead;
+use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -17,7 +21,8 @@ use crate::market::{Market, MarketConfig, Out};
 /// Where events come from.
 pub enum Source {
     Synthetic(MarketConfig),
-    /// JSON lines, one event payload each, in time order.
+    /// JSON lines, one event payload each, in time order (up to the
+    /// publisher's disorder bound).
     Replay(PathBuf),
 }
 
@@ -34,6 +39,18 @@ pub struct PublishOptions {
     pub duration: Option<Duration>,
     /// Wall time to wait after binding, so subscribers can connect first.
     pub warmup: Duration,
+    /// Synthetic market: event time to generate (needed at speed 0).
+    pub span_ms: Option<i64>,
+    /// After the last event, keep stepping ticks through this much event
+    /// time, so shards sweep every window and emit the last observations.
+    pub tick_past_ms: i64,
+    /// How long to wait on exit for queued messages to reach subscribers.
+    pub drain: Duration,
+    /// Write the events' payloads, one per line, to this file instead of
+    /// publishing (a file `--replay` reads).
+    pub write: Option<PathBuf>,
+    /// Messages queued per subscriber before sending blocks.
+    pub sndhwm: i32,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -44,9 +61,13 @@ pub struct PublishReport {
     /// Event time everything before which was published.
     pub through_ms: i64,
     pub by_type: Vec<(String, u64)>,
+    /// Wall time spent on exit waiting for queued messages to be taken.
+    pub drained: Duration,
 }
 
 const TICK_EVERY: Duration = Duration::from_millis(250);
+/// The most event time between two ticks (SPEC 3: a minute).
+const TICK_STEP_MS: i64 = 60_000;
 
 /// Counts of sent messages per `<type>-<first digit>`, for ticks.
 #[derive(Default)]
@@ -87,38 +108,81 @@ impl Sent {
     }
 }
 
+/// Where messages go: a socket, or a file of payload lines.
+enum Sink {
+    Socket(zmq::Socket),
+    File(BufWriter<std::fs::File>, PathBuf),
+}
+
 struct Wire {
-    sock: zmq::Socket,
+    sink: Sink,
     sent: Sent,
     events: u64,
     ticks: u64,
     name: String,
+    /// The last tick's event time, and when it went out.
+    last_tick: Option<(i64, Instant)>,
 }
 
 impl Wire {
     fn event(&mut self, type_name: &str, txid: &Txid, payload: &[u8]) -> Result<(), String> {
-        let t = topic(type_name, txid);
-        self.sock
-            .send(t.as_bytes(), zmq::SNDMORE)
-            .map_err(|e| format!("send: {e}"))?;
-        self.sock
-            .send(payload, 0)
-            .map_err(|e| format!("send: {e}"))?;
+        match &mut self.sink {
+            Sink::Socket(sock) => {
+                let t = topic(type_name, txid);
+                sock.send(t.as_bytes(), zmq::SNDMORE)
+                    .map_err(|e| format!("send: {e}"))?;
+                sock.send(payload, 0).map_err(|e| format!("send: {e}"))?;
+            }
+            Sink::File(f, path) => {
+                f.write_all(payload)
+                    .and_then(|()| f.write_all(b"\n"))
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+        }
         self.sent.add(type_name, txid);
         self.events += 1;
         Ok(())
     }
 
     fn tick(&mut self, ts: i64) -> Result<(), String> {
+        self.last_tick = Some((ts, Instant::now()));
+        let Sink::Socket(sock) = &mut self.sink else {
+            return Ok(());
+        };
         let p = tick_payload(&self.name, ts, &self.sent.pairs());
-        self.sock
-            .send("tick", zmq::SNDMORE)
+        sock.send("tick", zmq::SNDMORE)
             .map_err(|e| format!("send: {e}"))?;
-        self.sock
-            .send(p.as_bytes(), 0)
+        sock.send(p.as_bytes(), 0)
             .map_err(|e| format!("send: {e}"))?;
         self.ticks += 1;
         Ok(())
+    }
+
+    /// Ticks as SPEC 3 asks before sending anything stamped after `through`
+    /// (everything up to `through` has been sent): the first tick, a step
+    /// at least every minute of event time, and one every `TICK_EVERY` of wall time.
+    fn ticks_to(&mut self, through: i64) -> Result<(), String> {
+        match self.last_tick {
+            None => return self.tick(through),
+            Some((last, at)) => {
+                let mut last = last;
+                while through - last > TICK_STEP_MS {
+                    last += TICK_STEP_MS;
+                    self.tick(last)?;
+                }
+                if through > last && at.elapsed() >= TICK_EVERY {
+                    self.tick(through)?;
+                } else if at.elapsed() >= TICK_EVERY {
+                    // Idle: tell shards the publisher is alive.
+                    self.tick(last)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn last_tick_ts(&self) -> Option<i64> {
+        self.last_tick.map(|(ts, _)| ts)
     }
 }
 
@@ -129,37 +193,111 @@ pub fn publish(
     stop: &AtomicBool,
 ) -> Result<PublishReport, String> {
     let ctx = zmq::Context::new();
-    let sock = ctx.socket(zmq::PUB).map_err(|e| format!("zmq: {e}"))?;
-    sock.set_sndhwm(0).map_err(|e| format!("sndhwm: {e}"))?;
-    sock.set_linger(5_000).map_err(|e| format!("linger: {e}"))?;
-    for ep in &opts.bind {
-        sock.bind(ep).map_err(|e| format!("--bind {ep}: {e}"))?;
-    }
-    for ep in &opts.connect {
-        sock.connect(ep)
-            .map_err(|e| format!("--connect {ep}: {e}"))?;
-    }
-    std::thread::sleep(opts.warmup);
+    let sink = match &opts.write {
+        Some(path) => {
+            let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            Sink::File(BufWriter::with_capacity(1 << 20, f), path.clone())
+        }
+        None => {
+            let mut sock = ctx.socket(zmq::XPUB).map_err(|e| format!("zmq: {e}"))?;
+            sock.set_sndhwm(opts.sndhwm)
+                .map_err(|e| format!("sndhwm: {e}"))?;
+            set_nodrop(&mut sock)?;
+            for ep in &opts.bind {
+                sock.bind(ep).map_err(|e| format!("--bind {ep}: {e}"))?;
+            }
+            for ep in &opts.connect {
+                sock.connect(ep)
+                    .map_err(|e| format!("--connect {ep}: {e}"))?;
+            }
+            std::thread::sleep(opts.warmup);
+            Sink::Socket(sock)
+        }
+    };
     let mut wire = Wire {
-        sock,
+        sink,
         sent: Sent::default(),
         events: 0,
         ticks: 0,
         name: opts.publisher.clone(),
+        last_tick: None,
     };
     let started = Instant::now();
     let through = match source {
         Source::Synthetic(cfg) => synthetic(opts, cfg, &mut wire, stop, started)?,
         Source::Replay(path) => replay(opts, &path, &mut wire, stop, started)?,
     };
-    wire.tick(through)?;
+    // Step the ticks past the end, so shards sweep every window.
+    let end = through + opts.tick_past_ms;
+    let mut last = wire.last_tick_ts().unwrap_or(through).max(through);
+    wire.tick(last)?;
+    while last < end && !stop.load(Ordering::Relaxed) {
+        last = (last + TICK_STEP_MS).min(end);
+        wire.tick(last)?;
+    }
+    let elapsed = started.elapsed();
+    let drained = match wire.sink {
+        Sink::File(mut f, path) => {
+            f.flush().map_err(|e| format!("{}: {e}", path.display()))?;
+            Duration::ZERO
+        }
+        Sink::Socket(sock) => drain(sock, ctx, opts.drain)?,
+    };
     Ok(PublishReport {
         events: wire.events,
         ticks: wire.ticks,
-        elapsed: started.elapsed(),
-        through_ms: through,
+        elapsed,
+        through_ms: last,
         by_type: wire.sent.by_type(),
+        drained,
     })
+}
+
+/// Waits until every queued message has been handed to its subscriber's
+/// connection, or `bound` passes (then the rest is lost, and said so).
+fn drain(sock: zmq::Socket, ctx: zmq::Context, bound: Duration) -> Result<Duration, String> {
+    let started = Instant::now();
+    sock.set_linger(bound.as_millis().min(i32::MAX as u128) as i32)
+        .map_err(|e| format!("linger: {e}"))?;
+    tracing::info!(
+        "waiting up to {:.0}s (--drain) for subscribers to take what is still queued",
+        bound.as_secs_f64()
+    );
+    drop(sock);
+    // Terminating the context blocks until the queues are empty or linger expires.
+    drop(ctx);
+    let waited = started.elapsed();
+    if waited + Duration::from_millis(50) >= bound {
+        return Err(format!(
+            "gave up after {:.1}s (--drain): a subscriber did not take every queued message, so some were lost",
+            waited.as_secs_f64()
+        ));
+    }
+    Ok(waited)
+}
+
+/// Makes a full subscriber queue block the sender instead of dropping.
+/// The `zmq` crate has no setter for this option, hence the raw call.
+#[allow(unsafe_code)]
+fn set_nodrop(sock: &mut zmq::Socket) -> Result<(), String> {
+    let on: std::os::raw::c_int = 1;
+    // SAFETY: `sock` is a live socket for the whole call, and ZMQ_XPUB_NODROP
+    // reads exactly one int from `optval`, which points at `on`.
+    let rc = unsafe {
+        zmq_sys::zmq_setsockopt(
+            sock.as_mut_ptr(),
+            zmq_sys::ZMQ_XPUB_NODROP as std::os::raw::c_int,
+            (&on as *const std::os::raw::c_int).cast(),
+            std::mem::size_of::<std::os::raw::c_int>(),
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "cannot set ZMQ_XPUB_NODROP: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
 
 fn done(opts: &PublishOptions, stop: &AtomicBool, started: Instant) -> bool {
@@ -173,38 +311,60 @@ fn synthetic(
     stop: &AtomicBool,
     started: Instant,
 ) -> Result<i64, String> {
-    if opts.speed <= 0.0 {
-        return Err("--speed must be greater than 0 for the synthetic market".into());
+    if opts.speed <= 0.0 && opts.span_ms.is_none() {
+        return Err(
+            "--speed 0 (as fast as possible) needs --span, the event time to generate".into(),
+        );
     }
+    let end = opts.span_ms.map(|s| opts.start_ms + s);
     let mut market = Market::new(cfg, opts.start_ms);
     let mut out = Out::default();
     let mut payload = String::new();
     let mut through = opts.start_ms;
-    let mut last_tick = Instant::now() - TICK_EVERY;
+    wire.tick(through)?;
     while !done(opts, stop, started) {
-        let now_ms = opts.start_ms + (started.elapsed().as_secs_f64() * 1000.0 * opts.speed) as i64;
+        let mut now_ms = if opts.speed > 0.0 {
+            opts.start_ms + (started.elapsed().as_secs_f64() * 1000.0 * opts.speed) as i64
+        } else {
+            i64::MAX
+        };
+        if let Some(end) = end {
+            if through >= end {
+                break;
+            }
+            now_ms = now_ms.min(end);
+        }
         let mut caught_up = true;
         for _ in 0..4096 {
             if !market.next_until(now_ms, &mut out) {
                 break;
             }
+            // Everything that goes out before `send_at` has been sent.
+            through = through.max(out.send_at - 1);
+            wire.ticks_to(through)?;
             event_payload(&mut payload, &out.type_name, &out.txid, out.ts, &out.extra);
             wire.event(&out.type_name, &out.txid, payload.as_bytes())?;
-            through = out.ts - 1;
             caught_up = false;
         }
         if caught_up {
-            through = now_ms;
+            through = through.max(now_ms);
         }
-        if last_tick.elapsed() >= TICK_EVERY {
-            wire.tick(through)?;
-            last_tick = Instant::now();
-        }
-        if caught_up {
+        wire.ticks_to(through)?;
+        if caught_up && opts.speed > 0.0 {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
     Ok(through)
+}
+
+/// The fields a replay needs from each line; the line itself is sent as is.
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: &'a str,
+    #[serde(borrow)]
+    txid: &'a str,
+    ts: i64,
 }
 
 fn replay(
@@ -215,56 +375,68 @@ fn replay(
     started: Instant,
 ) -> Result<i64, String> {
     let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
     let mut first_ts: Option<i64> = None;
-    let mut through = 0;
-    let mut last_tick = Instant::now() - TICK_EVERY;
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        if done(opts, stop, started) {
+    let mut through = i64::MIN;
+    let mut line = String::new();
+    let mut n = 0u64;
+    let mut skipped = 0u64;
+    loop {
+        line.clear();
+        n += 1;
+        if reader
+            .read_line(&mut line)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            == 0
+            || done(opts, stop, started)
+        {
             break;
         }
-        let line = line.map_err(|e| format!("{}: {e}", path.display()))?;
-        if line.trim().is_empty() {
+        let text = line.trim_end_matches(['\n', '\r']);
+        if text.trim().is_empty() {
             continue;
         }
-        let v: serde_json::Value = match serde_json::from_str(&line) {
-            Ok(v) => v,
+        let head = match serde_json::from_str::<Head<'_>>(text) {
+            Ok(h) => h,
             Err(e) => {
-                tracing::warn!("{}:{}: skipped, not JSON: {e}", path.display(), n + 1);
+                skipped += 1;
+                if skipped <= 10 {
+                    tracing::warn!(
+                        "{}:{n}: skipped, needs string type and txid and integer ts: {e}",
+                        path.display()
+                    );
+                }
                 continue;
             }
         };
-        let (Some(t), Some(x), Some(ts)) =
-            (v["type"].as_str(), v["txid"].as_str(), v["ts"].as_i64())
-        else {
-            tracing::warn!(
-                "{}:{}: skipped, needs type, txid and ts",
-                path.display(),
-                n + 1
-            );
+        let Some(txid) = Txid::parse(head.txid) else {
+            skipped += 1;
+            if skipped <= 10 {
+                tracing::warn!("{}:{n}: skipped, bad txid {:?}", path.display(), head.txid);
+            }
             continue;
         };
-        let Some(txid) = Txid::parse(x) else {
-            tracing::warn!("{}:{}: skipped, bad txid {x:?}", path.display(), n + 1);
-            continue;
-        };
+        let ts = head.ts;
         let first = *first_ts.get_or_insert(ts);
         if opts.speed > 0.0 {
-            // Wait until this event's time comes round.
+            // Wait until this event's time comes round, ticking meanwhile.
             let due = Duration::from_secs_f64(((ts - first).max(0) as f64 / opts.speed) / 1000.0);
             while started.elapsed() < due && !done(opts, stop, started) {
-                if last_tick.elapsed() >= TICK_EVERY {
-                    wire.tick(through)?;
-                    last_tick = Instant::now();
+                if through > i64::MIN {
+                    let now =
+                        first + (started.elapsed().as_secs_f64() * 1000.0 * opts.speed) as i64;
+                    wire.ticks_to(now.min(ts - 1).max(through))?;
                 }
                 std::thread::sleep(Duration::from_millis(1).min(due - started.elapsed().min(due)));
             }
         }
-        wire.event(t, &txid, line.as_bytes())?;
+        // Everything before this event's time has been sent (up to the file's disorder).
         through = through.max(ts - 1);
-        if last_tick.elapsed() >= TICK_EVERY {
-            wire.tick(through)?;
-            last_tick = Instant::now();
-        }
+        wire.ticks_to(through)?;
+        wire.event(head.ty, &txid, text.as_bytes())?;
     }
-    Ok(through + 1)
+    if skipped > 10 {
+        tracing::warn!("{}: {skipped} lines skipped in all", path.display());
+    }
+    Ok(through.max(first_ts.unwrap_or(0)) + 1)
 }

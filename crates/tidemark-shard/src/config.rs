@@ -41,6 +41,15 @@ pub struct Config {
     pub retention: Option<Duration>,
     /// How often retention runs.
     pub retention_check: Duration,
+    /// Most rows a shard keeps in `tidemark.quarantine`.
+    pub quarantine_max: i64,
+    /// How long a stopping shard tries to write what it holds (SPEC 7).
+    pub shutdown_timeout: Duration,
+    /// Buffered rows one sweep transaction aims at (sweeps are sized by rows,
+    /// not by creation time: a sparse day is one, a dense minute several).
+    pub sweep_rows: u64,
+    /// Rows a buffer partition aims at: sparse stretches get wider partitions.
+    pub partition_rows: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +131,10 @@ struct Raw {
     partition: Option<String>,
     retention: Option<String>,
     retention_check: Option<String>,
+    quarantine_max: Option<i64>,
+    shutdown_timeout: Option<String>,
+    sweep_rows: Option<u64>,
+    partition_rows: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -269,6 +282,14 @@ impl Config {
                 &raw.retention_check,
                 Duration::from_secs(60),
             )?,
+            quarantine_max: positive("quarantine_max", raw.quarantine_max, 10_000)?,
+            shutdown_timeout: dur(
+                "shutdown_timeout",
+                &raw.shutdown_timeout,
+                Duration::from_secs(30),
+            )?,
+            sweep_rows: positive("sweep_rows", raw.sweep_rows, 250_000)?,
+            partition_rows: positive("partition_rows", raw.partition_rows, 1_000_000)?,
         })
     }
 

@@ -41,6 +41,9 @@ pub struct Ev {
     features: Option<(u32, u32)>,
     pub price: Option<f64>,
     user: Option<(u32, u32)>,
+    /// The payload as received, kept to quarantine the event should the
+    /// database refuse it.
+    raw: (u32, u32),
 }
 
 /// Events in arrival order, then the clock as it stood after them.
@@ -50,6 +53,8 @@ pub struct Chunk {
     arena: String,
     /// Set when the event clock moved; applies after every event of the chunk.
     pub clock: Option<i64>,
+    /// The newest tick heard so far (the `max_future` reference), saved with the clock.
+    pub reference: Option<i64>,
 }
 
 impl Chunk {
@@ -59,6 +64,11 @@ impl Chunk {
 
     pub fn user(&self, e: &Ev) -> Option<&str> {
         e.user.map(|(a, b)| &self.arena[a as usize..b as usize])
+    }
+
+    /// The event's payload as it arrived.
+    pub fn raw(&self, e: &Ev) -> &str {
+        &self.arena[e.raw.0 as usize..e.raw.1 as usize]
     }
 
     fn push_str(&mut self, s: &str) -> (u32, u32) {
@@ -89,10 +99,12 @@ pub fn subscriptions(types: &[&str], prefixes: &[String]) -> Vec<String> {
 }
 
 /// Opens both sockets, connects them and starts the intake thread.
+/// `saved_reference`: the newest tick the previous run heard.
 pub fn spawn(
     config: &Config,
     counters: Arc<Counters>,
     clock_floor: Option<i64>,
+    saved_reference: Option<i64>,
     out: mpsc::Sender<Chunk>,
     stop: Arc<AtomicBool>,
 ) -> Result<JoinHandle<()>, String> {
@@ -125,6 +137,8 @@ pub fn spawn(
         clock_kind: config.clock,
         clock: EventClock::new(config.lateness, config.publisher_timeout, clock_floor),
         max_future: config.max_future.as_millis() as i64,
+        newest_tick: None,
+        saved_reference: saved_reference.unwrap_or(i64::MIN),
         max_chunk: config.max_pending.clamp(CHUNK_EVENTS, 1 << 20),
         arrival: wall_ms() * 1000,
         chunk: Chunk::default(),
@@ -150,6 +164,9 @@ struct Intake {
     clock_kind: ClockKind,
     clock: EventClock,
     max_future: i64,
+    /// The newest tick heard in this run, from any publisher on either socket.
+    newest_tick: Option<i64>,
+    saved_reference: i64,
     max_chunk: usize,
     arrival: i64,
     chunk: Chunk,
@@ -225,11 +242,7 @@ impl Intake {
             Ok(Message::Event(e)) => {
                 self.loss.arrived(e.kind, e.txid.first_digit());
                 let created = e.txid.created_ms() as i64;
-                let reference = match (self.clock_kind, self.clock.value()) {
-                    (ClockKind::Event, Some(v)) => v,
-                    _ => wall_ms(),
-                };
-                if created > reference + self.max_future {
+                if created > self.reference() + self.max_future {
                     self.counters.per_type("future", e.kind, 1);
                     return;
                 }
@@ -246,6 +259,10 @@ impl Intake {
                     self.chunk.push_str(&f.json)
                 });
                 let user = e.user.as_deref().map(|u| self.chunk.push_str(u));
+                // Decoded messages are UTF-8: the decoder checked.
+                let raw = self
+                    .chunk
+                    .push_str(std::str::from_utf8(payload).unwrap_or_default());
                 self.chunk.events.push(Ev {
                     kind: e.kind,
                     txid: e.txid,
@@ -255,9 +272,25 @@ impl Intake {
                     features,
                     price: e.price,
                     user,
+                    raw,
                 });
             }
             Ok(Message::Tick(t)) => {
+                // A mis-stamped tick could open the door to far-future txids
+                // and sweep every window: refuse it like a future event.
+                if t.ts > self.reference() + self.max_future {
+                    self.counters.add("future_tick", 1);
+                    self.log_reason(
+                        "future_tick",
+                        topic,
+                        "a tick too far ahead of the newest one heard",
+                    );
+                    return;
+                }
+                if self.newest_tick.is_none_or(|n| t.ts > n) {
+                    self.newest_tick = Some(t.ts);
+                    self.chunk.reference = self.newest_tick;
+                }
                 if !t.sent.is_empty() {
                     let lost = self.loss.tick(which, &t.publisher, &t.sent);
                     if lost > self.reported_loss {
@@ -274,8 +307,20 @@ impl Intake {
             }
             Err(r) => {
                 self.counters.rejected(&r);
-                self.log_reject(&r, topic);
+                self.log_reason(r.reason(), topic, &r.to_string());
             }
+        }
+    }
+
+    /// What `max_future` is measured from (SPEC 1): wall time under the wall
+    /// clock; under the event clock the newest tick heard from any publisher
+    /// on either socket, never the (oldest-tick) sweeping clock; before the
+    /// first tick, the larger of wall time and the previous run's reference.
+    fn reference(&self) -> i64 {
+        match (self.clock_kind, self.newest_tick) {
+            (ClockKind::Event, Some(t)) => t,
+            (ClockKind::Event, None) => wall_ms().max(self.saved_reference),
+            (ClockKind::Wall, _) => wall_ms(),
         }
     }
 
@@ -286,9 +331,11 @@ impl Intake {
             self.chunk_started = Instant::now();
             return;
         }
+        // A clock move rides with the events: it never forces a small chunk
+        // (a replay ticks every minute of event time), and `CHUNK_AGE` bounds
+        // how long it waits when the publisher is idle.
         let due = last
             || self.chunk.events.len() >= CHUNK_EVENTS
-            || self.chunk.clock.is_some()
             || self.chunk_started.elapsed() >= CHUNK_AGE;
         if !due {
             return;
@@ -312,9 +359,8 @@ impl Intake {
         }
     }
 
-    fn log_reject(&mut self, r: &Reject, topic: &[u8]) {
+    fn log_reason(&mut self, reason: &'static str, topic: &[u8], what: &str) {
         let now = Instant::now();
-        let reason = r.reason();
         match self.logged.iter_mut().find(|(n, _)| *n == reason) {
             Some((_, at)) if now.duration_since(*at) < Duration::from_secs(10) => return,
             Some((_, at)) => *at = now,
@@ -323,8 +369,7 @@ impl Intake {
         let shown: String = String::from_utf8_lossy(&topic[..topic.len().min(64)]).into_owned();
         tracing::warn!(
             reason,
-            total = self.counters.get(&format!("rejected_{reason}")),
-            "rejected a message ({r}), topic {shown:?}; repeats of this reason are logged at most every 10s"
+            "rejected a message ({what}), topic {shown:?}; repeats of this reason are logged at most every 10s"
         );
     }
 }

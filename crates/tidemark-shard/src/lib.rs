@@ -40,6 +40,12 @@ pub enum ShardError {
     LockLost(String),
     #[error("{0}")]
     Intake(String),
+    #[error("stopped without writing {unwritten} accepted events: the database stayed away for the whole shutdown_timeout ({waited:?}); last error: {error}")]
+    ShutdownTimeout {
+        unwritten: usize,
+        waited: Duration,
+        error: String,
+    },
 }
 
 /// What a shard did in this run.
@@ -86,6 +92,9 @@ pub async fn run(
         pending_events: 0,
         columns,
         last_prune: None,
+        reference: None,
+        rows_by_bucket: BTreeMap::new(),
+        unknown_failures: 0,
         config,
     };
     restore(&mut writer).await?;
@@ -97,6 +106,7 @@ pub async fn run(
         &writer.config,
         counters.clone(),
         writer.applied,
+        writer.reference,
         tx,
         stop.clone(),
     )
@@ -144,6 +154,24 @@ pub async fn run(
         if retry_at.is_some_and(|t| now < t) {
             continue;
         }
+        // Reconnect one attempt at a time, so a stop request is heard while
+        // the database is away.
+        if writer.client.is_closed() {
+            match reconnect(&mut writer, database_url).await {
+                Ok(()) => retry_at = None,
+                Err(ShardError::Store(e)) => {
+                    let wait = backoff.fail();
+                    tracing::warn!(
+                        "cannot reach the database, holding {} events and retrying in {:.1}s: {e}",
+                        writer.pending_events,
+                        wait.as_secs_f64()
+                    );
+                    retry_at = Some(Instant::now() + wait);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
         let sweep_due = now >= next_sweep;
         let batch_full = writer.pending_events >= writer.config.batch_events;
         let flush =
@@ -177,51 +205,84 @@ pub async fn run(
                         writer.pending_events,
                         wait.as_secs_f64()
                     );
+                    surface_error(&writer, &e).await;
                     retry_at = Some(Instant::now() + wait);
-                    if writer.client.is_closed() {
-                        reconnect(&mut writer, database_url).await?;
-                    }
                 }
             }
         }
+
         if now >= next_report {
             report(&writer, rx.len());
             next_report = now + REPORT_EVERY;
         }
     }
 
-    // Clean stop: no more reading; write what intake and the writer hold.
+    // Clean stop: no more reading; write what intake and the writer hold,
+    // trying for at most `shutdown_timeout`.
     stop.store(true, Ordering::Relaxed);
+    let deadline = Instant::now() + writer.config.shutdown_timeout;
     let intake_done = tokio::task::spawn_blocking(move || intake.join());
     while let Some(c) = rx.recv().await {
         writer.push(c);
     }
     let _ = intake_done.await;
     let mut backoff = Backoff::new();
+    let mut last_error = None;
     loop {
-        match writer.flush().await {
-            Ok(()) => break,
-            Err(e) if e.is_transient() => {
-                let wait = backoff.fail();
-                tracing::warn!(
-                    "stopping: database error, retrying in {:.1}s: {e}",
-                    wait.as_secs_f64()
-                );
-                tokio::time::sleep(wait).await;
-                if writer.client.is_closed() {
-                    reconnect(&mut writer, database_url).await?;
+        if writer.client.is_closed() {
+            if let Err(e) = reconnect(&mut writer, database_url).await {
+                last_error = Some(e.to_string());
+            }
+        }
+        if !writer.client.is_closed() {
+            match final_write(&mut writer, &counters).await {
+                Ok(()) => break,
+                Err(e) => {
+                    surface_error(&writer, &e).await;
+                    last_error = Some(e.to_string());
                 }
             }
-            Err(e) => return Err(e.into()),
         }
+        let wait = backoff.fail();
+        if Instant::now() + wait >= deadline {
+            return Err(ShardError::ShutdownTimeout {
+                unwritten: writer.pending_events,
+                waited: writer.config.shutdown_timeout,
+                error: last_error.unwrap_or_default(),
+            });
+        }
+        tracing::warn!(
+            "stopping: cannot write {} events yet, retrying in {:.1}s: {}",
+            writer.pending_events,
+            wait.as_secs_f64(),
+            last_error.as_deref().unwrap_or("")
+        );
+        tokio::time::sleep(wait).await;
     }
-    let deltas = counters.take_deltas();
-    state::add_counters(&writer.client, &writer.layout.shard, &deltas).await?;
     report(&writer, 0);
     tracing::info!(shard = writer.layout.shard, "shard stopped cleanly");
     Ok(Summary {
         counters: counters.snapshot(),
     })
+}
+
+/// The last write of a stopping shard: pending events, then the counters.
+async fn final_write(w: &mut Writer, counters: &Counters) -> Result<(), StoreError> {
+    w.flush().await?;
+    let deltas = counters.take_deltas();
+    if let Err(e) = state::add_counters(&w.client, &w.layout.shard, &deltas).await {
+        counters.unflush(&deltas);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Counts a database error and records it where operators look
+/// (`shard_status.last_error`), when the database is there to take it.
+async fn surface_error(w: &Writer, e: &StoreError) {
+    if !w.client.is_closed() {
+        let _ = state::record_error(&w.client, &w.layout.shard, &e.to_string()).await;
+    }
 }
 
 /// Connects, migrates, takes the shard's lock and makes its tables.
@@ -282,6 +343,7 @@ async fn restore(w: &mut Writer) -> Result<(), ShardError> {
     .await?;
     w.next_seq = row.next_seq;
     w.applied = row.clock_ms;
+    w.reference = row.reference_ms;
     if let Some(clock) = row.clock_ms {
         let saved = state::watermarks(c, &w.config.name).await?;
         let mut wm = Watermarks::at(&w.phases, clock);
@@ -300,6 +362,14 @@ async fn restore(w: &mut Writer) -> Result<(), ShardError> {
     }
     check_sentinel(w, row.existed).await?;
     load_partitions(w).await?;
+    let p = w.config.partition.as_millis() as i64;
+    w.rows_by_bucket = w
+        .layout
+        .rows_by_bucket(&w.client, p)
+        .await?
+        .into_iter()
+        .map(|(b, n)| (b, n as u64))
+        .collect();
     tracing::info!(
         shard = w.config.name,
         clock = ?w.applied,
@@ -325,17 +395,25 @@ async fn load_partitions(w: &mut Writer) -> Result<(), StoreError> {
 
 /// An empty sentinel on a shard that ran before: the unlogged buffer was
 /// emptied (PostgreSQL crashed). Record what creation times were lost.
-async fn check_sentinel(w: &Writer, existed: bool) -> Result<(), ShardError> {
+async fn check_sentinel(w: &mut Writer, existed: bool) -> Result<(), ShardError> {
     let was_there = w.layout.check_sentinel(&w.client).await?;
     if was_there || !existed {
         return Ok(());
     }
-    let Some(wm) = &w.wm else {
-        return Ok(());
+    let buffered = std::mem::take(&mut w.rows_by_bucket);
+    let p = w.config.partition.as_millis() as i64;
+    // What may have been buffered: from the last phase's watermark (or the
+    // oldest bucket written, before any sweep) to the clock plus max_future.
+    let (from, to) = match (&w.wm, w.applied) {
+        (Some(wm), applied) => (
+            wm.last,
+            applied.unwrap_or(wm.impression) + w.config.max_future.as_millis() as i64,
+        ),
+        (None, _) => match (buffered.keys().next(), buffered.keys().next_back()) {
+            (Some(first), Some(last)) => (first - 1, last + p),
+            _ => return Ok(()),
+        },
     };
-    let applied = w.applied.unwrap_or(wm.impression);
-    let from = wm.last;
-    let to = applied + w.config.max_future.as_millis() as i64;
     state::record_gap(
         &w.client,
         &w.config.name,
@@ -354,32 +432,20 @@ async fn check_sentinel(w: &Writer, existed: bool) -> Result<(), ShardError> {
     Ok(())
 }
 
-/// After the connection dropped: reconnect (retrying), retake the lock,
-/// and check whether the buffer survived.
+/// After the connection dropped: one attempt to reconnect, retake the lock,
+/// and check whether the buffer survived. The caller retries with back-off.
 async fn reconnect(w: &mut Writer, url: &str) -> Result<(), ShardError> {
-    let mut backoff = Backoff::new();
-    loop {
-        match open(&w.config, &w.layout, url).await {
-            Ok(c) => {
-                w.client = c;
-                check_sentinel(w, true).await?;
-                // A crash can lose partitions whose creation had not reached the WAL.
-                load_partitions(w).await?;
-                tracing::info!("reconnected to the database");
-                return Ok(());
-            }
-            Err(ShardError::AlreadyRunning { .. }) => {
-                return Err(ShardError::LockLost(w.config.name.clone()))
-            }
-            Err(e) => {
-                let wait = backoff.fail();
-                tracing::warn!(
-                    "cannot reach the database, retrying in {:.1}s: {e}",
-                    wait.as_secs_f64()
-                );
-                tokio::time::sleep(wait).await;
-            }
+    match open(&w.config, &w.layout, url).await {
+        Ok(c) => {
+            w.client = c;
+            check_sentinel(w, true).await?;
+            // A crash can lose partitions whose creation had not reached the WAL.
+            load_partitions(w).await?;
+            tracing::info!("reconnected to the database");
+            Ok(())
         }
+        Err(ShardError::AlreadyRunning { .. }) => Err(ShardError::LockLost(w.config.name.clone())),
+        Err(e) => Err(e),
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tidemark_store::buffer::{EventRow, Layout, MergeRow, Partition, TargetSql};
-use tidemark_store::{state, StoreError};
+use tidemark_store::{state, ErrorClass, StoreError};
 use tidemark_wire::{EventType, Txid};
 use tokio_postgres::Client;
 
@@ -20,9 +20,17 @@ use crate::counters::Counters;
 use crate::intake::{wall_ms, Chunk};
 use crate::phases::{route, Phases, Route, Watermarks};
 
-/// The most creation time one phase transaction sweeps, so a shard far
-/// behind catches up in bounded slices.
-const SLICE_MS: i64 = 5 * 60_000;
+/// The widest a buffer partition grows over sparse stretches.
+const MAX_PARTITION_MS: i64 = 86_400_000;
+
+fn error_counter(class: ErrorClass) -> &'static str {
+    match class {
+        ErrorClass::Transient => "db_errors_transient",
+        ErrorClass::Resource => "db_errors_resource",
+        ErrorClass::Data => "db_errors_data",
+        ErrorClass::Unknown => "db_errors_unknown",
+    }
+}
 
 pub struct Writer {
     pub(crate) config: Config,
@@ -45,16 +53,30 @@ pub struct Writer {
     pub(crate) columns: Vec<EventType>,
     /// When retention last ran.
     pub(crate) last_prune: Option<Instant>,
+    /// The newest tick intake heard (the `max_future` reference), saved with the clock.
+    pub(crate) reference: Option<i64>,
+    /// Buffered rows per creation-time bucket of `partition` width: what
+    /// sizes sweeps and partitions by rows rather than by time.
+    pub(crate) rows_by_bucket: BTreeMap<i64, u64>,
+    /// Consecutive failures of an unclassified kind on a live connection.
+    pub(crate) unknown_failures: u32,
 }
+
+/// One pending event: its chunk, its index there, and where it goes.
+#[derive(Debug, Clone, Copy)]
+struct Item {
+    chunk: usize,
+    event: usize,
+    route: Route,
+}
+
+/// An unclassified error repeating this many times on a healthy connection is
+/// treated as a refusal of the data.
+const UNKNOWN_REPEATS: u32 = 3;
 
 impl Writer {
     fn partition_ms(&self) -> i64 {
         self.config.partition.as_millis() as i64
-    }
-
-    /// Consolidated partitions span ten fresh ones: they live ~30 times longer.
-    fn txns_partition_ms(&self) -> i64 {
-        self.partition_ms() * 10
     }
 
     /// The column of consolidated rows that holds an event type's earliest time.
@@ -69,6 +91,9 @@ impl Writer {
     pub fn push(&mut self, chunk: Chunk) {
         if let Some(c) = chunk.clock {
             self.event_clock = Some(self.event_clock.map_or(c, |e| e.max(c)));
+        }
+        if let Some(r) = chunk.reference {
+            self.reference = Some(self.reference.map_or(r, |e| e.max(r)));
         }
         self.pending_events += chunk.events.len();
         self.pending.push(chunk);
@@ -86,9 +111,11 @@ impl Writer {
         }
     }
 
-    /// Writes every pending event in one transaction: fresh ones appended with
-    /// `COPY`, later ones merged into consolidated rows. On error nothing is
-    /// written and the events stay pending.
+    /// Writes every pending event: fresh ones appended with `COPY`, later
+    /// ones merged into consolidated rows, in one transaction. A batch the
+    /// database refuses for what it holds is split until the refused events
+    /// are found; those are quarantined and the rest written. On any other
+    /// error what was not written stays pending and the error is returned.
     pub async fn flush(&mut self) -> Result<(), StoreError> {
         if self.pending.is_empty() {
             return Ok(());
@@ -97,56 +124,129 @@ impl Writer {
             .wm
             .clone()
             .unwrap_or_else(|| Watermarks::at(&self.phases, i64::MIN / 4));
-        let p = self.partition_ms();
         // Decide every event's place first; partitions must exist before the COPY.
-        let mut routes = Vec::with_capacity(self.pending_events);
-        let mut starts = BTreeSet::new();
-        for chunk in &self.pending {
-            for e in &chunk.events {
-                let r = route(&self.phases, &wm, e.kind, e.created, e.ts);
-                if r == Route::Fresh {
-                    starts.insert(e.created.div_euclid(p) * p);
+        let mut items = Vec::with_capacity(self.pending_events);
+        let mut fresh_at = BTreeSet::new();
+        for (ci, chunk) in self.pending.iter().enumerate() {
+            for (ei, e) in chunk.events.iter().enumerate() {
+                let route = route(&self.phases, &wm, e.kind, e.created, e.ts);
+                if route == Route::Fresh {
+                    fresh_at.insert(e.created.div_euclid(self.partition_ms()));
                 }
-                routes.push(r);
+                items.push(Item {
+                    chunk: ci,
+                    event: ei,
+                    route,
+                });
             }
         }
-        for from in starts {
-            self.ensure_partition(false, from).await?;
+        let p = self.partition_ms();
+        for bucket in fresh_at {
+            self.ensure_events_partition(bucket * p).await?;
         }
-        let mut fresh: Vec<EventRow<'_>> = Vec::with_capacity(routes.len());
+        let mut written = vec![false; items.len()];
+        let mut todo = Vec::new();
+        todo.push(0..items.len());
+        let mut result = Ok(());
+        while let Some(range) = todo.pop() {
+            let err = match self.write(&items[range.clone()]).await {
+                Ok(()) => {
+                    self.unknown_failures = 0;
+                    let p = self.partition_ms();
+                    for it in &items[range.clone()] {
+                        if it.route == Route::Fresh {
+                            let created = self.pending[it.chunk].events[it.event].created;
+                            *self
+                                .rows_by_bucket
+                                .entry(created.div_euclid(p) * p)
+                                .or_default() += 1;
+                        }
+                    }
+                    written[range].fill(true);
+                    continue;
+                }
+                Err(e) => e,
+            };
+            let class = err.class();
+            self.counters.add(error_counter(class), 1);
+            let isolate = match class {
+                ErrorClass::Data => true,
+                ErrorClass::Unknown if !self.client.is_closed() => {
+                    self.unknown_failures += 1;
+                    self.unknown_failures >= UNKNOWN_REPEATS
+                }
+                _ => false,
+            };
+            if !isolate {
+                result = Err(err);
+                break;
+            }
+            if range.len() == 1 {
+                if let Err(e) = self.quarantine(items[range.start], &err).await {
+                    result = Err(e);
+                    break;
+                }
+                self.unknown_failures = 0;
+                written[range.start] = true;
+                continue;
+            }
+            let mid = range.start + range.len() / 2;
+            todo.push(mid..range.end);
+            todo.push(range.start..mid);
+        }
+        if written.iter().all(|w| *w) {
+            self.pending.clear();
+            self.pending_events = 0;
+        } else {
+            // Keep only what was not written, so a retry never writes twice.
+            let mut keep = written.iter().map(|w| !w);
+            for chunk in &mut self.pending {
+                chunk
+                    .events
+                    .retain(|_| keep.next().expect("one flag per event"));
+            }
+            self.pending.retain(|c| !c.events.is_empty());
+            self.pending_events = self.pending.iter().map(|c| c.events.len()).sum();
+        }
+        result
+    }
+
+    /// Writes some pending events in one transaction; counts them on commit.
+    async fn write(&self, items: &[Item]) -> Result<(), StoreError> {
+        let mut fresh: Vec<EventRow<'_>> = Vec::with_capacity(items.len());
         // Per tier (txns, long): one row per txid, found through `index`.
         let mut merges: [(HashMap<Txid, usize>, Vec<MergeRow>); 2] = Default::default();
         let mut late: Vec<EventType> = Vec::new();
-        let mut routes = routes.into_iter();
-        for chunk in &self.pending {
-            for e in &chunk.events {
-                match routes.next().expect("one route per event") {
-                    Route::Fresh => fresh.push(EventRow {
-                        txid: e.txid.as_str(),
-                        created_ms: e.created,
-                        type_name: self.config.types.name(e.kind),
-                        ts_ms: e.ts,
-                        arrival: e.arrival,
-                        features: chunk.features(e),
-                        price: e.price,
-                        user: chunk.user(e),
-                    }),
-                    r @ (Route::Consolidated | Route::LongWait) => {
-                        let col = self.column(e.kind);
-                        let (index, rows) = &mut merges[usize::from(r == Route::LongWait)];
-                        let i = *index.entry(e.txid).or_insert_with(|| {
-                            rows.push(MergeRow {
-                                txid: e.txid.as_str().to_owned(),
-                                created_ms: e.created,
-                                ts: Vec::new(),
-                            });
-                            rows.len() - 1
+        let mut outside: Vec<EventType> = Vec::new();
+        for it in items {
+            let chunk = &self.pending[it.chunk];
+            let e = &chunk.events[it.event];
+            match it.route {
+                Route::Fresh => fresh.push(EventRow {
+                    txid: e.txid.as_str(),
+                    created_ms: e.created,
+                    type_name: self.config.types.name(e.kind),
+                    ts_ms: e.ts,
+                    arrival: e.arrival,
+                    features: chunk.features(e),
+                    price: e.price,
+                    user: chunk.user(e),
+                }),
+                r @ (Route::Consolidated | Route::LongWait) => {
+                    let col = self.column(e.kind);
+                    let (index, rows) = &mut merges[usize::from(r == Route::LongWait)];
+                    let i = *index.entry(e.txid).or_insert_with(|| {
+                        rows.push(MergeRow {
+                            txid: e.txid.as_str().to_owned(),
+                            created_ms: e.created,
+                            ts: Vec::new(),
                         });
-                        rows[i].ts.push((col, e.ts));
-                    }
-                    Route::Late => late.push(e.kind),
-                    Route::OutsideWindows => self.counters.per_type("outside_windows", e.kind, 1),
+                        rows.len() - 1
+                    });
+                    rows[i].ts.push((col, e.ts));
                 }
+                Route::Late => late.push(e.kind),
+                Route::OutsideWindows => outside.push(e.kind),
             }
         }
         self.client.batch_execute("BEGIN").await?;
@@ -172,6 +272,9 @@ impl Writer {
         for kind in late {
             self.counters.per_type("late", kind, 1);
         }
+        for kind in outside {
+            self.counters.per_type("outside_windows", kind, 1);
+        }
         // A merge without a row: its transaction got no impression (or no bid) in
         // time, so no population holds it.
         for row in &unmatched {
@@ -184,9 +287,37 @@ impl Writer {
             .add("merged", (merged - unmatched.len()) as u64);
         self.counters.add("rows_written", written);
         self.counters.add("batches", 1);
-        drop(fresh);
-        self.pending.clear();
-        self.pending_events = 0;
+        Ok(())
+    }
+
+    /// Sets aside one event the database refused on its own.
+    async fn quarantine(&mut self, it: Item, err: &StoreError) -> Result<(), StoreError> {
+        let chunk = &self.pending[it.chunk];
+        let e = &chunk.events[it.event];
+        let topic = format!("{}-{}", self.config.types.name(e.kind), e.txid.as_str());
+        let reason = err.to_string();
+        let kept = state::quarantine(
+            &self.client,
+            &self.layout.shard,
+            &state::Quarantined {
+                topic: &topic,
+                payload: chunk.raw(e).as_bytes(),
+                reason: &reason,
+                sqlstate: err.sqlstate(),
+            },
+            self.config.quarantine_max,
+        )
+        .await?;
+        if kept {
+            self.counters.add("quarantined", 1);
+        } else {
+            self.counters.add("quarantine_dropped", 1);
+        }
+        tracing::warn!(
+            topic,
+            kept,
+            "the database refused one event; set aside in tidemark.quarantine: {reason}"
+        );
         Ok(())
     }
 
@@ -206,12 +337,62 @@ impl Writer {
             self.applied = Some(start);
         }
         while let Some(a) = self.applied.filter(|a| *a < clock) {
-            self.sweep_to(clock.min(a + SLICE_MS)).await?;
+            let end = self.slice_end(a, clock);
+            self.sweep_to(end).await?;
         }
+        self.forget_buckets();
         self.drop_partitions().await?;
         self.create_ahead(clock).await?;
         self.retain().await?;
         Ok(())
+    }
+
+    /// How far one sweep transaction from clock `a` should go towards `clock`:
+    /// as far as keeps the buffered rows it visits, over every phase, near
+    /// `sweep_rows`. An empty stretch costs nothing however long; a dense
+    /// bucket is split in proportion.
+    fn slice_end(&self, a: i64, clock: i64) -> i64 {
+        let b = self.partition_ms();
+        let budget = self.config.sweep_rows;
+        let mut offsets: Vec<i64> = self.phases.targets.iter().map(|t| t.offset).collect();
+        offsets.push(self.phases.impression_offset);
+        offsets.sort_unstable();
+        offsets.dedup();
+        // (clock at which a bucket starts being swept by a phase, its rows)
+        let mut visits: Vec<(i64, u64)> = Vec::new();
+        for o in offsets {
+            let (lo, hi) = (a - o, clock - o);
+            let first = lo.div_euclid(b) * b;
+            for (&start, &rows) in self.rows_by_bucket.range(first..=hi) {
+                if start + b > lo {
+                    visits.push(((start + o).max(a + 1), rows));
+                }
+            }
+        }
+        visits.sort_unstable();
+        let mut end = clock;
+        let mut rows = 0;
+        for (from, n) in visits {
+            if from > a + 1 && rows + n > budget {
+                end = from - 1;
+                break;
+            }
+            rows += n;
+        }
+        if rows > budget {
+            // Buckets already under way hold more than one slice: go part of a bucket.
+            let step = (b as u128 * u128::from(budget) / u128::from(rows)).max(1) as i64;
+            end = end.min(a + step);
+        }
+        end
+    }
+
+    /// Forgets the row counts of buckets no phase will visit again.
+    fn forget_buckets(&mut self) {
+        if let Some(wm) = &self.wm {
+            let keep_from = wm.last.div_euclid(self.partition_ms()) * self.partition_ms();
+            self.rows_by_bucket = self.rows_by_bucket.split_off(&keep_from);
+        }
     }
 
     /// Deletes observations past retention that every registered consumer has read.
@@ -293,17 +474,27 @@ impl Writer {
                         after_ms: t.after,
                         until_ms: t.until,
                     };
-                    let (rows, positives) = self
+                    let (lo, hi) = (floor(old.targets[i]), new.targets[i]);
+                    tx.batch_execute("SAVEPOINT emit").await?;
+                    let (rows, positives) = match self
                         .layout
-                        .emit(
-                            tx,
-                            &sql,
-                            floor(old.targets[i]),
-                            new.targets[i],
-                            unclicked,
-                            next_seq,
-                        )
-                        .await?;
+                        .emit(tx, &sql, lo, hi, unclicked, next_seq)
+                        .await
+                    {
+                        Ok(v) => {
+                            tx.batch_execute("RELEASE SAVEPOINT emit").await?;
+                            v
+                        }
+                        Err(e) if e.class() == ErrorClass::Data => {
+                            tx.batch_execute("ROLLBACK TO SAVEPOINT emit").await?;
+                            let (rows, positives, gaps) = self
+                                .emit_row_by_row(tx, &sql, lo, hi, unclicked, next_seq, &e)
+                                .await?;
+                            extra.push(("emission_gaps".into(), gaps));
+                            (rows, positives)
+                        }
+                        Err(e) => return Err(e),
+                    };
                     next_seq += rows;
                     steps.push(("emit", started.elapsed().as_millis()));
                     extra.push((format!("observations_{}", t.name), rows));
@@ -324,7 +515,15 @@ impl Writer {
             }
             extra.push(("sweeps".into(), 1));
             let marks = self.marks(&new);
-            state::save_progress(tx, &self.layout.shard, clock, next_seq, &marks).await?;
+            state::save_progress(
+                tx,
+                &self.layout.shard,
+                clock,
+                self.reference,
+                next_seq,
+                &marks,
+            )
+            .await?;
             let mut all = deltas.clone();
             all.extend(extra.iter().cloned());
             state::add_counters(tx, &self.layout.shard, &all).await?;
@@ -345,6 +544,67 @@ impl Writer {
         self.wm = Some(new);
         self.applied = Some(clock);
         Ok(())
+    }
+
+    /// The database refused a target's rows as a set: emit them one at a
+    /// time, each under its own savepoint, setting aside (recorded by
+    /// (target, txid) in `tidemark.emission_gaps`) only the rows refused.
+    /// Returns `(rows, positives, set aside)`.
+    #[allow(clippy::too_many_arguments)]
+    async fn emit_row_by_row(
+        &self,
+        tx: &Client,
+        target: &TargetSql,
+        lo: i64,
+        hi: i64,
+        unclicked: i64,
+        next_seq: i64,
+        first_error: &StoreError,
+    ) -> Result<(i64, i64, i64), StoreError> {
+        tracing::warn!(
+            target = target.name,
+            "the database refused a sweep's observations; emitting them one by one: {first_error}"
+        );
+        let (mut rows, mut positives, mut gaps) = (0, 0, 0);
+        for (txid, created) in self
+            .layout
+            .population(tx, target, lo, hi, unclicked)
+            .await?
+        {
+            tx.batch_execute("SAVEPOINT one").await?;
+            match self
+                .layout
+                .emit_one(tx, target, &txid, created, unclicked, next_seq + rows)
+                .await
+            {
+                Ok((n, p)) => {
+                    tx.batch_execute("RELEASE SAVEPOINT one").await?;
+                    rows += n;
+                    positives += p;
+                }
+                Err(e) if e.class() == ErrorClass::Data => {
+                    tx.batch_execute("ROLLBACK TO SAVEPOINT one").await?;
+                    let reason = e.to_string();
+                    state::record_emission_gap(
+                        tx,
+                        &self.layout.shard,
+                        &target.name,
+                        &txid,
+                        created,
+                        &reason,
+                    )
+                    .await?;
+                    tracing::error!(
+                        target = target.name,
+                        txid,
+                        "an observation was refused by the database and set aside (tidemark.emission_gaps): {reason}"
+                    );
+                    gaps += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((rows, positives, gaps))
     }
 
     async fn keep_clicked(
@@ -381,47 +641,78 @@ impl Writer {
         m
     }
 
-    /// Consolidation writes rows of `(lo, hi]` into `txns`: make the partitions
-    /// for the fresh partitions that hold them.
+    /// Consolidation writes rows of `(lo, hi]` into `txns`: make the `txns`
+    /// partitions mirroring the `events` partitions that hold them.
     async fn ensure_txns_partitions(&mut self, lo: i64, hi: i64) -> Result<(), StoreError> {
-        let q = self.txns_partition_ms();
-        let needed: BTreeSet<i64> = self
+        let needed: Vec<(i64, i64)> = self
             .events_parts
             .values()
             .filter(|p| p.to_ms > lo && p.from_ms <= hi)
-            .map(|p| p.from_ms.div_euclid(q) * q)
+            .filter(|p| !self.txns_parts.contains_key(&p.from_ms))
+            .map(|p| (p.from_ms, p.to_ms))
             .collect();
-        for from in needed {
-            self.ensure_partition(true, from).await?;
+        for (from, to) in needed {
+            let table = self
+                .layout
+                .create_partition(&self.client, "txns", from, to)
+                .await?;
+            self.txns_parts.insert(
+                from,
+                Partition {
+                    from_ms: from,
+                    to_ms: to,
+                    table,
+                },
+            );
         }
         Ok(())
     }
 
-    /// Creates the partition of `txns` (else `events`) starting at `from`,
-    /// unless it exists.
-    async fn ensure_partition(&mut self, txns: bool, from: i64) -> Result<(), StoreError> {
-        let (parent, span) = if txns {
-            ("txns", self.txns_partition_ms())
-        } else {
-            ("events", self.partition_ms())
-        };
-        let parts = if txns {
-            &mut self.txns_parts
-        } else {
-            &mut self.events_parts
-        };
-        if parts.contains_key(&from) {
+    /// Makes sure an `events` partition covers creation time `t`. A new one
+    /// starts at `t`'s bucket and is as wide as keeps it near
+    /// `partition_rows`, judged by the partition before it: a sparse replay
+    /// gets few wide partitions, a dense stream narrow ones.
+    async fn ensure_events_partition(&mut self, t: i64) -> Result<(), StoreError> {
+        let p = self.partition_ms();
+        let prev = self.events_parts.range(..=t).next_back().map(|(_, v)| v);
+        if prev.is_some_and(|prev| prev.to_ms > t) {
             return Ok(());
         }
+        let width = match prev {
+            None => p,
+            Some(prev) => {
+                let w = prev.to_ms - prev.from_ms;
+                let rows: u64 = self
+                    .rows_by_bucket
+                    .range(prev.from_ms..prev.to_ms)
+                    .map(|(_, n)| n)
+                    .sum();
+                let target = self.config.partition_rows;
+                if rows < target / 2 {
+                    (w * 2).min(MAX_PARTITION_MS.max(p))
+                } else if rows > target * 2 {
+                    (w / 2).max(p) / p * p
+                } else {
+                    w
+                }
+            }
+        };
+        let from = t.div_euclid(p) * p;
+        let next = self
+            .events_parts
+            .range(t + 1..)
+            .next()
+            .map_or(i64::MAX, |(k, _)| *k);
+        let to = (from + width).min(next);
         let table = self
             .layout
-            .create_partition(&self.client, parent, from, from + span)
+            .create_partition(&self.client, "events", from, to)
             .await?;
-        parts.insert(
+        self.events_parts.insert(
             from,
             Partition {
                 from_ms: from,
-                to_ms: from + span,
+                to_ms: to,
                 table,
             },
         );
@@ -456,8 +747,8 @@ impl Writer {
     async fn create_ahead(&mut self, clock: i64) -> Result<(), StoreError> {
         let p = self.partition_ms();
         let first = clock.div_euclid(p) * p;
-        for from in (0..3).map(|i| first + i * p) {
-            self.ensure_partition(false, from).await?;
+        for t in (0..3).map(|i| first + i * p) {
+            self.ensure_events_partition(t).await?;
         }
         Ok(())
     }

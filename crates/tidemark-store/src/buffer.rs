@@ -240,6 +240,29 @@ impl Layout {
         Ok(name)
     }
 
+    /// Buffered rows per creation-time bucket of `bucket_ms` (events not yet
+    /// consolidated, consolidated and long-wait rows alike): `(bucket start, rows)`.
+    pub async fn rows_by_bucket(
+        &self,
+        c: &Client,
+        bucket_ms: i64,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        let sql = format!(
+            "SELECT (floor(extract(epoch FROM created_at)::float8 * 1000 / $1::float8) * $1::float8)::bigint AS b, count(*)
+             FROM (SELECT created_at FROM {events} UNION ALL SELECT created_at FROM {txns}
+                   UNION ALL SELECT created_at FROM {long}) x
+             GROUP BY b",
+            events = self.t("events"),
+            txns = self.t("txns"),
+            long = self.t("long"),
+        );
+        Ok(c.query(&sql, &[&(bucket_ms as f64)])
+            .await?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect())
+    }
+
     /// Drops a partition in its own short transaction (a drop holds a lock on
     /// the parent that would stall intake until commit). Idempotent.
     pub async fn drop_partition(&self, c: &Client, table: &str) -> Result<(), StoreError> {
@@ -431,15 +454,89 @@ impl Layout {
         unclicked: i64,
         next_seq: i64,
     ) -> Result<(i64, i64), StoreError> {
-        let col = &target.column;
-        let population = if target.given_click {
+        self.emit_where(tx, target, lo, hi, unclicked, next_seq, None)
+            .await
+    }
+
+    /// The population of a target for creation times `(lo, hi]` as
+    /// `(txid, created_ms)` in emission order: for emitting row by row when
+    /// the database refused the set.
+    pub async fn population(
+        &self,
+        tx: &impl GenericClient,
+        target: &TargetSql,
+        lo: i64,
+        hi: i64,
+        unclicked: i64,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let population = self.population_filter(target);
+        let sql = format!(
+            "SELECT txid, (extract(epoch FROM created_at) * 1000)::bigint FROM (
+                 SELECT txid, created_at, click_ts AS pop_ts FROM {txns}
+                 WHERE created_at > $1 AND created_at <= $2 AND created_at > $3
+                 UNION ALL
+                 SELECT txid, created_at, click_ts FROM {long}
+                 WHERE created_at > $1 AND created_at <= $2 AND created_at <= $3
+             ) p {population} ORDER BY created_at, txid",
+            txns = self.t("txns"),
+            long = self.t("long"),
+        );
+        Ok(tx
+            .query(&sql, &[&PgTime(lo), &PgTime(hi), &PgTime(unclicked)])
+            .await?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect())
+    }
+
+    /// Emits one transaction's observation of a target as number `seq`.
+    /// Returns `(rows, positives)`, each 0 or 1.
+    pub async fn emit_one(
+        &self,
+        tx: &impl GenericClient,
+        target: &TargetSql,
+        txid: &str,
+        created_ms: i64,
+        unclicked: i64,
+        seq: i64,
+    ) -> Result<(i64, i64), StoreError> {
+        self.emit_where(
+            tx,
+            target,
+            created_ms - 1,
+            created_ms,
+            unclicked,
+            seq,
+            Some(txid),
+        )
+        .await
+    }
+
+    fn population_filter(&self, target: &TargetSql) -> String {
+        if target.given_click {
             format!(
                 "WHERE pop_ts IS NOT NULL AND pop_ts <= created_at + interval '{} milliseconds'",
                 self.click_window_ms
             )
         } else {
             String::new()
-        };
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn emit_where(
+        &self,
+        tx: &impl GenericClient,
+        target: &TargetSql,
+        lo: i64,
+        hi: i64,
+        unclicked: i64,
+        next_seq: i64,
+        only: Option<&str>,
+    ) -> Result<(i64, i64), StoreError> {
+        let col = &target.column;
+        let population = self.population_filter(target);
+        let only_txid = if only.is_some() { " AND txid = $8" } else { "" };
         let after = if target.after_ms > 0 {
             format!(
                 " AND label_ts > created_at + interval '{} milliseconds'",
@@ -451,10 +548,10 @@ impl Layout {
         let sql = format!(
             "WITH p AS (
                  SELECT txid, created_at, features, click_ts AS pop_ts, {col} AS label_ts FROM {txns}
-                 WHERE created_at > $1 AND created_at <= $2 AND created_at > $3
+                 WHERE created_at > $1 AND created_at <= $2 AND created_at > $3{only_txid}
                  UNION ALL
                  SELECT txid, created_at, features, click_ts, {col} FROM {long}
-                 WHERE created_at > $1 AND created_at <= $2 AND created_at <= $3
+                 WHERE created_at > $1 AND created_at <= $2 AND created_at <= $3{only_txid}
              ), ins AS (
                  INSERT INTO tidemark.observations (shard, seq, target, txid, label, features, rate, created_at)
                  SELECT $4, $5 + row_number() OVER (ORDER BY created_at, txid) - 1, $6, txid,
@@ -470,20 +567,20 @@ impl Layout {
             long = self.t("long"),
             until = target.until_ms,
         );
-        let r = tx
-            .query_one(
-                &sql,
-                &[
-                    &PgTime(lo),
-                    &PgTime(hi),
-                    &PgTime(unclicked),
-                    &self.shard,
-                    &next_seq,
-                    &target.name,
-                    &self.rate,
-                ],
-            )
-            .await?;
+        let (lo, hi, unclicked) = (PgTime(lo), PgTime(hi), PgTime(unclicked));
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+            &lo,
+            &hi,
+            &unclicked,
+            &self.shard,
+            &next_seq,
+            &target.name,
+            &self.rate,
+        ];
+        if let Some(txid) = &only {
+            params.push(txid);
+        }
+        let r = tx.query_one(&sql, &params).await?;
         Ok((r.get(0), r.get(1)))
     }
 

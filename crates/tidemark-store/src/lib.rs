@@ -32,7 +32,56 @@ pub enum StoreError {
     Url(String),
 }
 
+/// What to do about a database error (issue 8's rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The connection or server went away, or a conflict: retry with back-off.
+    Transient,
+    /// The server is short of a resource (class 53, e.g. a full disk): retry,
+    /// never split the batch, since every part would fail alike.
+    Resource,
+    /// What was asked is refused (classes 22 and 23, program limits such as
+    /// 54000): split the batch until the refused events are found.
+    Data,
+    /// Anything else: retry; if it repeats on a healthy connection, treat as data.
+    Unknown,
+}
+
 impl StoreError {
+    /// Classifies an error for retrying or isolating.
+    pub fn class(&self) -> ErrorClass {
+        let StoreError::Db(e) = self else {
+            return ErrorClass::Unknown;
+        };
+        if e.is_closed() {
+            return ErrorClass::Transient;
+        }
+        let Some(code) = e.code() else {
+            // No SQLSTATE: an IO or protocol error on the connection.
+            return ErrorClass::Transient;
+        };
+        let c = code.code();
+        if c.starts_with("08") || c.starts_with("57P") || c.starts_with("40") {
+            ErrorClass::Transient
+        } else if c.starts_with("53") {
+            ErrorClass::Resource
+        } else if c.starts_with("22") || c.starts_with("23") || c.starts_with("54") {
+            ErrorClass::Data
+        } else {
+            ErrorClass::Unknown
+        }
+    }
+
+    /// The SQLSTATE, when the server gave one.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            StoreError::Db(e) | StoreError::Migration { source: e, .. } => {
+                e.code().map(|c| c.code())
+            }
+            _ => None,
+        }
+    }
+
     /// Whether retrying later may succeed (the server went away or is restarting),
     /// as opposed to an error in what was asked.
     pub fn is_transient(&self) -> bool {

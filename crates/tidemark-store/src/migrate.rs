@@ -23,6 +23,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "consumers",
         include_str!("../../../sql/V0004__consumers.sql"),
     ),
+    (
+        5,
+        "quarantine",
+        include_str!("../../../sql/V0005__quarantine.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.

@@ -16,6 +16,8 @@ pub struct ShardRow {
     /// `None` until a clock has been applied.
     pub clock_ms: Option<i64>,
     pub next_seq: i64,
+    /// The newest tick heard by the previous run (the `max_future` reference).
+    pub reference_ms: Option<i64>,
     /// Whether the shard had run against this database before.
     pub existed: bool,
 }
@@ -65,7 +67,7 @@ pub async fn register(
              ON CONFLICT (name) DO UPDATE SET prefixes = excluded.prefixes, rate = excluded.rate,
                  clock_kind = excluded.clock_kind, config = excluded.config, pid = excluded.pid,
                  host = excluded.host, started_at = now(), updated_at = now()
-             RETURNING clock_ms, next_seq, xmax <> 0",
+             RETURNING clock_ms, next_seq, xmax <> 0, reference_ms",
             &[
                 &shard,
                 &prefixes,
@@ -81,6 +83,7 @@ pub async fn register(
         clock_ms: r.get(0),
         next_seq: r.get(1),
         existed: r.get(2),
+        reference_ms: r.get(3),
     })
 }
 
@@ -96,18 +99,21 @@ pub async fn watermarks(c: &Client, shard: &str) -> Result<HashMap<String, i64>,
     .collect())
 }
 
-/// Saves the applied clock, the next sequence number and every watermark
-/// `(phase, offset_ms, wm_ms)`: call inside the transaction that emitted.
+/// Saves the applied clock, the `max_future` reference, the next sequence
+/// number and every watermark `(phase, offset_ms, wm_ms)`: call inside the
+/// transaction that emitted.
 pub async fn save_progress(
     c: &impl GenericClient,
     shard: &str,
     clock_ms: i64,
+    reference_ms: Option<i64>,
     next_seq: i64,
     marks: &[(String, i64, i64)],
 ) -> Result<(), StoreError> {
     c.execute(
-        "UPDATE tidemark.shards SET clock_ms = $2, next_seq = $3, updated_at = now() WHERE name = $1",
-        &[&shard, &clock_ms, &next_seq],
+        "UPDATE tidemark.shards SET clock_ms = $2, next_seq = $3, updated_at = now(),
+             reference_ms = greatest(reference_ms, $4) WHERE name = $1",
+        &[&shard, &clock_ms, &next_seq, &reference_ms],
     )
     .await?;
     let phases: Vec<&str> = marks.iter().map(|m| m.0.as_str()).collect();
@@ -197,4 +203,60 @@ pub fn sum_prefix(counters: &[(String, i64)], prefix: &str) -> i64 {
         .filter(|(n, _)| n.starts_with(prefix))
         .map(|(_, v)| v)
         .sum()
+}
+
+/// Records the last database error a shard met (shown by `shard_status`).
+pub async fn record_error(c: &Client, shard: &str, error: &str) -> Result<(), StoreError> {
+    c.execute(
+        "UPDATE tidemark.shards SET last_error = $2, last_error_at = now() WHERE name = $1",
+        &[&shard, &error],
+    )
+    .await?;
+    Ok(())
+}
+
+/// One event set aside because the database refused it on its own.
+#[derive(Debug, Clone)]
+pub struct Quarantined<'a> {
+    pub topic: &'a str,
+    pub payload: &'a [u8],
+    pub reason: &'a str,
+    pub sqlstate: Option<&'a str>,
+}
+
+/// Keeps a refused event in `tidemark.quarantine` unless the shard already
+/// holds `max` rows there; returns whether it was kept.
+pub async fn quarantine(
+    c: &Client,
+    shard: &str,
+    q: &Quarantined<'_>,
+    max: i64,
+) -> Result<bool, StoreError> {
+    let n = c
+        .execute(
+            "INSERT INTO tidemark.quarantine (shard, topic, payload, reason, sqlstate)
+             SELECT $1, $2, $3, $4, $5
+             WHERE (SELECT count(*) FROM tidemark.quarantine WHERE shard = $1) < $6",
+            &[&shard, &q.topic, &q.payload, &q.reason, &q.sqlstate, &max],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// Records an observation that could not be written (inside the sweep's transaction).
+pub async fn record_emission_gap(
+    c: &impl GenericClient,
+    shard: &str,
+    target: &str,
+    txid: &str,
+    created_ms: i64,
+    reason: &str,
+) -> Result<(), StoreError> {
+    c.execute(
+        "INSERT INTO tidemark.emission_gaps (shard, target, txid, created_at, reason)
+         VALUES ($1, $2, $3, to_timestamp($4::float8 / 1000), $5) ON CONFLICT DO NOTHING",
+        &[&shard, &target, &txid, &(created_ms as f64), &reason],
+    )
+    .await?;
+    Ok(())
 }

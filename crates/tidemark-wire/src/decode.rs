@@ -16,6 +16,9 @@ use crate::{EventType, Txid, Types};
 /// Largest payload accepted (SPEC 2).
 pub const MAX_PAYLOAD: usize = 64 * 1024;
 
+/// `ts` must be below 2^53 (SPEC 3): exact in a double, and a valid timestamptz.
+pub const MAX_TS: i64 = 1 << 53;
+
 /// One accepted message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message<'a> {
@@ -76,11 +79,18 @@ pub enum Reject {
     MistypedField(&'static str),
     /// The payload's `type` or `txid` differs from the topic's.
     TopicMismatch(&'static str),
+    /// A used string (type, txid, publisher, user, a feature's name or value)
+    /// holds U+0000, which PostgreSQL text and jsonb cannot store.
+    NulChar,
+    /// `ts` outside `0 <= ts < 2^53`.
+    TsRange,
+    /// A used number (price, a feature value) overflows a double.
+    NonFinite,
 }
 
 impl Reject {
     /// Counter names, one per variant, in [`Reject::index`] order.
-    pub const REASONS: [&'static str; 11] = [
+    pub const REASONS: [&'static str; 14] = [
         "frame_count",
         "oversize",
         "bad_topic",
@@ -92,6 +102,9 @@ impl Reject {
         "missing_field",
         "mistyped_field",
         "topic_mismatch",
+        "nul_char",
+        "ts_range",
+        "non_finite",
     ];
 
     pub fn index(&self) -> usize {
@@ -107,6 +120,9 @@ impl Reject {
             Reject::MissingField(_) => 8,
             Reject::MistypedField(_) => 9,
             Reject::TopicMismatch(_) => 10,
+            Reject::NulChar => 11,
+            Reject::TsRange => 12,
+            Reject::NonFinite => 13,
         }
     }
 
@@ -129,6 +145,9 @@ impl fmt::Display for Reject {
             Reject::MissingField(k) => write!(f, "missing field `{k}`"),
             Reject::MistypedField(k) => write!(f, "field `{k}` has the wrong type"),
             Reject::TopicMismatch(k) => write!(f, "payload `{k}` differs from the topic's"),
+            Reject::NulChar => f.write_str("a string holds U+0000"),
+            Reject::TsRange => f.write_str("`ts` is outside 0 <= ts < 2^53"),
+            Reject::NonFinite => f.write_str("a number is not finite"),
         }
     }
 }
@@ -294,19 +313,37 @@ fn string<'a>(
     match raw {
         None => Ok(None),
         Some(r) if is_null(r) => Ok(None),
-        Some(r) => Cow::<'a, str>::deserialize(r)
-            .map(Some)
-            .map_err(|_| Reject::MistypedField(name)),
+        Some(r) => {
+            let s = Cow::<'a, str>::deserialize(r).map_err(|_| Reject::MistypedField(name))?;
+            if s.contains('\0') {
+                return Err(Reject::NulChar);
+            }
+            Ok(Some(s))
+        }
     }
+}
+
+/// Whether validated JSON text is a number literal (so a failed parse means overflow).
+fn is_number_literal(raw: &str) -> bool {
+    raw.starts_with(|c: char| c == '-' || c.is_ascii_digit())
+}
+
+/// serde_json refuses a literal such as `1e999` as out of range: the one way
+/// JSON spells a non-finite number.
+fn is_out_of_range(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("number out of range")
 }
 
 fn number(raw: Option<&RawValue>, name: &'static str) -> Result<Option<f64>, Reject> {
     match raw {
         None => Ok(None),
         Some(r) if is_null(r) => Ok(None),
-        Some(r) => serde_json::from_str::<f64>(r.get())
-            .map(Some)
-            .map_err(|_| Reject::MistypedField(name)),
+        Some(r) => match serde_json::from_str::<f64>(r.get()) {
+            Ok(x) if x.is_finite() => Ok(Some(x)),
+            Ok(_) => Err(Reject::NonFinite),
+            Err(_) if is_number_literal(r.get()) => Err(Reject::NonFinite),
+            Err(_) => Err(Reject::MistypedField(name)),
+        },
     }
 }
 
@@ -314,15 +351,29 @@ fn timestamp(raw: Option<&RawValue>) -> Result<i64, Reject> {
     let r = raw
         .filter(|r| !is_null(r))
         .ok_or(Reject::MissingField("ts"))?;
-    match serde_json::from_str::<i64>(r.get()) {
-        Ok(ts) if ts >= 0 => Ok(ts),
-        _ => Err(Reject::MistypedField("ts")),
+    let text = r.get();
+    match serde_json::from_str::<i64>(text) {
+        Ok(ts) if (0..MAX_TS).contains(&ts) => Ok(ts),
+        Ok(_) => Err(Reject::TsRange),
+        // An integer literal too large for i64 is out of range too.
+        Err(_) if is_number_literal(text) && text.bytes().skip(1).all(|b| b.is_ascii_digit()) => {
+            Err(Reject::TsRange)
+        }
+        Err(_) => Err(Reject::MistypedField("ts")),
     }
 }
 
 fn features(raw: &RawValue) -> Result<Features<'_>, Reject> {
-    let scan = serde_json::from_str::<FeatureScan>(raw.get())
-        .map_err(|_| Reject::MistypedField("features"))?;
+    let scan = serde_json::from_str::<FeatureScan>(raw.get()).map_err(|e| {
+        if is_out_of_range(&e) {
+            Reject::NonFinite
+        } else {
+            Reject::MistypedField("features")
+        }
+    })?;
+    if scan.nul {
+        return Err(Reject::NulChar);
+    }
     if scan.dropped == 0 {
         return Ok(Features {
             json: Cow::Borrowed(raw.get()),
@@ -346,9 +397,11 @@ fn features(raw: &RawValue) -> Result<Features<'_>, Reject> {
     })
 }
 
-/// Walks a features object counting values that are not string, number or bool.
+/// Walks a features object counting values that are not string, number or
+/// bool, and noting U+0000 in a name or a kept string.
 struct FeatureScan {
     dropped: u32,
+    nul: bool,
 }
 
 impl<'de> Deserialize<'de> for FeatureScan {
@@ -360,20 +413,43 @@ impl<'de> Deserialize<'de> for FeatureScan {
                 f.write_str("an object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FeatureScan, A::Error> {
-                let mut dropped = 0;
-                while let Some((_, scalar)) = map.next_entry::<IgnoredAny, IsScalar>()? {
-                    if !scalar.0 {
-                        dropped += 1;
+                let mut scan = FeatureScan {
+                    dropped: 0,
+                    nul: false,
+                };
+                while let Some((name, value)) = map.next_entry::<IsScalar, IsScalar>()? {
+                    match value {
+                        IsScalar::Kept => {}
+                        IsScalar::Nul => scan.nul = true,
+                        IsScalar::Dropped => scan.dropped += 1,
                     }
+                    scan.nul |= matches!(name, IsScalar::Nul);
                 }
-                Ok(FeatureScan { dropped })
+                Ok(scan)
             }
         }
         d.deserialize_map(MapVisitor)
     }
 }
 
-struct IsScalar(bool);
+/// One feature name or value, classified.
+enum IsScalar {
+    Kept,
+    /// A string holding U+0000.
+    Nul,
+    /// Null, an array or an object: dropped from the features.
+    Dropped,
+}
+
+impl IsScalar {
+    fn of_str(s: &str) -> IsScalar {
+        if s.contains('\0') {
+            IsScalar::Nul
+        } else {
+            IsScalar::Kept
+        }
+    }
+}
 
 impl<'de> Deserialize<'de> for IsScalar {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -384,33 +460,33 @@ impl<'de> Deserialize<'de> for IsScalar {
                 f.write_str("any JSON value")
             }
             fn visit_bool<E>(self, _: bool) -> Result<IsScalar, E> {
-                Ok(IsScalar(true))
+                Ok(IsScalar::Kept)
             }
             fn visit_i64<E>(self, _: i64) -> Result<IsScalar, E> {
-                Ok(IsScalar(true))
+                Ok(IsScalar::Kept)
             }
             fn visit_u64<E>(self, _: u64) -> Result<IsScalar, E> {
-                Ok(IsScalar(true))
+                Ok(IsScalar::Kept)
             }
             fn visit_f64<E>(self, _: f64) -> Result<IsScalar, E> {
-                Ok(IsScalar(true))
+                Ok(IsScalar::Kept)
             }
-            fn visit_borrowed_str<E>(self, _: &'de str) -> Result<IsScalar, E> {
-                Ok(IsScalar(true))
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<IsScalar, E> {
+                Ok(IsScalar::of_str(s))
             }
-            fn visit_str<E>(self, _: &str) -> Result<IsScalar, E> {
-                Ok(IsScalar(true))
+            fn visit_str<E>(self, s: &str) -> Result<IsScalar, E> {
+                Ok(IsScalar::of_str(s))
             }
             fn visit_unit<E>(self) -> Result<IsScalar, E> {
-                Ok(IsScalar(false))
+                Ok(IsScalar::Dropped)
             }
             fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<IsScalar, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(IsScalar(false))
+                Ok(IsScalar::Dropped)
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<IsScalar, A::Error> {
                 while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(IsScalar(false))
+                Ok(IsScalar::Dropped)
             }
         }
         d.deserialize_any(V)

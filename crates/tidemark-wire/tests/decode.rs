@@ -187,7 +187,6 @@ fn rejects_mistyped_fields() {
         (r#"{"type":"bid","txid":7,"ts":1}"#.to_string(), "txid"),
         (format!(r#"{{"type":"bid","txid":"{TX}","ts":"1"}}"#), "ts"),
         (format!(r#"{{"type":"bid","txid":"{TX}","ts":1.5}}"#), "ts"),
-        (format!(r#"{{"type":"bid","txid":"{TX}","ts":-1}}"#), "ts"),
         (
             format!(r#"{{"type":"bid","txid":"{TX}","ts":1,"features":[1]}}"#),
             "features",
@@ -219,6 +218,73 @@ fn rejects_mistyped_fields() {
         rejected("tick", r#"{"type":"tick","publisher":3,"ts":1}"#),
         Reject::MistypedField("publisher")
     );
+}
+
+#[test]
+fn refuses_at_the_door_what_postgresql_cannot_hold() {
+    let bid = format!("bid-{TX}");
+    let with = |features: &str, extra: &str| {
+        format!(r#"{{"type":"bid","txid":"{TX}","ts":1,"features":{features}{extra}}}"#)
+    };
+    for payload in [
+        with(r#"{"app":"a\u0000b"}"#, ""),
+        with(r#"{"a\u0000":"x"}"#, ""),
+        with(r#"{"app":"x"}"#, r#","user":"\u0000""#),
+    ] {
+        assert_eq!(rejected(&bid, &payload), Reject::NulChar, "{payload}");
+    }
+    // An escaped backslash before `u0000` is not U+0000.
+    let ok = event(&bid, &with(r#"{"app":"\\u0000"}"#, ""));
+    assert_eq!(ok.features.unwrap().json, r#"{"app":"\\u0000"}"#);
+    // U+0000 inside a value that is dropped anyway does not matter.
+    let e = event(&bid, &with(r#"{"app":"x","l":["\u0000"]}"#, ""));
+    assert_eq!(e.features.unwrap().json, r#"{"app":"x"}"#);
+    assert_eq!(
+        rejected("tick", r#"{"type":"tick","publisher":"p\u0000","ts":1}"#),
+        Reject::NulChar
+    );
+    for ts in [
+        "-1",
+        "9007199254740992",
+        "99999999999999999999999",
+        "-99999999999999999999",
+    ] {
+        assert_eq!(
+            rejected(
+                &bid,
+                &format!(r#"{{"type":"bid","txid":"{TX}","ts":{ts},"features":{{}}}}"#)
+            ),
+            Reject::TsRange,
+            "{ts}"
+        );
+    }
+    let top = event(
+        &bid,
+        &format!(r#"{{"type":"bid","txid":"{TX}","ts":9007199254740991,"features":{{}}}}"#),
+    );
+    assert_eq!(top.ts, (1 << 53) - 1);
+    assert_eq!(
+        rejected(&bid, &with(r#"{"n":1e999}"#, "")),
+        Reject::NonFinite
+    );
+    assert_eq!(
+        rejected(&bid, &with(r#"{"n":-1e400}"#, "")),
+        Reject::NonFinite
+    );
+    assert_eq!(
+        rejected(&bid, &with("{}", r#","price":1e999"#)),
+        Reject::NonFinite
+    );
+    assert_eq!(
+        rejected(
+            &format!("impression-{TX}"),
+            &format!(r#"{{"type":"impression","txid":"{TX}","ts":1,"price":-2e308}}"#)
+        ),
+        Reject::NonFinite
+    );
+    // Tiny numbers round to zero: finite, accepted.
+    let e = event(&bid, &with(r#"{"n":1e-999}"#, ""));
+    assert_eq!(e.features.unwrap().json, r#"{"n":1e-999}"#);
 }
 
 #[test]
