@@ -45,3 +45,13 @@ bench-phases transactions="1000000":
 # Issue 5: the offline learner against Vowpal Wabbit and datatable (installs them in target/peers-venv)
 bench-learner:
     bash bench/learner.sh
+
+# Issue 8: the differential runs (tests/e2e/exact.rs) `n` times at size `scale` (1 = CI)
+check-exact n="20" scale="1":
+    cargo build --workspace --tests
+    for i in $(seq {{n}}); do echo "run $i/{{n}}"; TIDEMARK_EXACT_SCALE={{scale}} cargo test -q --test e2e -- exact:: || exit 1; done
+
+# Issue 8: dense (2M events, 3 h) and sparse (3 days) files replayed at --speed 0 through one shard, end to end, checked exact
+bench-e2e dense="2000000" days="3":
+    cargo build --release --workspace
+    target/release/tidemark-bench e2e --dense-events {{dense}} --sparse-days {{days}}

@@ -267,37 +267,42 @@ fn online(path: &PathBuf) -> anyhow::Result<()> {
     rt.block_on(async {
         let shutdown = crate::shutdown_signal();
         tokio::pin!(shutdown);
-        let mut clients = Vec::new();
-        for (s, url) in cfg.sources.iter().zip(&urls) {
-            let mut c = tidemark_store::connect(url)
-                .await
-                .with_context(|| format!("source {}", s.name))?;
-            tidemark_store::migrate(&mut c)
-                .await
-                .with_context(|| format!("source {}", s.name))?;
-            clients.push(c);
-        }
+        // A source whose database is away is retried with back-off; the
+        // others go on. Positions move only after a batch is read whole.
+        let mut sources: Vec<SourceDb> = urls.iter().map(|u| SourceDb::new(u)).collect();
         let mut last_checkpoint = Instant::now();
         tracing::info!(positions = ?learner.positions, "learner started");
         loop {
             let mut learned = 0u64;
-            for (s, c) in cfg.sources.iter().zip(&clients) {
-                let shards = match &s.shards {
-                    Some(list) => list.clone(),
-                    None => tidemark_store::observations::shards(c).await?,
+            for (s, src) in cfg.sources.iter().zip(&mut sources) {
+                let Some(c) = src.client(&s.name).await else {
+                    continue;
                 };
-                for shard in shards {
-                    let key = format!("{}/{shard}", s.name);
-                    let after = learner.positions.get(&key).copied().unwrap_or(i64::MIN);
-                    let rows =
-                        tidemark_store::observations::read(c, &shard, after, cfg.batch).await?;
-                    for o in &rows {
-                        learner.learn(&cfg, &o.target, o.label, &o.features);
+                let read = async {
+                    let shards = match &s.shards {
+                        Some(list) => list.clone(),
+                        None => tidemark_store::observations::shards(c).await?,
+                    };
+                    let mut n = 0u64;
+                    for shard in shards {
+                        let key = format!("{}/{shard}", s.name);
+                        let after = learner.positions.get(&key).copied().unwrap_or(i64::MIN);
+                        let rows =
+                            tidemark_store::observations::read(c, &shard, after, cfg.batch).await?;
+                        for o in &rows {
+                            learner.learn(&cfg, &o.target, o.label, &o.features);
+                        }
+                        if let Some(last) = rows.last() {
+                            learner.positions.insert(key, last.seq);
+                            n += rows.len() as u64;
+                        }
                     }
-                    if let Some(last) = rows.last() {
-                        learner.positions.insert(key, last.seq);
-                        learned += rows.len() as u64;
-                    }
+                    Ok::<_, tidemark_store::StoreError>(n)
+                }
+                .await;
+                match read {
+                    Ok(n) => learned += n,
+                    Err(e) => src.failed(&s.name, &e),
                 }
             }
             learner.since_checkpoint += learned;
@@ -305,7 +310,7 @@ fn online(path: &PathBuf) -> anyhow::Result<()> {
                 || (learner.since_checkpoint > 0 && last_checkpoint.elapsed() >= interval);
             if due {
                 learner.checkpoint(&cfg)?;
-                register(&cfg, &clients, &learner.positions).await?;
+                register(&cfg, &mut sources, &learner.positions).await;
                 last_checkpoint = Instant::now();
             }
             if learned == 0 {
@@ -318,29 +323,91 @@ fn online(path: &PathBuf) -> anyhow::Result<()> {
             }
         }
         learner.checkpoint(&cfg)?;
-        register(&cfg, &clients, &learner.positions).await?;
+        register(&cfg, &mut sources, &learner.positions).await;
         tracing::info!("learner stopped cleanly");
         anyhow::Ok(())
     })
 }
 
+/// One source database: its connection, or when to try again.
+struct SourceDb {
+    url: String,
+    client: Option<tokio_postgres::Client>,
+    retry_at: Option<Instant>,
+    wait: std::time::Duration,
+}
+
+impl SourceDb {
+    fn new(url: &str) -> SourceDb {
+        SourceDb {
+            url: url.to_owned(),
+            client: None,
+            retry_at: None,
+            wait: std::time::Duration::from_millis(100),
+        }
+    }
+
+    /// The connection, (re)connecting when due; `None` while the database is away.
+    async fn client(&mut self, name: &str) -> Option<&tokio_postgres::Client> {
+        if self.client.as_ref().is_some_and(|c| c.is_closed()) {
+            self.client = None;
+        }
+        if self.client.is_none() && self.retry_at.is_none_or(|t| Instant::now() >= t) {
+            let connected = async {
+                let mut c = tidemark_store::connect(&self.url).await?;
+                tidemark_store::migrate(&mut c).await?;
+                Ok::<_, tidemark_store::StoreError>(c)
+            }
+            .await;
+            match connected {
+                Ok(c) => {
+                    if self.retry_at.is_some() {
+                        tracing::info!(source = name, "database is back");
+                    }
+                    self.client = Some(c);
+                    self.retry_at = None;
+                    self.wait = std::time::Duration::from_millis(100);
+                }
+                Err(e) => self.failed(name, &e),
+            }
+        }
+        self.client.as_ref()
+    }
+
+    /// Drops the connection and backs off: 100 ms doubling to 10 s.
+    fn failed(&mut self, name: &str, e: &tidemark_store::StoreError) {
+        tracing::warn!(
+            source = name,
+            "database error, retrying in {:.1}s: {e}",
+            self.wait.as_secs_f64()
+        );
+        self.client = None;
+        self.retry_at = Some(Instant::now() + self.wait);
+        self.wait = (self.wait * 2).min(std::time::Duration::from_secs(10));
+    }
+}
+
 /// Records in each source how far the last checkpoint reached, only after it
 /// is safely written, so retention never deletes what a restart would re-read.
-async fn register(
-    cfg: &LearnConfig,
-    clients: &[tokio_postgres::Client],
-    positions: &BTreeMap<String, i64>,
-) -> anyhow::Result<()> {
-    for (s, c) in cfg.sources.iter().zip(clients) {
+/// A source that is away is told at a later checkpoint.
+async fn register(cfg: &LearnConfig, sources: &mut [SourceDb], positions: &BTreeMap<String, i64>) {
+    for (s, src) in cfg.sources.iter().zip(sources) {
+        let Some(c) = src.client(&s.name).await else {
+            continue;
+        };
         let prefix = format!("{}/", s.name);
         for (key, seq) in positions {
             if let Some(shard) = key.strip_prefix(&prefix) {
-                tidemark_store::observations::record_position(c, &cfg.consumer, shard, *seq)
-                    .await?;
+                if let Err(e) =
+                    tidemark_store::observations::record_position(c, &cfg.consumer, shard, *seq)
+                        .await
+                {
+                    src.failed(&s.name, &e);
+                    break;
+                }
             }
         }
     }
-    Ok(())
 }
 
 /// Whether `f` has completed, without waiting.

@@ -6,5 +6,6 @@ mod support;
 
 mod cli;
 mod db;
+mod exact;
 mod learn;
 mod shard;

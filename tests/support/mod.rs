@@ -326,6 +326,12 @@ pub struct ShardProc {
 impl ShardProc {
     /// Starts `tidemark shard` with `name`, connecting to `endpoint`; `extra` is more TOML.
     pub fn start(db: &TestDb, name: &str, endpoint: &str, extra: &str) -> ShardProc {
+        ShardProc::start_multi(db, name, &[endpoint], extra)
+    }
+
+    /// Starts a shard connecting to several endpoints.
+    pub fn start_multi(db: &TestDb, name: &str, endpoints: &[&str], extra: &str) -> ShardProc {
+        let endpoint = endpoints.join("\", \"");
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("shards");
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join(format!("{}_{name}.toml", db.name));

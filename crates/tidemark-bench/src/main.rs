@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod e2e;
+
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use tidemark_market::{Market, MarketConfig, Out};
@@ -37,6 +39,19 @@ enum Bench {
         seconds: u64,
         #[arg(long, default_value_t = 10)]
         warmup: u64,
+    },
+    /// Recorded files (dense, and sparse over days) replayed at --speed 0 through one
+    /// shard, from the first message published to the last observation, checked exact
+    E2e {
+        /// Events in the dense file (three hours of event time)
+        #[arg(long, default_value_t = 2_000_000)]
+        dense_events: u64,
+        /// Days of event time in the sparse file
+        #[arg(long, default_value_t = 3)]
+        sparse_days: u64,
+        /// Transactions per second of event time in the sparse file
+        #[arg(long, default_value_t = 2.0)]
+        sparse_tps: f64,
     },
     /// Sweeping a buffer of N transactions through every phase
     Phases {
@@ -70,6 +85,17 @@ fn main() -> anyhow::Result<()> {
             warmup,
         } => rt.block_on(intake(&bin, &cluster, offered, speed, seconds, warmup)),
         Bench::Phases { transactions } => rt.block_on(phases(&bin, &cluster, transactions)),
+        Bench::E2e {
+            dense_events,
+            sparse_days,
+            sparse_tps,
+        } => rt.block_on(e2e::e2e(
+            &bin,
+            &cluster,
+            dense_events,
+            sparse_days,
+            sparse_tps,
+        )),
     }
 }
 

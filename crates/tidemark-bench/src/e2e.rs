@@ -1,0 +1,290 @@
+//! `tidemark-bench e2e`: recorded files replayed at `--speed 0` through one
+//! shard (PostgreSQL on the same box, phases running), timed from the first
+//! message published to the last observation committed, and checked row by
+//! row against `tidemark-reference`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use tidemark_reference as reference;
+use tidemark_store::Cluster;
+
+use crate::{fresh_db, terminate};
+
+/// Production windows (SPEC 7 defaults): the replay ticks past the longest.
+const TICK_PAST: &str = "7d7h";
+const LATENESS_MS: i64 = 5_000;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Writes the market file unless one of that name is already there.
+fn market_file(
+    bin: &Path,
+    dir: &Path,
+    name: &str,
+    span: &str,
+    tps: f64,
+) -> anyhow::Result<PathBuf> {
+    let path = dir.join(format!("{name}-{span}-{tps:.3}.jsonl"));
+    if path.exists() {
+        return Ok(path);
+    }
+    let started = Instant::now();
+    let out = Command::new(bin)
+        .args(["publish", "--write"])
+        .arg(&path)
+        .args([
+            "--speed",
+            "0",
+            "--span",
+            span,
+            "--tps",
+            &format!("{tps}"),
+            "--seed",
+            "7",
+        ])
+        .args(["--disorder", "2s", "--duplicate-rate", "0.02"])
+        .output()?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(&path);
+        bail!("publish --write: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    println!(
+        "{name}: wrote {} in {:.1}s",
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(path)
+}
+
+pub async fn e2e(
+    bin: &Path,
+    cluster: &Cluster,
+    dense_events: u64,
+    sparse_days: u64,
+    sparse_tps: f64,
+) -> anyhow::Result<()> {
+    let dir = PathBuf::from("target/bench-home/e2e");
+    std::fs::create_dir_all(&dir)?;
+    // ~1.33 events per transaction; three hours of event time.
+    let dense_tps = dense_events as f64 / 1.33 / 10_800.0;
+    let runs = [
+        ("dense", "3h".to_owned(), dense_tps),
+        ("sparse", format!("{sparse_days}d"), sparse_tps),
+    ];
+    let mut results = Vec::new();
+    for (name, span, tps) in runs {
+        let file = market_file(bin, &dir, name, &span, tps)?;
+        results.push(run(bin, cluster, &dir, name, &file).await?);
+    }
+    println!();
+    println!(
+        "{:<8} {:>10} {:>14} {:>10} {:>14} {:>12} {:>7}",
+        "file", "events", "event time", "seconds", "events/s e2e", "observations", "exact"
+    );
+    for r in &results {
+        println!(
+            "{:<8} {:>10} {:>13.1}h {:>10.1} {:>14.0} {:>12} {:>7}",
+            r.name,
+            r.events,
+            r.event_hours,
+            r.seconds,
+            r.events as f64 / r.seconds,
+            r.observations,
+            if r.exact { "yes" } else { "NO" }
+        );
+    }
+    if results.iter().any(|r| !r.exact) {
+        bail!("observations differ from the reference");
+    }
+    Ok(())
+}
+
+struct Outcome {
+    name: &'static str,
+    events: usize,
+    event_hours: f64,
+    seconds: f64,
+    observations: usize,
+    exact: bool,
+}
+
+async fn run(
+    bin: &Path,
+    cluster: &Cluster,
+    dir: &Path,
+    name: &'static str,
+    file: &Path,
+) -> anyhow::Result<Outcome> {
+    let text = std::fs::read_to_string(file)?;
+    let lines: Vec<&str> = text.lines().collect();
+    let url = fresh_db(cluster, &format!("bench_e2e_{name}")).await?;
+    let endpoint = "tcp://127.0.0.1:57411";
+    let shard_config = format!(
+        "name = \"e\"\nendpoints = [\"{endpoint}\"]\ndatabase_url = \"{url}\"\nclock = \"event\"\nlateness = \"5s\"\n"
+    );
+    let config_path = dir.join(format!("{name}.toml"));
+    std::fs::write(&config_path, &shard_config)?;
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    let mut shard = Command::new(bin)
+        .args(["shard", "--config"])
+        .arg(&config_path)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()?;
+    std::thread::sleep(Duration::from_secs(2));
+    println!("{name}: replaying {} events at --speed 0 …", lines.len());
+    let warmup = Duration::from_secs(1);
+    let first_ms = now_ms() + warmup.as_millis() as i64;
+    let out = Command::new(bin)
+        .args(["publish", "--replay"])
+        .arg(file)
+        .args([
+            "--bind",
+            endpoint,
+            "--speed",
+            "0",
+            "--tick-past",
+            TICK_PAST,
+            "--warmup",
+            "1s",
+        ])
+        .stderr(Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        terminate(&mut shard);
+        bail!("publish --replay failed");
+    }
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    println!(
+        "{name}: publisher {}",
+        String::from_utf8_lossy(&out.stdout).trim()
+    );
+    let end = report["through_ms"].as_i64().context("through_ms")?;
+    let c = tidemark_store::connect(&url).await?;
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    loop {
+        let clock: Option<i64> = c
+            .query_opt("SELECT clock_ms FROM tidemark.shards WHERE name = 'e'", &[])
+            .await?
+            .and_then(|r| r.get(0));
+        if clock.is_some_and(|c| c >= end - LATENESS_MS) {
+            break;
+        }
+        if Instant::now() > deadline {
+            terminate(&mut shard);
+            bail!("{name}: the shard never swept through the end");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let last_ms: f64 = c
+        .query_one(
+            "SELECT coalesce(extract(epoch FROM max(emitted_at)) * 1000, 0)::float8 FROM tidemark.observations",
+            &[],
+        )
+        .await?
+        .get(0);
+    terminate(&mut shard);
+    let seconds = (last_ms - first_ms as f64) / 1000.0;
+
+    // Row by row against the reference.
+    let cfg = reference::Config::from_toml(&shard_config).map_err(anyhow::Error::msg)?;
+    let sent: Vec<reference::Sent> = lines
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("the market writes JSON");
+            let topic = format!(
+                "{}-{}",
+                v["type"].as_str().unwrap_or(""),
+                v["txid"].as_str().unwrap_or("")
+            );
+            reference::Sent {
+                frames: vec![topic.into_bytes(), l.as_bytes().to_vec()],
+                clock_at_least: None,
+            }
+        })
+        .collect();
+    let want = reference::expected(&cfg, &sent, now_ms() + 3_600_000);
+    let got = observed(&c).await?;
+    let wrong = want.iter().filter(|(k, w)| got.get(*k) != Some(*w)).count()
+        + got.keys().filter(|k| !want.contains_key(*k)).count();
+    if wrong > 0 {
+        println!(
+            "{name}: {wrong} of {} rows differ from the reference",
+            want.len()
+        );
+    }
+    let ts: Vec<i64> = sent
+        .len()
+        .checked_sub(0)
+        .map(|_| lines.iter().filter_map(|l| ts_of(l)).collect())
+        .unwrap_or_default();
+    let span = ts.iter().max().unwrap_or(&0) - ts.iter().min().unwrap_or(&0);
+    Ok(Outcome {
+        name,
+        events: lines.len(),
+        event_hours: span as f64 / 3_600_000.0,
+        seconds,
+        observations: got.len(),
+        exact: wrong == 0 && got.len() == want.len(),
+    })
+}
+
+fn ts_of(line: &str) -> Option<i64> {
+    let at = line.find("\"ts\":")? + 5;
+    let rest = &line[at..];
+    rest[..rest.find([',', '}'])?].parse().ok()
+}
+
+async fn observed(
+    c: &tokio_postgres::Client,
+) -> anyhow::Result<BTreeMap<(String, String), reference::Expected>> {
+    let mut out = BTreeMap::new();
+    for r in c
+        .query(
+            "SELECT target, txid, label, features FROM tidemark.observations",
+            &[],
+        )
+        .await?
+    {
+        let features: serde_json::Value = r.get(3);
+        let features = features
+            .as_object()
+            .context("features")?
+            .iter()
+            .map(|(k, v)| {
+                let f = match v {
+                    serde_json::Value::String(s) => reference::Feature::Str(s.clone()),
+                    serde_json::Value::Bool(b) => reference::Feature::Bool(*b),
+                    serde_json::Value::Number(n) => {
+                        reference::Feature::Num(n.as_f64().unwrap_or(f64::NAN))
+                    }
+                    _ => reference::Feature::Str(format!("unexpected {v}")),
+                };
+                (k.clone(), f)
+            })
+            .collect();
+        let key = (r.get::<_, String>(0), r.get::<_, String>(1));
+        if out
+            .insert(
+                key,
+                reference::Expected {
+                    label: r.get(2),
+                    features,
+                },
+            )
+            .is_some()
+        {
+            bail!("a second observation for one (target, txid)");
+        }
+    }
+    Ok(out)
+}
