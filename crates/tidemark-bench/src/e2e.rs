@@ -15,7 +15,7 @@ use tidemark_store::Cluster;
 use crate::{fresh_db, terminate};
 
 /// Production windows (SPEC 7 defaults): the replay ticks past the longest.
-const TICK_PAST: &str = "7d7h";
+const TICK_PAST: &str = "175h";
 const LATENESS_MS: i64 = 5_000;
 
 fn now_ms() -> i64 {
@@ -75,10 +75,13 @@ pub async fn e2e(
     std::fs::create_dir_all(&dir)?;
     // ~1.33 events per transaction; three hours of event time.
     let dense_tps = dense_events as f64 / 1.33 / 10_800.0;
-    let runs = [
+    let mut runs = vec![
         ("dense", "3h".to_owned(), dense_tps),
         ("sparse", format!("{sparse_days}d"), sparse_tps),
     ];
+    if let Ok(only) = std::env::var("TIDEMARK_BENCH_ONLY") {
+        runs.retain(|r| r.0 == only);
+    }
     let mut results = Vec::new();
     for (name, span, tps) in runs {
         let file = market_file(bin, &dir, name, &span, tps)?;
@@ -136,7 +139,10 @@ async fn run(
     let mut shard = Command::new(bin)
         .args(["shard", "--config"])
         .arg(&config_path)
-        .env("RUST_LOG", "info")
+        .env(
+            "RUST_LOG",
+            std::env::var("TIDEMARK_BENCH_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()?;

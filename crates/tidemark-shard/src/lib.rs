@@ -95,6 +95,7 @@ pub async fn run(
         reference: None,
         rows_by_bucket: BTreeMap::new(),
         unknown_failures: 0,
+        subsetting: [0; 3],
         config,
     };
     restore(&mut writer).await?;

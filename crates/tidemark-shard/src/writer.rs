@@ -60,6 +60,9 @@ pub struct Writer {
     pub(crate) rows_by_bucket: BTreeMap<i64, u64>,
     /// Consecutive failures of an unclassified kind on a live connection.
     pub(crate) unknown_failures: u32,
+    /// Transactions swept, kept impressed, kept clicked in this run: how
+    /// much of a bucket later phases visit, for sizing sweeps.
+    pub(crate) subsetting: [i64; 3],
 }
 
 /// One pending event: its chunk, its index there, and where it goes.
@@ -354,18 +357,40 @@ impl Writer {
     fn slice_end(&self, a: i64, clock: i64) -> i64 {
         let b = self.partition_ms();
         let budget = self.config.sweep_rows;
-        let mut offsets: Vec<i64> = self.phases.targets.iter().map(|t| t.offset).collect();
-        offsets.push(self.phases.impression_offset);
-        offsets.sort_unstable();
-        offsets.dedup();
+        // Later phases visit what subsetting kept: scale a bucket's events by
+        // the shares kept so far in this run (all of them until known).
+        let share = |k: i64, n: i64| {
+            if n <= 0 {
+                1.0
+            } else {
+                (k as f64 / n as f64).clamp(0.001, 1.0)
+            }
+        };
+        let [swept, kept, clicked] = self.subsetting;
+        let impressed = share(kept, swept);
+        let clicked = impressed * share(clicked, kept);
+        let mut phases: Vec<(i64, f64)> = self
+            .phases
+            .targets
+            .iter()
+            .map(|t| {
+                let kept = if t.offset > self.phases.unclicked_offset {
+                    clicked
+                } else {
+                    impressed
+                };
+                (t.offset, kept)
+            })
+            .collect();
+        phases.push((self.phases.impression_offset, 1.0));
         // (clock at which a bucket starts being swept by a phase, its rows)
         let mut visits: Vec<(i64, u64)> = Vec::new();
-        for o in offsets {
+        for (o, kept) in phases {
             let (lo, hi) = (a - o, clock - o);
             let first = lo.div_euclid(b) * b;
             for (&start, &rows) in self.rows_by_bucket.range(first..=hi) {
                 if start + b > lo {
-                    visits.push(((start + o).max(a + 1), rows));
+                    visits.push(((start + o).max(a + 1), (rows as f64 * kept).ceil() as u64));
                 }
             }
         }
@@ -540,6 +565,15 @@ impl Writer {
             return Err(e.into());
         }
         tracing::debug!(ms = started.elapsed().as_millis(), ?steps, "swept");
+        for (name, n) in &extra {
+            let slot = match name.as_str() {
+                "transactions_swept" => 0,
+                "kept_impressed" => 1,
+                "kept_clicked" => 2,
+                _ => continue,
+            };
+            self.subsetting[slot] += n;
+        }
         self.next_seq = next_seq;
         self.wm = Some(new);
         self.applied = Some(clock);
