@@ -2,6 +2,7 @@
 //! PostgreSQL database, observations checked against SPEC 5.
 
 use std::collections::BTreeMap;
+use std::process::Command;
 use std::time::Duration;
 
 use tidemark_wire::Txid;
@@ -679,4 +680,76 @@ fn ticks_sent_counts_estimate_what_pubsub_lost() {
     shard.stop();
     assert_eq!(counter(&db, "l", "received_bid"), 5);
     assert_eq!(counter(&db, "l", "lost_estimate"), 5);
+}
+
+#[test]
+fn a_stop_with_the_database_away_ends_within_shutdown_timeout_and_says_what_it_lost() {
+    // A cluster of its own: stopping the shared one would disturb other tests.
+    let home = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("away-home");
+    let cluster = tidemark_store::Cluster::new(&home).unwrap();
+    let _ = cluster.destroy();
+    crate::support::run_ok(&["db", "up", "--home", home.to_str().unwrap()]);
+    let db = crate::support::TestDb::external("away", &cluster.url());
+    let mut publ = Publisher::new();
+    let cfg = format!("shutdown_timeout = \"2s\"\n{EVENT_CLOCK}");
+    let mut shard = ShardProc::start(&db, "a", &publ.endpoint, &cfg);
+    publ.wait_subscribed("tick", 2);
+    wait_for("the shard's tables", || {
+        query_i64(
+            &db.url,
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'shard_a'",
+        )
+        .filter(|n| *n > 0)
+    });
+    cluster.down().unwrap();
+    // Held in memory: the database is away.
+    for i in 0..50 {
+        publ.event("bid", &tx(i, T0), T0 + 1, BID);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let started = std::time::Instant::now();
+    Command::new("kill")
+        .args(["-TERM", &shard.child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = shard.child.wait().unwrap();
+    let took = started.elapsed();
+    let log = shard.log();
+    assert!(!status.success(), "must exit non-zero: {log}");
+    assert!(
+        took < Duration::from_secs(10),
+        "took {took:?} with a 2s shutdown_timeout"
+    );
+    assert!(
+        log.contains("stopped without writing 50 accepted events"),
+        "must say what it could not write: {log}"
+    );
+
+    // A second signal ends a stop at once, even with a long shutdown_timeout.
+    let cfg = format!("shutdown_timeout = \"1h\"\n{EVENT_CLOCK}");
+    cluster.up(None).unwrap();
+    let mut shard = ShardProc::start(&db, "b", &publ.endpoint, &cfg);
+    publ.wait_subscribed("tick", 4);
+    wait_for("the second shard's tables", || {
+        query_i64(
+            &db.url,
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'shard_b'",
+        )
+        .filter(|n| *n > 0)
+    });
+    cluster.down().unwrap();
+    for i in 0..10 {
+        publ.event("bid", &tx(100 + i, T0), T0 + 1, BID);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = shard.child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(shard.child.try_wait().unwrap().is_none(), "still trying");
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    let started = std::time::Instant::now();
+    let status = shard.child.wait().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(status.code(), Some(130), "{}", shard.log());
+    cluster.destroy().unwrap();
 }
