@@ -60,6 +60,15 @@ struct MarketFile {
 }
 
 /// Writes a synthetic market of `span` event time to a file, as `publish` would send it.
+impl Drop for MarketFile {
+    fn drop(&mut self) {
+        // Kept when the test failed, to look at.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 fn market(label: &str, span: &str, tps: f64, extra: &[&str]) -> MarketFile {
     market_dup(label, span, tps, "0.05", extra)
 }

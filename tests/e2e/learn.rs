@@ -288,3 +288,47 @@ fn export_then_learn_offline() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad.tsv:2: label must be 0 or 1"));
 }
+
+#[test]
+fn the_learner_waits_out_a_lost_database_and_goes_on() {
+    // A cluster of its own, stopped under the learner and started again.
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("learn-away-home");
+    let cluster = tidemark_store::Cluster::new(&home).unwrap();
+    let _ = cluster.destroy();
+    crate::support::run_ok(&["db", "up", "--home", home.to_str().unwrap()]);
+    let db = TestDb::external("learn_away", &cluster.url());
+    let dir = workdir("away");
+    let cfg = config(&dir, &db);
+    let log = dir.join("learn.log");
+    insert(&db, "a", 0, 1000);
+    let mut child = start(&cfg, &log);
+    let ckpt_dir = dir.clone();
+    wait_for("the first observations learned", || {
+        latest(&ckpt_dir)
+            .filter(|c| c.positions.get("local/a") == Some(&2999))
+            .map(|_| ())
+    });
+    cluster.down().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the learner exited while the database was away:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    cluster.up(None).unwrap();
+    insert(&db, "a", 3000, 1000);
+    wait_for(
+        "the observations written after the database came back",
+        || {
+            latest(&ckpt_dir)
+                .filter(|c| c.positions.get("local/a") == Some(&5999))
+                .map(|_| ())
+        },
+    );
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    cluster.destroy().unwrap();
+}
