@@ -796,3 +796,53 @@ fn publish_waits_for_a_slow_shard_instead_of_dropping_its_tail() {
         .sum();
     assert_eq!(received as usize, m.lines.len(), "every event sent arrived");
 }
+
+#[test]
+fn exact_across_a_postgresql_restart_under_load() {
+    // A clean (fast) stop keeps unlogged tables: nothing may be lost, the
+    // shard holds what it received and the publisher waits meanwhile.
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("restart-home");
+    let cluster = tidemark_store::Cluster::new(&home).unwrap();
+    let _ = cluster.destroy();
+    run_ok(&["db", "up", "--home", home.to_str().unwrap()]);
+    let db = TestDb::external("restart", &cluster.url());
+    let m = market("restart", "2m", 400.0, &[]);
+    let endpoint = free_endpoint();
+    let config = config_text(&[], "", "");
+    let mut shard = ShardProc::start(&db, "x", &endpoint, &config);
+    let publisher = std::thread::spawn({
+        let path = m.path.clone();
+        let endpoint = endpoint.clone();
+        move || finish(replay(&path, &endpoint, "20"))
+    });
+    // Stop PostgreSQL part-way through intake, for a second.
+    wait_for("intake under way", || {
+        query_i64(&db.url, "SELECT count(*) FROM shard_x.events").filter(|n| *n > 5_000)
+    });
+    cluster.down().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    cluster.up(None).unwrap();
+    publisher.join().unwrap();
+    wait_swept(
+        &db,
+        "x",
+        m.end_ms + TAIL_MS - LATENESS_MS - 1_000,
+        Duration::from_secs(120),
+    );
+    shard.stop();
+    assert_eq!(
+        query_i64(&db.url, "SELECT count(*) FROM tidemark.gaps"),
+        Some(0),
+        "a clean restart loses nothing"
+    );
+    assert!(
+        counter(&db, "x", "db_errors_transient") >= 1,
+        "the outage was met"
+    );
+    assert_same(
+        "restart",
+        &observed(&db, "x"),
+        &expected(&config, &sent_of(&m.lines)),
+    );
+    cluster.destroy().unwrap();
+}

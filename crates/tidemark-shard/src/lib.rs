@@ -161,6 +161,7 @@ pub async fn run(
             match reconnect(&mut writer, database_url).await {
                 Ok(()) => retry_at = None,
                 Err(ShardError::Store(e)) => {
+                    writer.counters.add(writer::error_counter(e.class()), 1);
                     let wait = backoff.fail();
                     tracing::warn!(
                         "cannot reach the database, holding {} events and retrying in {:.1}s: {e}",
@@ -179,7 +180,10 @@ pub async fn run(
             sweep_due || batch_full || oldest_pending.is_some_and(|t| now >= t + batch_delay);
         if flush {
             let result = match writer.flush().await {
-                Ok(()) if sweep_due => writer.sweep().await,
+                // (flush counts its own errors, batch by batch)
+                Ok(()) if sweep_due => writer.sweep().await.inspect_err(|e| {
+                    writer.counters.add(writer::error_counter(e.class()), 1);
+                }),
                 other => other,
             };
             match result {

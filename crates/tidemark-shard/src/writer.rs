@@ -23,7 +23,7 @@ use crate::phases::{route, Phases, Route, Watermarks};
 /// The widest a buffer partition grows over sparse stretches.
 const MAX_PARTITION_MS: i64 = 86_400_000;
 
-fn error_counter(class: ErrorClass) -> &'static str {
+pub(crate) fn error_counter(class: ErrorClass) -> &'static str {
     match class {
         ErrorClass::Transient => "db_errors_transient",
         ErrorClass::Resource => "db_errors_resource",
