@@ -277,6 +277,16 @@ fn wait_swept(db: &TestDb, shard: &str, clock: i64, limit: Duration) {
     }
 }
 
+/// Waits until a shard has swept past every window of a market file's events.
+fn wait_all_swept(db: &TestDb, shard: &str, m: &MarketFile) {
+    wait_swept(
+        db,
+        shard,
+        m.end_ms + TAIL_MS - LATENESS_MS - 1_000,
+        Duration::from_secs(120),
+    );
+}
+
 /// A free loopback port for a publisher to bind.
 fn free_endpoint() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -356,12 +366,7 @@ fn one_shard_replay(label: &str, m: &MarketFile, extra_config: &str, speed: &str
     let config = config_text(&[], extra_config, "");
     let mut shard = ShardProc::start(&db, "x", &endpoint, &config);
     finish(replay(&m.path, &endpoint, speed));
-    wait_swept(
-        &db,
-        "x",
-        m.end_ms + TAIL_MS - LATENESS_MS - 1_000,
-        Duration::from_secs(120),
-    );
+    wait_all_swept(&db, "x", m);
     shard.stop();
     assert_same(
         label,
@@ -410,12 +415,7 @@ grace = "5s"
     let config = config_text(&[], r#"custom_types = ["open"]"#, targets);
     let mut shard = ShardProc::start(&db, "x", &endpoint, &config);
     finish(replay(&m.path, &endpoint, "0"));
-    wait_swept(
-        &db,
-        "x",
-        m.end_ms + TAIL_MS - LATENESS_MS - 1_000,
-        Duration::from_secs(120),
-    );
+    wait_all_swept(&db, "x", &m);
     shard.stop();
     let want = expected(&config, &sent_of(&m.lines));
     assert!(want.keys().any(|(t, _)| t == "open_90s"));
@@ -449,12 +449,7 @@ fn exact_across_three_shards_from_plan() {
     let sent = sent_of(&m.lines);
     let mut total = 0;
     for (name, config, proc) in &mut shards {
-        wait_swept(
-            &db,
-            name,
-            m.end_ms + TAIL_MS - LATENESS_MS - 1_000,
-            Duration::from_secs(120),
-        );
+        wait_all_swept(&db, name, &m);
         proc.stop();
         let want = expected(config, &sent);
         total += want.len();
@@ -569,12 +564,7 @@ fn exact_with_junk_and_poison_mixed_in() {
         junk.raw(&refs);
     }
     finish(replay(&m.path, &endpoint, "0"));
-    wait_swept(
-        &db,
-        "x",
-        m.end_ms + TAIL_MS - LATENESS_MS - 1_000,
-        Duration::from_secs(120),
-    );
+    wait_all_swept(&db, "x", &m);
     shard.stop();
 
     // The reference sees everything sent, the poison included; the shard
@@ -783,12 +773,7 @@ fn publish_waits_for_a_slow_shard_instead_of_dropping_its_tail() {
     let _busy = Contention::start(2);
     let mut shard = ShardProc::start(&db, "x", &endpoint, &config);
     finish(replay(&m.path, &endpoint, "0"));
-    wait_swept(
-        &db,
-        "x",
-        m.end_ms + TAIL_MS - LATENESS_MS - 1_000,
-        Duration::from_secs(120),
-    );
+    wait_all_swept(&db, "x", &m);
     shard.stop();
     let received: i64 = ["bid", "impression", "click", "install"]
         .iter()
@@ -823,12 +808,7 @@ fn exact_across_a_postgresql_restart_under_load() {
     std::thread::sleep(Duration::from_secs(1));
     cluster.up(None).unwrap();
     publisher.join().unwrap();
-    wait_swept(
-        &db,
-        "x",
-        m.end_ms + TAIL_MS - LATENESS_MS - 1_000,
-        Duration::from_secs(120),
-    );
+    wait_all_swept(&db, "x", &m);
     shard.stop();
     assert_eq!(
         query_i64(&db.url, "SELECT count(*) FROM tidemark.gaps"),
