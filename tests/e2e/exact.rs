@@ -755,10 +755,11 @@ fn exact_after_kill_9_during_emission() {
 
 #[test]
 fn exact_replaying_days_of_sparse_traffic_at_speed_0() {
-    // Two days of event time, a transaction every ~5 s.
+    // Two days of event time, a transaction every ~5 s. Partitions of 7 s
+    // widen to the cap of a day, which is no multiple of 7 s.
     let m = market("sparse", "2d", 0.2, &[]);
     let started = Instant::now();
-    one_shard_replay("sparse", &m, "", "0");
+    one_shard_replay("sparse", &m, "partition = \"7s\"", "0");
     eprintln!("sparse: {:.1}s end to end", started.elapsed().as_secs_f64());
 }
 
@@ -818,6 +819,14 @@ fn exact_across_a_postgresql_restart_under_load() {
     assert!(
         counter(&db, "x", "db_errors_transient") >= 1,
         "the outage was met"
+    );
+    let status = query_rows(
+        &db.url,
+        "SELECT last_error FROM tidemark.shard_status WHERE shard = 'x'",
+    );
+    assert!(
+        status[0][0].is_some(),
+        "the outage is shown in shard_status once the database is back"
     );
     assert_same(
         "restart",

@@ -71,6 +71,17 @@ impl Chunk {
         &self.arena[e.raw.0 as usize..e.raw.1 as usize]
     }
 
+    /// The arena range of `part`: a range of the payload stored at `raw`
+    /// when `part` lies within `payload` (borrowed by the decoder), else a copy.
+    fn within(&mut self, raw: (u32, u32), payload: &str, part: &str) -> (u32, u32) {
+        let offset = (part.as_ptr() as usize).wrapping_sub(payload.as_ptr() as usize);
+        if offset <= payload.len() && part.len() <= payload.len() - offset {
+            let a = raw.0 + offset as u32;
+            return (a, a + part.len() as u32);
+        }
+        self.push_str(part)
+    }
+
     fn push_str(&mut self, s: &str) -> (u32, u32) {
         let a = self.arena.len() as u32;
         self.arena.push_str(s);
@@ -252,17 +263,20 @@ impl Intake {
                 }
                 self.counters.per_type("received", e.kind, 1);
                 self.arrival += 1;
+                // The payload is kept whole (to quarantine the event should the
+                // database refuse it); features and user borrowed from it are
+                // ranges of it, copied only when the decoder rebuilt them.
+                let raw = self.chunk.push_str(e.payload);
                 let features = e.features.as_ref().map(|f| {
                     if f.dropped > 0 {
                         self.counters.add("dropped_features", u64::from(f.dropped));
                     }
-                    self.chunk.push_str(&f.json)
+                    self.chunk.within(raw, e.payload, &f.json)
                 });
-                let user = e.user.as_deref().map(|u| self.chunk.push_str(u));
-                // Decoded messages are UTF-8: the decoder checked.
-                let raw = self
-                    .chunk
-                    .push_str(std::str::from_utf8(payload).unwrap_or_default());
+                let user = e
+                    .user
+                    .as_ref()
+                    .map(|u| self.chunk.within(raw, e.payload, u));
                 self.chunk.events.push(Ev {
                     kind: e.kind,
                     txid: e.txid,
@@ -409,6 +423,24 @@ pub fn wall_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn borrowed_parts_are_ranges_of_the_stored_payload_and_others_copies() {
+        let mut c = Chunk::default();
+        c.push_str("earlier text");
+        let payload = r#"{"features":{"a":"x"},"user":"u1"}"#;
+        let raw = c.push_str(payload);
+        let f = c.within(raw, payload, &payload[12..21]);
+        assert_eq!(&c.arena[f.0 as usize..f.1 as usize], r#"{"a":"x"}"#);
+        assert!(f.1 <= raw.1, "no copy");
+        let copy = String::from("u1");
+        let owned = c.within(raw, payload, &copy);
+        assert_eq!(&c.arena[owned.0 as usize..owned.1 as usize], "u1");
+        assert_eq!(owned.0, raw.1, "copied after the payload");
+        let elsewhere = "not in the payload";
+        let e = c.within(raw, payload, elsewhere);
+        assert_eq!(&c.arena[e.0 as usize..e.1 as usize], elsewhere);
+    }
 
     #[test]
     fn subscriptions_cover_prefixes_and_ticks() {

@@ -96,6 +96,7 @@ pub async fn run(
         rows_by_bucket: BTreeMap::new(),
         unknown_failures: 0,
         subsetting: [0; 3],
+        unrecorded_error: None,
         config,
     };
     restore(&mut writer).await?;
@@ -159,9 +160,13 @@ pub async fn run(
         // the database is away.
         if writer.client.is_closed() {
             match reconnect(&mut writer, database_url).await {
-                Ok(()) => retry_at = None,
+                Ok(()) => {
+                    retry_at = None;
+                    record_error(&mut writer).await;
+                }
                 Err(ShardError::Store(e)) => {
                     writer.counters.add(writer::error_counter(e.class()), 1);
+                    writer.unrecorded_error = Some(e.to_string());
                     let wait = backoff.fail();
                     tracing::warn!(
                         "cannot reach the database, holding {} events and retrying in {:.1}s: {e}",
@@ -210,7 +215,7 @@ pub async fn run(
                         writer.pending_events,
                         wait.as_secs_f64()
                     );
-                    surface_error(&writer, &e).await;
+                    surface_error(&mut writer, &e).await;
                     retry_at = Some(Instant::now() + wait);
                 }
             }
@@ -243,7 +248,7 @@ pub async fn run(
             match final_write(&mut writer, &counters).await {
                 Ok(()) => break,
                 Err(e) => {
-                    surface_error(&writer, &e).await;
+                    surface_error(&mut writer, &e).await;
                     last_error = Some(e.to_string());
                 }
             }
@@ -282,11 +287,24 @@ async fn final_write(w: &mut Writer, counters: &Counters) -> Result<(), StoreErr
     Ok(())
 }
 
-/// Counts a database error and records it where operators look
-/// (`shard_status.last_error`), when the database is there to take it.
-async fn surface_error(w: &Writer, e: &StoreError) {
-    if !w.client.is_closed() {
-        let _ = state::record_error(&w.client, &w.layout.shard, &e.to_string()).await;
+/// Records a database error where operators look (`shard_status.last_error`):
+/// now if the database takes it, else once it is back.
+async fn surface_error(w: &mut Writer, e: &StoreError) {
+    w.unrecorded_error = Some(e.to_string());
+    record_error(w).await;
+}
+
+/// Writes the last error not yet recorded, if the database takes it.
+async fn record_error(w: &mut Writer) {
+    let Some(e) = &w.unrecorded_error else {
+        return;
+    };
+    if !w.client.is_closed()
+        && state::record_error(&w.client, &w.layout.shard, e)
+            .await
+            .is_ok()
+    {
+        w.unrecorded_error = None;
     }
 }
 

@@ -63,6 +63,62 @@ pub struct Writer {
     /// Transactions swept, kept impressed, kept clicked in this run: how
     /// much of a bucket later phases visit, for sizing sweeps.
     pub(crate) subsetting: [i64; 3],
+    /// The last database error, until `tidemark.shards.last_error` holds it.
+    pub(crate) unrecorded_error: Option<String>,
+}
+
+/// Bounds `[from, to)` of a new partition of buckets `p` wide holding
+/// creation time `t`, after `prev` (`from, to, rows`: rows near `target` keep
+/// its width, fewer double it up to about a day, more halve it) and before
+/// the partition starting at `next`. Never overlaps either.
+fn partition_bounds(
+    t: i64,
+    p: i64,
+    prev: Option<(i64, i64, u64)>,
+    next: i64,
+    target: u64,
+) -> (i64, i64) {
+    let widest = (MAX_PARTITION_MS / p * p).max(p);
+    let width = match prev {
+        None => p,
+        Some((from, to, rows)) => {
+            let w = to - from;
+            if rows < target / 2 {
+                (w * 2).min(widest)
+            } else if rows > target * 2 {
+                (w / 2).max(p) / p * p
+            } else {
+                w
+            }
+        }
+    };
+    // Never before the end of the one before, whatever bounds it has.
+    let from = (t.div_euclid(p) * p).max(prev.map_or(i64::MIN, |prev| prev.1));
+    (from, (from + width).min(next))
+}
+
+/// The parts of `[from, to)` no partition in `parts` covers.
+fn holes(from: i64, to: i64, parts: &BTreeMap<i64, Partition>) -> Vec<(i64, i64)> {
+    let mut out = Vec::new();
+    let mut at = from;
+    // The one starting before `from` may reach into the range.
+    let before = parts.range(..from).next_back().map(|(_, p)| p);
+    for p in before
+        .into_iter()
+        .chain(parts.range(from..to).map(|(_, p)| p))
+    {
+        if p.from_ms > at {
+            out.push((at, p.from_ms.min(to)));
+        }
+        at = at.max(p.to_ms);
+        if at >= to {
+            return out;
+        }
+    }
+    if at < to {
+        out.push((at, to));
+    }
+    out
 }
 
 /// One pending event: its chunk, its index there, and where it goes.
@@ -456,6 +512,8 @@ impl Writer {
         let deltas = self.counters.take_deltas();
         let mut next_seq = self.next_seq;
         let mut extra: Vec<(String, i64)> = Vec::new();
+        // Swept, kept impressed, kept clicked: added to `subsetting` on commit.
+        let mut subset = [0i64; 3];
         let started = Instant::now();
         let mut steps: Vec<(&'static str, u128)> = Vec::new();
         self.client.batch_execute("BEGIN").await?;
@@ -469,6 +527,8 @@ impl Writer {
                     .layout
                     .consolidate(tx, floor(old.impression), new.impression)
                     .await?;
+                subset[0] = c.transactions;
+                subset[1] = c.kept;
                 extra.extend([
                     ("transactions_swept".to_owned(), c.transactions),
                     ("kept_impressed".to_owned(), c.kept),
@@ -484,10 +544,8 @@ impl Writer {
             let mut moved = false;
             for (i, t) in self.phases.targets.iter().enumerate() {
                 if !moved && t.offset > self.phases.unclicked_offset {
-                    extra.push((
-                        "kept_clicked".into(),
-                        self.keep_clicked(tx, &old, &new).await?,
-                    ));
+                    subset[2] = self.keep_clicked(tx, &old, &new).await?;
+                    extra.push(("kept_clicked".into(), subset[2]));
                     unclicked = new.unclicked;
                     moved = true;
                 }
@@ -527,10 +585,8 @@ impl Writer {
                 }
             }
             if !moved {
-                extra.push((
-                    "kept_clicked".into(),
-                    self.keep_clicked(tx, &old, &new).await?,
-                ));
+                subset[2] = self.keep_clicked(tx, &old, &new).await?;
+                extra.push(("kept_clicked".into(), subset[2]));
             }
             if new.last > old.last {
                 extra.push((
@@ -565,14 +621,8 @@ impl Writer {
             return Err(e.into());
         }
         tracing::debug!(ms = started.elapsed().as_millis(), ?steps, "swept");
-        for (name, n) in &extra {
-            let slot = match name.as_str() {
-                "transactions_swept" => 0,
-                "kept_impressed" => 1,
-                "kept_clicked" => 2,
-                _ => continue,
-            };
-            self.subsetting[slot] += n;
+        for (total, n) in self.subsetting.iter_mut().zip(subset) {
+            *total += n;
         }
         self.next_seq = next_seq;
         self.wm = Some(new);
@@ -678,12 +728,13 @@ impl Writer {
     /// Consolidation writes rows of `(lo, hi]` into `txns`: make the `txns`
     /// partitions mirroring the `events` partitions that hold them.
     async fn ensure_txns_partitions(&mut self, lo: i64, hi: i64) -> Result<(), StoreError> {
+        // Only where no `txns` partition is yet: one made with other bounds
+        // (another partition width, an earlier version) must not be overlapped.
         let needed: Vec<(i64, i64)> = self
             .events_parts
             .values()
             .filter(|p| p.to_ms > lo && p.from_ms <= hi)
-            .filter(|p| !self.txns_parts.contains_key(&p.from_ms))
-            .map(|p| (p.from_ms, p.to_ms))
+            .flat_map(|p| holes(p.from_ms, p.to_ms, &self.txns_parts))
             .collect();
         for (from, to) in needed {
             let table = self
@@ -712,32 +763,20 @@ impl Writer {
         if prev.is_some_and(|prev| prev.to_ms > t) {
             return Ok(());
         }
-        let width = match prev {
-            None => p,
-            Some(prev) => {
-                let w = prev.to_ms - prev.from_ms;
-                let rows: u64 = self
-                    .rows_by_bucket
-                    .range(prev.from_ms..prev.to_ms)
-                    .map(|(_, n)| n)
-                    .sum();
-                let target = self.config.partition_rows;
-                if rows < target / 2 {
-                    (w * 2).min(MAX_PARTITION_MS.max(p))
-                } else if rows > target * 2 {
-                    (w / 2).max(p) / p * p
-                } else {
-                    w
-                }
-            }
-        };
-        let from = t.div_euclid(p) * p;
+        let prev = prev.map(|prev| {
+            let rows = self
+                .rows_by_bucket
+                .range(prev.from_ms..prev.to_ms)
+                .map(|(_, n)| n)
+                .sum();
+            (prev.from_ms, prev.to_ms, rows)
+        });
         let next = self
             .events_parts
             .range(t + 1..)
             .next()
             .map_or(i64::MAX, |(k, _)| *k);
-        let to = (from + width).min(next);
+        let (from, to) = partition_bounds(t, p, prev, next, self.config.partition_rows);
         let table = self
             .layout
             .create_partition(&self.client, "events", from, to)
@@ -818,5 +857,76 @@ impl Backoff {
 impl Default for Backoff {
     fn default() -> Self {
         Backoff::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(bounds: &[(i64, i64)]) -> BTreeMap<i64, Partition> {
+        bounds
+            .iter()
+            .map(|&(from_ms, to_ms)| {
+                (
+                    from_ms,
+                    Partition {
+                        from_ms,
+                        to_ms,
+                        table: String::new(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn partitions_widen_over_sparse_stretches_and_never_overlap() {
+        let p = 7_000;
+        assert_eq!(
+            partition_bounds(10_000, p, None, i64::MAX, 100),
+            (7_000, 14_000)
+        );
+        // Sparse: twice as wide; dense: half; near the target: the same.
+        assert_eq!(
+            partition_bounds(15_000, p, Some((7_000, 14_000, 1)), i64::MAX, 100),
+            (14_000, 28_000)
+        );
+        assert_eq!(
+            partition_bounds(15_000, p, Some((0, 14_000, 900)), i64::MAX, 100),
+            (14_000, 21_000)
+        );
+        assert_eq!(
+            partition_bounds(15_000, p, Some((7_000, 14_000, 100)), i64::MAX, 100),
+            (14_000, 21_000)
+        );
+        // At the cap: a day rounded down to whole buckets.
+        let (f, t) = partition_bounds(200_000_000, p, Some((0, 86_394_000, 0)), i64::MAX, 100);
+        assert_eq!(t - f, 86_394_000);
+        // A previous partition ending inside `t`'s bucket (other bounds,
+        // another version): the new one starts where it ends.
+        assert_eq!(
+            partition_bounds(86_406_500, p, Some((0, 86_406_000, 0)), i64::MAX, 100).0,
+            86_406_000
+        );
+        // The next partition bounds the new one.
+        assert_eq!(
+            partition_bounds(15_000, p, Some((7_000, 14_000, 1)), 20_000, 100),
+            (14_000, 20_000)
+        );
+    }
+
+    #[test]
+    fn holes_are_what_no_partition_covers() {
+        assert_eq!(holes(0, 10, &parts(&[])), [(0, 10)]);
+        assert_eq!(holes(0, 10, &parts(&[(0, 10)])), []);
+        // A wide partition from before covers a narrow range whole.
+        assert_eq!(holes(60, 120, &parts(&[(0, 600)])), []);
+        assert_eq!(
+            holes(0, 100, &parts(&[(-50, 20), (40, 60)])),
+            [(20, 40), (60, 100)]
+        );
+        assert_eq!(holes(0, 100, &parts(&[(90, 200)])), [(0, 90)]);
+        assert_eq!(holes(0, 100, &parts(&[(-10, 0), (100, 110)])), [(0, 100)]);
     }
 }

@@ -471,15 +471,9 @@ impl Layout {
     ) -> Result<Vec<(String, i64)>, StoreError> {
         let population = self.population_filter(target);
         let sql = format!(
-            "SELECT txid, (extract(epoch FROM created_at) * 1000)::bigint FROM (
-                 SELECT txid, created_at, click_ts AS pop_ts FROM {txns}
-                 WHERE created_at > $1 AND created_at <= $2 AND created_at > $3
-                 UNION ALL
-                 SELECT txid, created_at, click_ts FROM {long}
-                 WHERE created_at > $1 AND created_at <= $2 AND created_at <= $3
-             ) p {population} ORDER BY created_at, txid",
-            txns = self.t("txns"),
-            long = self.t("long"),
+            "SELECT txid, (extract(epoch FROM created_at) * 1000)::bigint FROM ({rows}) p
+             {population} ORDER BY created_at, txid",
+            rows = self.candidates("", ""),
         );
         Ok(tx
             .query(&sql, &[&PgTime(lo), &PgTime(hi), &PgTime(unclicked)])
@@ -510,6 +504,21 @@ impl Layout {
             Some(txid),
         )
         .await
+    }
+
+    /// The consolidated rows created in `($1, $2]`: from `txns` above the
+    /// unclicked watermark `$3`, from `long` at or below it; columns `txid,
+    /// created_at, pop_ts` (the click) and `extra`; `filter` is ANDed to both.
+    fn candidates(&self, extra: &str, filter: &str) -> String {
+        format!(
+            "SELECT txid, created_at, click_ts AS pop_ts{extra} FROM {txns}
+             WHERE created_at > $1 AND created_at <= $2 AND created_at > $3{filter}
+             UNION ALL
+             SELECT txid, created_at, click_ts{extra} FROM {long}
+             WHERE created_at > $1 AND created_at <= $2 AND created_at <= $3{filter}",
+            txns = self.t("txns"),
+            long = self.t("long"),
+        )
     }
 
     fn population_filter(&self, target: &TargetSql) -> String {
@@ -546,13 +555,7 @@ impl Layout {
             String::new()
         };
         let sql = format!(
-            "WITH p AS (
-                 SELECT txid, created_at, features, click_ts AS pop_ts, {col} AS label_ts FROM {txns}
-                 WHERE created_at > $1 AND created_at <= $2 AND created_at > $3{only_txid}
-                 UNION ALL
-                 SELECT txid, created_at, features, click_ts, {col} FROM {long}
-                 WHERE created_at > $1 AND created_at <= $2 AND created_at <= $3{only_txid}
-             ), ins AS (
+            "WITH p AS ({rows}), ins AS (
                  INSERT INTO tidemark.observations (shard, seq, target, txid, label, features, rate, created_at)
                  SELECT $4, $5 + row_number() OVER (ORDER BY created_at, txid) - 1, $6, txid,
                         CASE WHEN label_ts IS NOT NULL
@@ -563,8 +566,7 @@ impl Layout {
                  RETURNING label
              )
              SELECT count(*), count(*) FILTER (WHERE label = 1) FROM ins",
-            txns = self.t("txns"),
-            long = self.t("long"),
+            rows = self.candidates(&format!(", features, {col} AS label_ts"), only_txid),
             until = target.until_ms,
         );
         let (lo, hi, unclicked) = (PgTime(lo), PgTime(hi), PgTime(unclicked));

@@ -37,6 +37,8 @@ pub struct Event<'a> {
     pub features: Option<Features<'a>>,
     pub price: Option<f64>,
     pub user: Option<Cow<'a, str>>,
+    /// The whole payload, as received (validated UTF-8).
+    pub payload: &'a str,
 }
 
 /// A bid's features as JSON text. Values of other kinds have been dropped
@@ -187,7 +189,9 @@ impl Decoder {
         let fields = parse_fields(text)?;
         match topic {
             None => decode_tick(&fields).map(Message::Tick),
-            Some((kind, txid)) => self.decode_event(kind, txid, &fields).map(Message::Event),
+            Some((kind, txid)) => self
+                .decode_event(kind, txid, &fields, text)
+                .map(Message::Event),
         }
     }
 
@@ -208,6 +212,7 @@ impl Decoder {
         kind: EventType,
         txid: Txid,
         f: &Fields<'a>,
+        payload: &'a str,
     ) -> Result<Event<'a>, Reject> {
         let ty = string(f.ty, "type")?.ok_or(Reject::MissingField("type"))?;
         if self.types.lookup(&ty) != Some(kind) {
@@ -236,6 +241,7 @@ impl Decoder {
             features,
             price,
             user,
+            payload,
         })
     }
 }
