@@ -58,16 +58,7 @@ pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
 /// Starts the cluster if needed, creates the database and applies migrations.
 /// Returns the migrations applied now.
 pub fn up(cluster: &Cluster, port: Option<u16>) -> anyhow::Result<Vec<i32>> {
-    cluster.up(port)?;
-    crate::runtime()?.block_on(async {
-        tidemark_store::ensure_database(
-            &cluster.url_for("postgres"),
-            tidemark_store::cluster::DATABASE,
-        )
-        .await?;
-        let mut client = tidemark_store::connect(&cluster.url()).await?;
-        Ok(tidemark_store::migrate(&mut client).await?)
-    })
+    Ok(crate::runtime()?.block_on(tidemark_store::up(cluster, port))?)
 }
 
 /// The database to use: the configured URL, else the embedded cluster under

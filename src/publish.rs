@@ -97,7 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let span_ms = args.span.map(|d| d.as_millis() as i64);
     let start_ms = args
         .start_ms
-        .unwrap_or_else(|| now_ms() - span_ms.unwrap_or(0));
+        .unwrap_or_else(|| tidemark_market::now_ms() - span_ms.unwrap_or(0));
     let source = match args.replay {
         Some(path) => Source::Replay(path),
         None => Source::Synthetic(MarketConfig {
@@ -150,10 +150,4 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         })
     );
     Ok(())
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -34,12 +34,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let summary = tidemark_shard::run(config, &url, shutdown)
             .await
             .context("shard")?;
-        let total: u64 = summary
-            .counters
-            .iter()
-            .filter(|(n, _)| n.starts_with("received_"))
-            .map(|(_, v)| v)
-            .sum();
+        let total = tidemark_store::telemetry::Family::Received.sum(&summary.counters);
         eprintln!("tidemark shard: stopped; {total} events received in this run");
         Ok(())
     })

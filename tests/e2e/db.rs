@@ -105,3 +105,72 @@ impl OutputAsync for Command {
             .unwrap()
     }
 }
+
+/// Every counter name, as `tidemark_store::telemetry` defines it, lands in
+/// the family and subject the operators' views say, and `shard_status`
+/// sums the ones it names.
+#[test]
+fn the_views_classify_every_counter_as_telemetry_defines_it() {
+    use tidemark_store::telemetry::{Counter, Family};
+    let db = TestDb::new("telemetry_views");
+    let mut want: Vec<(String, String, String)> = Counter::ALL
+        .iter()
+        .map(|c| (c.name().to_owned(), "shard".into(), c.name().to_owned()))
+        .collect();
+    for f in Family::ALL {
+        for subject in ["bid", "install", "open", "bad_txid", "cvr_short", "tick_x"] {
+            want.push((f.name(subject), f.prefix().into(), subject.into()));
+        }
+    }
+    let url = db.url.clone();
+    let rows = want.clone();
+    let (got, status): (Vec<(String, String, String)>, (i64, i64)) = block_on(async move {
+        let c = tidemark_store::connect(&url).await.unwrap();
+        c.execute(
+            "INSERT INTO tidemark.shards (name, prefixes, rate, clock_kind, config) VALUES ('v', '{}', 1, 'wall', '{}')",
+            &[],
+        )
+        .await
+        .unwrap();
+        let deltas: Vec<(String, i64)> = rows.iter().map(|r| (r.0.clone(), 1)).collect();
+        tidemark_store::state::add_counters(&c, "v", &deltas)
+            .await
+            .unwrap();
+        // The view has no `name` column: rebuild it from family and subject.
+        let got = c
+            .query(
+                "SELECT family, subject FROM tidemark.counters WHERE shard = 'v'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let (f, s): (String, String) = (r.get(0), r.get(1));
+                let name = if f == "shard" {
+                    s.clone()
+                } else {
+                    format!("{f}_{s}")
+                };
+                (name, f, s)
+            })
+            .collect();
+        let s = c
+            .query_one(
+                "SELECT quarantined, db_errors FROM tidemark.shard_status WHERE shard = 'v'",
+                &[],
+            )
+            .await
+            .unwrap();
+        (got, (s.get(0), s.get(1)))
+    });
+    let mut got = got;
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    let db_errors = Counter::ALL
+        .iter()
+        .filter(|c| c.name().starts_with("db_errors_"))
+        .count() as i64;
+    assert_eq!(status, (1, db_errors));
+}

@@ -15,6 +15,7 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use tidemark_market::{Market, MarketConfig, Out};
 use tidemark_store::buffer::{EventRow, Layout};
+use tidemark_store::telemetry::{Counter, Family};
 use tidemark_store::{quote_ident, state, Cluster};
 
 #[derive(Parser)]
@@ -201,7 +202,6 @@ struct Sample {
 
 async fn sample(c: &tokio_postgres::Client, shard: &str, pid: u32) -> anyhow::Result<Sample> {
     let counters = state::counters(c, shard).await?;
-    let sum = |p: &str| tidemark_store::state::sum_prefix(&counters, p);
     let rows: i64 = c
         .query_one(
             "SELECT coalesce(sum(n_live_tup), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = $1",
@@ -212,10 +212,10 @@ async fn sample(c: &tokio_postgres::Client, shard: &str, pid: u32) -> anyhow::Re
     let (cpu, _) = proc_usage(pid);
     Ok(Sample {
         at: Instant::now(),
-        received: sum("received_"),
-        written: sum("rows_written") + sum("merged"),
-        dropped: sum("dropped_overflow"),
-        observations: sum("observations_"),
+        received: Family::Received.sum(&counters),
+        written: Counter::RowsWritten.get(&counters) + Counter::Merged.get(&counters),
+        dropped: Counter::DroppedOverflow.get(&counters),
+        observations: Family::Observations.sum(&counters),
         buffer_rows: rows,
         cpu,
     })
@@ -473,13 +473,13 @@ async fn phases(bin: &Path, cluster: &Cluster, transactions: u64) -> anyhow::Res
     let secs = started.elapsed().as_secs_f64();
     terminate(&mut shard);
     let counters = state::counters(&c, "p").await?;
-    let get = |n: &str| tidemark_store::state::sum_prefix(&counters, n);
-    let obs = get("observations_");
+    let get = |c: Counter| c.get(&counters);
+    let obs = Family::Observations.sum(&counters);
     println!("swept every phase in  {secs:>10.2} s (includes up to 1 s of period and start-up)");
     println!(
         "transactions swept    {:>10} ({:.0}/s)",
-        get("transactions_swept"),
-        get("transactions_swept") as f64 / secs
+        get(Counter::TransactionsSwept),
+        get(Counter::TransactionsSwept) as f64 / secs
     );
     println!(
         "buffered events       {buffered:>10} ({:.0}/s)",
@@ -492,12 +492,18 @@ async fn phases(bin: &Path, cluster: &Cluster, transactions: u64) -> anyhow::Res
     for t in ["ctr", "cvr_short", "cvr_long"] {
         println!(
             "  {t:<10} {:>10} rows, {:>8} positive",
-            get(&format!("observations_{t}")),
-            get(&format!("positives_{t}"))
+            counters
+                .iter()
+                .find(|(n, _)| *n == Family::Observations.name(t))
+                .map_or(0, |c| c.1),
+            counters
+                .iter()
+                .find(|(n, _)| *n == Family::Positives.name(t))
+                .map_or(0, |c| c.1)
         );
     }
-    println!("kept after impression {:>10}", get("kept_impressed"));
-    println!("kept after click      {:>10}", get("kept_clicked"));
-    println!("sweeps (transactions) {:>10}", get("sweeps"));
+    println!("kept after impression {:>10}", get(Counter::KeptImpressed));
+    println!("kept after click      {:>10}", get(Counter::KeptClicked));
+    println!("sweeps (transactions) {:>10}", get(Counter::Sweeps));
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use serde_json::{Map, Value};
-use tidemark_features::Hashing;
+use tidemark_features::{sigmoid, Hashing};
 
 use crate::{Checkpoint, FormatError};
 
@@ -94,11 +94,6 @@ impl Model {
         };
         Scores { targets, p_install }
     }
-}
-
-/// The logistic function, with the logit clamped to ±35 as in training.
-pub fn sigmoid(s: f64) -> f64 {
-    1.0 / (1.0 + (-s.clamp(-35.0, 35.0)).exp())
 }
 
 /// A model that can be swapped for a newer one while other threads score.

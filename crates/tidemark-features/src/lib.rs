@@ -56,8 +56,8 @@ impl Hashing {
         for (name, v) in features {
             let name_seed = murmur3_32(name.as_bytes(), self.seed);
             match v {
-                Value::String(s) => out.push((murmur3_32(s.as_bytes(), name_seed) & mask, 1.0)),
-                Value::Bool(b) => out.push((murmur3_32(bool_bytes(*b), name_seed) & mask, 1.0)),
+                Value::String(s) => out.push((self.categorical(name_seed, s.as_bytes()), 1.0)),
+                Value::Bool(b) => out.push((self.categorical(name_seed, bool_bytes(*b)), 1.0)),
                 Value::Number(n) => {
                     if let Some(x) = n.as_f64() {
                         out.push((name_seed & mask, x as f32));
@@ -73,8 +73,7 @@ impl Hashing {
             let (Some((ba, xa)), Some((bb, xb))) = (part(va), part(vb)) else {
                 continue;
             };
-            let h = murmur3_32(bb, murmur3_32(ba, self.cross_seed(a, b)));
-            out.push((h & mask, xa * xb));
+            out.push((self.cross(self.cross_seed(a, b), ba, bb), xa * xb));
         }
         out.push((self.bias_index(), 1.0));
     }
@@ -85,6 +84,19 @@ impl Hashing {
         murmur3_32(name.as_bytes(), self.seed)
     }
 
+    /// The index of categorical value `v` under a name whose seed is `name_seed`.
+    #[inline]
+    pub fn categorical(&self, name_seed: u32, v: &[u8]) -> u32 {
+        murmur3_32(v, name_seed) & self.mask()
+    }
+
+    /// The index of a cross of the bytes `a` and `b` under `cross_seed(..)`.
+    #[inline]
+    pub fn cross(&self, cross_seed: u32, a: &[u8], b: &[u8]) -> u32 {
+        murmur3_32(b, murmur3_32(a, cross_seed)) & self.mask()
+    }
+
+    /// The seed of a cross of the names `a` and `b`.
     pub fn cross_seed(&self, a: &str, b: &str) -> u32 {
         let mut key = Vec::with_capacity(a.len() + b.len() + 1);
         key.extend_from_slice(a.as_bytes());
@@ -92,6 +104,13 @@ impl Hashing {
         key.extend_from_slice(b.as_bytes());
         murmur3_32(&key, self.seed)
     }
+}
+
+/// The logistic function, the logit clamped to ±35: training, serving and
+/// the synthetic market's truth all use this one.
+#[inline]
+pub fn sigmoid(s: f64) -> f64 {
+    1.0 / (1.0 + (-s.clamp(-35.0, 35.0)).exp())
 }
 
 fn bool_bytes(b: bool) -> &'static [u8] {

@@ -3,6 +3,7 @@
 //! needed ("lazy weights"), so only `z` and `n` are stored.
 
 use tidemark_checkpoint::Target;
+use tidemark_features::sigmoid;
 
 /// Learning-rate and regularisation settings (SPEC 8 defaults).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -21,6 +22,26 @@ impl Default for Params {
             l1: 1.0,
             l2: 1.0,
         }
+    }
+}
+
+impl Params {
+    /// Checks the settings are usable: all finite and non-negative, `alpha` positive.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("alpha", self.alpha),
+            ("beta", self.beta),
+            ("l1", self.l1),
+            ("l2", self.l2),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{name} must be a non-negative number, got {v}"));
+            }
+        }
+        if self.alpha == 0.0 {
+            return Err("alpha must be greater than 0".into());
+        }
+        Ok(())
     }
 }
 
@@ -141,12 +162,6 @@ impl Ftrl {
         m.trained = t.trained;
         m
     }
-}
-
-/// The logistic function, logit clamped to ±35 (as the reference learners).
-#[inline]
-pub fn sigmoid(s: f64) -> f64 {
-    1.0 / (1.0 + (-s.clamp(-35.0, 35.0)).exp())
 }
 
 #[cfg(test)]

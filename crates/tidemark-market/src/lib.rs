@@ -12,3 +12,11 @@ pub mod publisher;
 
 pub use market::{Market, MarketConfig, Out};
 pub use publisher::{publish, PublishOptions, PublishReport, Source};
+
+/// Wall time in milliseconds since the Unix epoch: where a market's event
+/// time starts unless told otherwise.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -8,7 +8,8 @@ use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
+use tidemark_features::sigmoid;
 use tidemark_wire::Txid;
 
 /// Shape of the market. Times are milliseconds of event time.
@@ -290,10 +291,6 @@ const KIND_IMPRESSION: u8 = 1;
 const KIND_CLICK: u8 = 2;
 const KIND_INSTALL: u8 = 3;
 const KIND_CUSTOM: u8 = 4;
-
-fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
-}
 
 fn logit(p: f64) -> f64 {
     (p / (1.0 - p)).ln()

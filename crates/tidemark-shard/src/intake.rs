@@ -19,6 +19,7 @@ use crate::clock::{EventClock, Socket};
 use crate::config::{ClockKind, Config};
 use crate::counters::Counters;
 use crate::loss::LossEstimator;
+use tidemark_store::telemetry::{Counter, Family};
 
 /// Events per chunk handed to the writer.
 const CHUNK_EVENTS: usize = 2048;
@@ -118,25 +119,25 @@ pub fn spawn(
     saved_reference: Option<i64>,
     out: mpsc::Sender<Chunk>,
     stop: Arc<AtomicBool>,
-) -> Result<JoinHandle<()>, String> {
+) -> Result<JoinHandle<()>, IntakeError> {
     let ctx = zmq::Context::new();
     let custom: Vec<&str> = config.types.custom().map(|(_, n)| n).collect();
     let mut low_types = vec!["click", "install"];
     low_types.extend(custom);
-    let open = |types: &[&str]| -> Result<zmq::Socket, String> {
-        let s = ctx
-            .socket(zmq::SUB)
-            .map_err(|e| format!("zmq socket: {e}"))?;
-        s.set_rcvhwm(config.rcvhwm)
-            .map_err(|e| format!("rcvhwm: {e}"))?;
-        s.set_linger(0).map_err(|e| format!("linger: {e}"))?;
+    let open = |types: &[&str]| -> Result<zmq::Socket, IntakeError> {
+        let socket = |what: &'static str| move |error| IntakeError::Socket { what, error };
+        let s = ctx.socket(zmq::SUB).map_err(socket("create"))?;
+        s.set_rcvhwm(config.rcvhwm).map_err(socket("rcvhwm"))?;
+        s.set_linger(0).map_err(socket("linger"))?;
         for sub in subscriptions(types, &config.prefixes) {
             s.set_subscribe(sub.as_bytes())
-                .map_err(|e| format!("subscribe: {e}"))?;
+                .map_err(socket("subscribe"))?;
         }
         for ep in &config.endpoints {
-            s.connect(ep)
-                .map_err(|e| format!("endpoints: cannot connect to {ep}: {e}"))?;
+            s.connect(ep).map_err(|error| IntakeError::Connect {
+                endpoint: ep.clone(),
+                error,
+            })?;
         }
         Ok(s)
     };
@@ -166,7 +167,31 @@ pub fn spawn(
             state.run([(Socket::High, high), (Socket::Low, low)], &stop);
             drop(ctx);
         })
-        .map_err(|e| format!("spawn intake thread: {e}"))
+        .map_err(IntakeError::Thread)
+}
+
+/// Why intake could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    /// A socket option or the socket itself was refused.
+    #[error("zmq socket ({what}): {error}")]
+    Socket {
+        /// The step refused.
+        what: &'static str,
+        /// ZeroMQ's error.
+        error: zmq::Error,
+    },
+    /// An endpoint could not be connected to (a malformed address).
+    #[error("endpoints: cannot connect to {endpoint}: {error}")]
+    Connect {
+        /// The endpoint as configured.
+        endpoint: String,
+        /// ZeroMQ's error.
+        error: zmq::Error,
+    },
+    /// The intake thread could not be started.
+    #[error("spawn intake thread: {0}")]
+    Thread(std::io::Error),
 }
 
 struct Intake {
@@ -254,14 +279,14 @@ impl Intake {
                 self.loss.arrived(e.kind, e.txid.first_digit());
                 let created = e.txid.created_ms() as i64;
                 if created > self.reference() + self.max_future {
-                    self.counters.per_type("future", e.kind, 1);
+                    self.counters.per_type(Family::Future, e.kind, 1);
                     return;
                 }
                 if self.chunk.events.len() >= self.max_chunk {
-                    self.counters.add("dropped_overflow", 1);
+                    self.counters.add(Counter::DroppedOverflow, 1);
                     return;
                 }
-                self.counters.per_type("received", e.kind, 1);
+                self.counters.per_type(Family::Received, e.kind, 1);
                 self.arrival += 1;
                 // The payload is kept whole (to quarantine the event should the
                 // database refuse it); features and user borrowed from it are
@@ -269,7 +294,8 @@ impl Intake {
                 let raw = self.chunk.push_str(e.payload);
                 let features = e.features.as_ref().map(|f| {
                     if f.dropped > 0 {
-                        self.counters.add("dropped_features", u64::from(f.dropped));
+                        self.counters
+                            .add(Counter::DroppedFeatures, u64::from(f.dropped));
                     }
                     self.chunk.within(raw, e.payload, &f.json)
                 });
@@ -293,7 +319,7 @@ impl Intake {
                 // A mis-stamped tick could open the door to far-future txids
                 // and sweep every window: refuse it like a future event.
                 if t.ts > self.reference() + self.max_future {
-                    self.counters.add("future_tick", 1);
+                    self.counters.add(Counter::FutureTick, 1);
                     self.log_reason(
                         "future_tick",
                         topic,
@@ -309,7 +335,7 @@ impl Intake {
                     let lost = self.loss.tick(which, &t.publisher, &t.sent);
                     if lost > self.reported_loss {
                         self.counters
-                            .add("lost_estimate", lost - self.reported_loss);
+                            .add(Counter::LostEstimate, lost - self.reported_loss);
                         self.reported_loss = lost;
                     }
                 }

@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use tidemark_store::buffer::TargetSql;
+use tidemark_store::sweep::{SweepPlan, SweepStep};
 use tidemark_wire::{EventType, Types};
 
 use crate::config::{Config, Given};
@@ -217,9 +219,79 @@ pub fn route(phases: &Phases, wm: &Watermarks, kind: EventType, c: i64, ts: i64)
     }
 }
 
-/// Column of the consolidated tables holding the earliest time of an event type.
-pub fn column(types: &Types, kind: EventType) -> String {
-    format!("{}_ts", types.name(kind))
+/// `(phase, offset, watermark)` rows as saved in `tidemark.watermarks`.
+pub fn marks(phases: &Phases, wm: &Watermarks) -> Vec<(String, i64, i64)> {
+    let mut m = vec![(
+        "impression".to_owned(),
+        phases.impression_offset,
+        wm.impression,
+    )];
+    for (t, w) in phases.targets.iter().zip(&wm.targets) {
+        m.push((t.name.clone(), t.offset, *w));
+    }
+    m.push(("unclicked".into(), phases.unclicked_offset, wm.unclicked));
+    m.push(("last".into(), phases.last_offset, wm.last));
+    m
+}
+
+/// The sweep that moves the watermarks from `old` to where `clock` puts
+/// them (never back): consolidate what the impression phase passed; emit
+/// each target whose watermark moved, in offset order; copy the clicked rows
+/// to `long` once every target reading unclicked rows has emitted (later
+/// targets then read `long` below the new unclicked watermark); forget
+/// what the last phase passed. Ranges are `(lo, hi]` of creation time, and
+/// start no earlier than the epoch.
+pub fn plan(
+    phases: &Phases,
+    types: &Types,
+    old: &Watermarks,
+    clock: i64,
+) -> (Watermarks, SweepPlan) {
+    let floor = |v: i64| v.max(0);
+    let new = Watermarks::at(phases, clock).max(old);
+    let consolidate =
+        (new.impression > old.impression).then_some((floor(old.impression), new.impression));
+    let keep_clicked = || {
+        (new.unclicked > old.unclicked).then_some(SweepStep::KeepClicked {
+            lo: floor(old.unclicked),
+            hi: new.unclicked,
+        })
+    };
+    let mut steps = Vec::new();
+    let mut unclicked = floor(old.unclicked);
+    let mut moved = false;
+    for (i, t) in phases.targets.iter().enumerate() {
+        if !moved && t.offset > phases.unclicked_offset {
+            steps.extend(keep_clicked());
+            unclicked = new.unclicked;
+            moved = true;
+        }
+        if new.targets[i] > old.targets[i] {
+            steps.push(SweepStep::Emit {
+                target: TargetSql {
+                    name: t.name.clone(),
+                    given_click: t.given == Given::Click,
+                    event: types.name(t.event).to_owned(),
+                    after_ms: t.after,
+                    until_ms: t.until,
+                },
+                lo: floor(old.targets[i]),
+                hi: new.targets[i],
+                unclicked,
+            });
+        }
+    }
+    if !moved {
+        steps.extend(keep_clicked());
+    }
+    let plan = SweepPlan {
+        clock,
+        consolidate,
+        steps,
+        forget_through: (new.last > old.last).then_some(new.last),
+        marks: marks(phases, &new),
+    };
+    (new, plan)
 }
 
 #[cfg(test)]
@@ -345,5 +417,118 @@ mod tests {
         let a = Watermarks::at(&p, 10 * H);
         let b = Watermarks::at(&p, 9 * H);
         assert_eq!(a.max(&b), a);
+    }
+
+    fn steps(sweep: &SweepPlan) -> Vec<String> {
+        sweep
+            .steps
+            .iter()
+            .map(|s| match s {
+                SweepStep::KeepClicked { lo, hi } => format!("keep {lo}..{hi}"),
+                SweepStep::Emit {
+                    target,
+                    lo,
+                    hi,
+                    unclicked,
+                } => format!("{} {lo}..{hi} u{unclicked}", target.name),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_plan_emits_in_offset_order_and_keeps_clicked_rows_before_later_targets() {
+        let c = config("");
+        let p = Phases::new(&c);
+        let start = Watermarks::at(&p, 10 * H);
+        // A clock past every phase of the first hour: all targets emit.
+        let (new, sweep) = plan(&p, &c.types, &start, 11 * H + 8 * 24 * H);
+        assert_eq!(sweep.consolidate, Some((start.impression, new.impression)));
+        let s = steps(&sweep);
+        let names: Vec<&str> = s.iter().map(|s| s.split(' ').next().unwrap()).collect();
+        // ctr reads unclicked rows; the clicked ones move to long before cvr_*.
+        assert_eq!(names, ["ctr", "keep", "cvr_short", "cvr_long"]);
+        let keep = &sweep.steps[1];
+        assert_eq!(
+            keep,
+            &SweepStep::KeepClicked {
+                lo: start.unclicked,
+                hi: new.unclicked
+            }
+        );
+        match &sweep.steps[2] {
+            SweepStep::Emit {
+                target, unclicked, ..
+            } => {
+                assert_eq!(
+                    *unclicked, new.unclicked,
+                    "cvr reads long below the new mark"
+                );
+                assert!(target.given_click);
+                assert_eq!(target.event, "install");
+            }
+            other => panic!("{other:?}"),
+        }
+        match &sweep.steps[0] {
+            SweepStep::Emit { unclicked, .. } => assert_eq!(*unclicked, start.unclicked),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(sweep.forget_through, Some(new.last));
+        assert_eq!(sweep.marks.len(), p.targets.len() + 3);
+        assert_eq!(
+            sweep.marks[0],
+            ("impression".into(), p.impression_offset, new.impression)
+        );
+    }
+
+    #[test]
+    fn a_plan_does_nothing_where_no_watermark_moved() {
+        let c = config("");
+        let p = Phases::new(&c);
+        let wm = Watermarks::at(&p, 10 * H);
+        let (new, sweep) = plan(&p, &c.types, &wm, 10 * H);
+        assert_eq!(new, wm);
+        assert_eq!(sweep.consolidate, None);
+        assert!(sweep.steps.is_empty());
+        assert_eq!(sweep.forget_through, None);
+        // A clock going back moves nothing back.
+        let (new, sweep) = plan(&p, &c.types, &wm, 9 * H);
+        assert_eq!(new, wm);
+        assert!(sweep.steps.is_empty());
+    }
+
+    #[test]
+    fn a_first_plan_starts_its_ranges_at_the_epoch() {
+        let c = config("");
+        let p = Phases::new(&c);
+        let (_, sweep) = plan(&p, &c.types, &Watermarks::at(&p, i64::MIN / 4), 3 * H);
+        assert_eq!(sweep.consolidate.unwrap().0, 0);
+        for s in &sweep.steps {
+            if let SweepStep::Emit { lo, .. } = s {
+                assert_eq!(*lo, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn a_small_step_emits_only_the_phases_it_crosses() {
+        let c = config("");
+        let p = Phases::new(&c);
+        let wm = Watermarks::at(&p, 10 * H);
+        // One minute later: impression and ctr move; cvr_* do too (their
+        // offsets are fixed), but the unclicked mark moves with ctr's.
+        let (new, sweep) = plan(&p, &c.types, &wm, 10 * H + M);
+        assert_eq!(sweep.consolidate, Some((wm.impression, wm.impression + M)));
+        assert_eq!(new.last, wm.last + M);
+        let s = steps(&sweep);
+        assert_eq!(
+            s[0],
+            format!(
+                "ctr {}..{} u{}",
+                wm.targets[0],
+                wm.targets[0] + M,
+                wm.unclicked
+            )
+        );
+        assert_eq!(s[1], format!("keep {}..{}", wm.unclicked, wm.unclicked + M));
     }
 }

@@ -46,13 +46,13 @@ pub struct MergeRow {
 }
 
 /// A phase that emits observations.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetSql {
     pub name: String,
     /// Population: `false` = every impressed transaction, `true` = those clicked in the click window.
     pub given_click: bool,
-    /// Column holding the earliest time of the labelling event.
-    pub column: String,
+    /// The labelling event's type name (one of `Layout::event_types`).
+    pub event: String,
     pub after_ms: i64,
     pub until_ms: i64,
 }
@@ -105,6 +105,11 @@ impl Layout {
             rate,
             unlogged: true,
         }
+    }
+
+    /// The index in `event_columns` of the column holding a type's earliest time.
+    pub fn column(&self, type_name: &str) -> Option<usize> {
+        self.event_types.iter().position(|t| t == type_name)
     }
 
     fn t(&self, table: &str) -> String {
@@ -272,11 +277,17 @@ impl Layout {
     }
 
     /// Appends events with one binary `COPY`. The rows' partitions must exist.
-    pub async fn copy_events(&self, c: &Client, rows: &[EventRow<'_>]) -> Result<u64, StoreError> {
+    pub async fn copy_events(
+        &self,
+        c: &impl GenericClient,
+        rows: &[EventRow<'_>],
+    ) -> Result<u64, StoreError> {
         if rows.is_empty() {
             return Ok(0);
         }
+        // (`copy_in` is the connection's; inside a transaction it is part of it.)
         let sink = c
+            .client()
             .copy_in::<_, Bytes>(&format!(
                 "COPY {} (txid, created_at, type, ts, arrival, features, price, uid) FROM STDIN (FORMAT binary)",
                 self.t("events")
@@ -325,7 +336,7 @@ impl Layout {
     /// (their transaction is not in any population).
     pub async fn merge(
         &self,
-        c: &Client,
+        c: &impl GenericClient,
         long: bool,
         rows: &[MergeRow],
     ) -> Result<Vec<usize>, StoreError> {
@@ -543,7 +554,7 @@ impl Layout {
         next_seq: i64,
         only: Option<&str>,
     ) -> Result<(i64, i64), StoreError> {
-        let col = &target.column;
+        let col = &self.event_columns[self.column(&target.event).expect("a buffered event type")];
         let population = self.population_filter(target);
         let only_txid = if only.is_some() { " AND txid = $8" } else { "" };
         let after = if target.after_ms > 0 {

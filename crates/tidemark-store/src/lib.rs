@@ -10,6 +10,8 @@ pub mod cluster;
 mod migrate;
 pub mod observations;
 pub mod state;
+pub mod sweep;
+pub mod telemetry;
 
 pub use cluster::{Cluster, ClusterError, Status};
 pub use migrate::{latest_version, migrate, MIGRATIONS};
@@ -30,6 +32,17 @@ pub enum StoreError {
     SchemaTooNew(i32),
     #[error("bad database url: {0}")]
     Url(String),
+    #[error("connection pool: {0}")]
+    Pool(String),
+}
+
+impl From<deadpool_postgres::PoolError> for StoreError {
+    fn from(e: deadpool_postgres::PoolError) -> StoreError {
+        match e {
+            deadpool_postgres::PoolError::Backend(e) => StoreError::Db(e),
+            other => StoreError::Pool(other.to_string()),
+        }
+    }
 }
 
 /// What to do about a database error (issue 8's rule).
@@ -50,8 +63,11 @@ pub enum ErrorClass {
 impl StoreError {
     /// Classifies an error for retrying or isolating.
     pub fn class(&self) -> ErrorClass {
-        let StoreError::Db(e) = self else {
-            return ErrorClass::Unknown;
+        let e = match self {
+            StoreError::Db(e) => e,
+            // The pool timed out or was closed: the server may come back.
+            StoreError::Pool(_) => return ErrorClass::Transient,
+            _ => return ErrorClass::Unknown,
         };
         if e.is_closed() {
             return ErrorClass::Transient;
@@ -130,6 +146,53 @@ pub async fn connect(url: &str) -> Result<Client, StoreError> {
     Ok(client)
 }
 
+/// A pool of connections for callers that work concurrently (the learner
+/// reading many shard streams; profile readers).
+pub type Pool = deadpool_postgres::Pool;
+
+/// A connection taken from a [`Pool`]; it dereferences to a `Client` and
+/// goes back to the pool when dropped.
+pub type PooledClient = deadpool_postgres::Object;
+
+/// A pool of at most `size` connections to `url`, connecting lazily; a
+/// connection found closed is replaced when next taken.
+pub fn pool(url: &str, size: usize) -> Result<Pool, StoreError> {
+    let config: tokio_postgres::Config =
+        url.parse().map_err(|e| StoreError::Url(format!("{e}")))?;
+    let manager = deadpool_postgres::Manager::from_config(
+        config,
+        NoTls,
+        deadpool_postgres::ManagerConfig {
+            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|e| StoreError::Pool(e.to_string()))
+}
+
+/// Starts the embedded cluster if needed (blocking while it starts), creates
+/// its database and applies migrations. Returns the migrations applied now.
+pub async fn up(cluster: &Cluster, port: Option<u16>) -> Result<Vec<i32>, UpError> {
+    cluster.up(port)?;
+    ensure_database(&cluster.url_for("postgres"), cluster::DATABASE).await?;
+    let mut client = connect(&cluster.url()).await?;
+    Ok(migrate(&mut client).await?)
+}
+
+/// Why the embedded database could not be brought up.
+#[derive(Debug, thiserror::Error)]
+pub enum UpError {
+    /// The cluster did not start.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// The database could not be created or migrated.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// Creates `database` on the server of `admin_url` if it does not exist.
 pub async fn ensure_database(admin_url: &str, database: &str) -> Result<bool, StoreError> {
     let client = connect(admin_url).await?;
@@ -167,6 +230,11 @@ pub async fn recreate_database(admin_url: &str, database: &str) -> Result<(), St
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await?;
     Ok(())
+}
+
+/// Quotes an SQL string literal.
+pub fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
 }
 
 /// Quotes an SQL identifier.

@@ -28,6 +28,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "quarantine",
         include_str!("../../../sql/V0005__quarantine.sql"),
     ),
+    (
+        6,
+        "counter_families",
+        include_str!("../../../sql/V0006__counter_families.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.

@@ -14,6 +14,15 @@ pub struct Observation {
     pub features: String,
 }
 
+/// Observations in this database, over every shard.
+pub async fn count(c: &Client) -> Result<i64, StoreError> {
+    Ok(
+        c.query_one("SELECT count(*) FROM tidemark.observations", &[])
+            .await?
+            .get(0),
+    )
+}
+
 /// Shards that have emitted into this database.
 pub async fn shards(c: &Client) -> Result<Vec<String>, StoreError> {
     Ok(

@@ -195,16 +195,6 @@ pub async fn observation_rates(c: &Client) -> Result<Vec<(String, i64, f64)>, St
         .collect())
 }
 
-/// The sum of the counters whose names start with `prefix` (a family, like
-/// `received_`), or the one named exactly `prefix`.
-pub fn sum_prefix(counters: &[(String, i64)], prefix: &str) -> i64 {
-    counters
-        .iter()
-        .filter(|(n, _)| n.starts_with(prefix))
-        .map(|(_, v)| v)
-        .sum()
-}
-
 /// Records the last database error a shard met (shown by `shard_status`).
 pub async fn record_error(c: &Client, shard: &str, error: &str) -> Result<(), StoreError> {
     c.execute(
@@ -259,4 +249,52 @@ pub async fn record_emission_gap(
     )
     .await?;
     Ok(())
+}
+
+/// Names a shard's session (seen in `pg_stat_activity`) and lets its commits
+/// return before their WAL flush: the buffer is unlogged anyway, and a sweep
+/// asks for the flush itself (its observations are the durable product).
+pub async fn configure_session(c: &Client, shard: &str) -> Result<(), StoreError> {
+    c.batch_execute(&format!(
+        "SET application_name = {}; SET synchronous_commit = off",
+        crate::quote_literal(&format!("tidemark shard {shard}"))
+    ))
+    .await?;
+    Ok(())
+}
+
+/// A shard's registration, as `tidemark shard --status` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardInfo {
+    /// The applied clock; `None` before the first sweep.
+    pub clock_ms: Option<i64>,
+    /// The next observation number.
+    pub next_seq: i64,
+    /// The share of transactions its prefixes sample.
+    pub rate: f64,
+    /// Its txid prefixes.
+    pub prefixes: Vec<String>,
+    /// When the last run started.
+    pub started_at: String,
+    /// When its progress was last saved.
+    pub updated_at: String,
+}
+
+/// A shard's registration, if it ever ran against this database.
+pub async fn shard_info(c: &Client, shard: &str) -> Result<Option<ShardInfo>, StoreError> {
+    let row = c
+        .query_opt(
+            "SELECT clock_ms, next_seq, rate, prefixes, started_at::text, updated_at::text
+             FROM tidemark.shards WHERE name = $1",
+            &[&shard],
+        )
+        .await?;
+    Ok(row.map(|r| ShardInfo {
+        clock_ms: r.get(0),
+        next_seq: r.get(1),
+        rate: r.get(2),
+        prefixes: r.get(3),
+        started_at: r.get(4),
+        updated_at: r.get(5),
+    }))
 }

@@ -10,14 +10,64 @@ use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use tidemark_features::{murmur3_32, Hashing};
+use tidemark_features::Hashing;
+use tidemark_learner::{auc, Ftrl, Metrics, Params};
 
-use crate::{auc, Ftrl, Metrics, Params};
+/// Why an offline pass stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum OfflineError {
+    /// No input files were given.
+    #[error("no input files")]
+    NoInput,
+    /// The settings are unusable.
+    #[error("{0}")]
+    Settings(String),
+    /// A file could not be read or written.
+    #[error("{path}: {error}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The IO error.
+        error: std::io::Error,
+    },
+    /// A line's label is not 0 or 1.
+    #[error("{path}:{line}: label must be 0 or 1, got {got:?}")]
+    Label {
+        /// The file.
+        path: PathBuf,
+        /// The line, from 1.
+        line: u64,
+        /// What the label column held.
+        got: String,
+    },
+    /// A cross names a column the header lacks.
+    #[error("--cross {a},{b}: no column named {missing:?}")]
+    Cross {
+        /// The cross's first column.
+        a: String,
+        /// The cross's second column.
+        b: String,
+        /// The one not found.
+        missing: String,
+    },
+}
 
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> OfflineError + '_ {
+    move |error| OfflineError::Io {
+        path: path.to_owned(),
+        error,
+    }
+}
+
+/// How to run an offline pass.
 pub struct Options {
+    /// Hash into 2^bits weights.
     pub bits: u8,
+    /// The hash seed.
     pub seed: u32,
+    /// Learning settings.
     pub params: Params,
+    /// The first line of each file names the columns.
     pub header: bool,
     /// Column-name pairs crossed into one more feature each.
     pub crosses: Vec<(String, String)>,
@@ -25,25 +75,32 @@ pub struct Options {
     pub predictions: Option<PathBuf>,
 }
 
+/// What an offline pass measured.
 #[derive(Debug, Clone)]
 pub struct Report {
+    /// Rows learned.
     pub rows: u64,
+    /// Rows labelled 1.
     pub positives: u64,
+    /// Time taken.
     pub seconds: f64,
+    /// Progressive logloss.
     pub logloss: f64,
+    /// Progressive AUC.
     pub auc: f64,
     /// Mean prediction over label rate.
     pub calibration: f64,
 }
 
 impl Report {
+    /// Throughput.
     pub fn rows_per_second(&self) -> f64 {
         self.rows as f64 / self.seconds.max(1e-9)
     }
 }
 
-fn open(path: &Path) -> Result<Box<dyn BufRead>, String> {
-    let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn open(path: &Path) -> Result<Box<dyn BufRead>, OfflineError> {
+    let f = File::open(path).map_err(io(path))?;
     let raw: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
         Box::new(flate2::read::MultiGzDecoder::new(f))
     } else {
@@ -53,12 +110,13 @@ fn open(path: &Path) -> Result<Box<dyn BufRead>, String> {
 }
 
 /// Runs the progressive pass and returns what it measured.
-pub fn run(files: &[PathBuf], opts: &Options) -> Result<Report, String> {
+pub fn run(files: &[PathBuf], opts: &Options) -> Result<Report, OfflineError> {
     if files.is_empty() {
-        return Err("no input files".into());
+        return Err(OfflineError::NoInput);
     }
+    crate::config::check_bits(opts.bits).map_err(|e| OfflineError::Settings(e.to_string()))?;
+    opts.params.validate().map_err(OfflineError::Settings)?;
     let hashing = Hashing::new(opts.bits, opts.seed, opts.crosses.clone());
-    let mask = hashing.mask();
     let bias = hashing.bias_index();
     let mut model = Ftrl::new(opts.params, hashing.slots());
     let mut metrics = Metrics::new(100_000);
@@ -66,7 +124,7 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<Report, String> {
     let mut out = match &opts.predictions {
         Some(p) => Some(BufWriter::with_capacity(
             1 << 20,
-            File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
+            File::create(p).map_err(io(p))?,
         )),
         None => None,
     };
@@ -83,9 +141,7 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<Report, String> {
         let mut line_no = 0u64;
         loop {
             line.clear();
-            let n = r
-                .read_until(b'\n', &mut line)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let n = r.read_until(b'\n', &mut line).map_err(io(path))?;
             if n == 0 {
                 break;
             }
@@ -119,11 +175,11 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<Report, String> {
                 b"1" => true,
                 b"0" => false,
                 other => {
-                    return Err(format!(
-                        "{}:{line_no}: label must be 0 or 1, got {:?}",
-                        path.display(),
-                        String::from_utf8_lossy(other)
-                    ))
+                    return Err(OfflineError::Label {
+                        path: path.clone(),
+                        line: line_no,
+                        got: String::from_utf8_lossy(other).into_owned(),
+                    })
                 }
             };
             let cols = fields.len() - 1;
@@ -142,7 +198,7 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<Report, String> {
             x.clear();
             for (j, &(a, b)) in fields[1..].iter().enumerate() {
                 if a < b {
-                    x.push((murmur3_32(&line[a..b], seeds[j]) & mask, 1.0));
+                    x.push((hashing.categorical(seeds[j], &line[a..b]), 1.0));
                 }
             }
             for &(ca, cb, seed) in &cross_cols {
@@ -151,10 +207,7 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<Report, String> {
                     continue;
                 };
                 if a0 < a1 && b0 < b1 {
-                    x.push((
-                        murmur3_32(&line[b0..b1], murmur3_32(&line[a0..a1], seed)) & mask,
-                        1.0,
-                    ));
+                    x.push((hashing.cross(seed, &line[a0..a1], &line[b0..b1]), 1.0));
                 }
             }
             x.push((bias, 1.0));
@@ -162,12 +215,14 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<Report, String> {
             metrics.total.add(p, y);
             pairs.push((p as f32, y));
             if let Some(o) = out.as_mut() {
-                writeln!(o, "{}", p as f32).map_err(|e| format!("predictions: {e}"))?;
+                writeln!(o, "{}", p as f32)
+                    .map_err(io(opts.predictions.as_deref().expect("open")))?;
             }
         }
     }
     if let Some(mut o) = out {
-        o.flush().map_err(|e| format!("predictions: {e}"))?;
+        o.flush()
+            .map_err(io(opts.predictions.as_deref().expect("open")))?;
     }
     let seconds = started.elapsed().as_secs_f64();
     let t = metrics.total;
@@ -181,7 +236,10 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<Report, String> {
     })
 }
 
-fn resolve_crosses(h: &Hashing, names: &[String]) -> Result<Vec<(usize, usize, u32)>, String> {
+fn resolve_crosses(
+    h: &Hashing,
+    names: &[String],
+) -> Result<Vec<(usize, usize, u32)>, OfflineError> {
     h.crosses
         .iter()
         .map(|(a, b)| {
@@ -189,7 +247,11 @@ fn resolve_crosses(h: &Hashing, names: &[String]) -> Result<Vec<(usize, usize, u
                 names
                     .iter()
                     .position(|c| c == n)
-                    .ok_or_else(|| format!("--cross {a},{b}: no column named {n:?}"))
+                    .ok_or_else(|| OfflineError::Cross {
+                        a: a.clone(),
+                        b: b.clone(),
+                        missing: n.to_owned(),
+                    })
             };
             Ok((find(a)?, find(b)?, h.cross_seed(a, b)))
         })

@@ -1,0 +1,398 @@
+//! The writer: the one task that talks to PostgreSQL for a shard. It owns
+//! the connection and everything the shard knows about its buffer (clock,
+//! watermarks, sequence, partitions, buffered rows per bucket), writes what
+//! intake hands it in batches (`flush`) and, every `period`, advances the
+//! phase watermarks and emits observations (`sweep`). Every statement it
+//! runs is `tidemark-store`'s.
+//!
+//! One task does both on one connection, so routing an event (by the
+//! watermarks it sees) and moving the tiers (which changes where events
+//! belong) can never interleave.
+
+mod flush;
+mod partitions;
+mod sweep;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tidemark_store::buffer::{Layout, Partition};
+use tidemark_store::telemetry::Counter;
+use tidemark_store::{state, StoreError};
+use tokio_postgres::Client;
+
+use crate::config::{ClockKind, Config};
+use crate::counters::Counters;
+use crate::intake::{wall_ms, Chunk};
+use crate::phases::{Phases, Watermarks};
+use crate::ShardError;
+
+/// How long a starting shard waits for its name's lock before refusing.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// A shard's connection and buffer state.
+pub struct Writer {
+    config: Config,
+    layout: Layout,
+    phases: Phases,
+    client: Client,
+    counters: Arc<Counters>,
+    /// `None` until the first clock is applied (event clock before any tick).
+    wm: Option<Watermarks>,
+    /// The clock up to which watermarks have been applied.
+    applied: Option<i64>,
+    /// The latest event-clock value intake reported.
+    event_clock: Option<i64>,
+    next_seq: i64,
+    events_parts: BTreeMap<i64, Partition>,
+    txns_parts: BTreeMap<i64, Partition>,
+    pending: Vec<Chunk>,
+    pending_events: usize,
+    /// When retention last ran.
+    last_prune: Option<Instant>,
+    /// The newest tick intake heard (the `max_future` reference), saved with the clock.
+    reference: Option<i64>,
+    /// Buffered rows per creation-time bucket of `partition` width: what
+    /// sizes sweeps and partitions by rows rather than by time.
+    rows_by_bucket: BTreeMap<i64, u64>,
+    /// Consecutive failures of an unclassified kind on a live connection.
+    unknown_failures: u32,
+    /// Transactions swept, kept impressed, kept clicked in this run: how
+    /// much of a bucket later phases visit, for sizing sweeps.
+    subsetting: [i64; 3],
+    /// The last database error, until `tidemark.shards.last_error` holds it.
+    unrecorded_error: Option<String>,
+}
+
+/// Connects, migrates, takes the shard's lock and makes its tables.
+async fn connect(config: &Config, layout: &Layout, url: &str) -> Result<Client, ShardError> {
+    let mut client = tidemark_store::connect(url).await?;
+    tidemark_store::migrate(&mut client).await?;
+    state::configure_session(&client, &config.name).await?;
+    // A shard killed a moment ago may leave its backend finishing a statement:
+    // give such a lock a few seconds to go before refusing.
+    let deadline = Instant::now() + LOCK_WAIT;
+    while !state::try_lock(&client, &config.name).await? {
+        if Instant::now() >= deadline {
+            let pid = state::lock_holder(&client, &config.name)
+                .await?
+                .map_or(0, |h| h.0);
+            return Err(ShardError::AlreadyRunning {
+                name: config.name.clone(),
+                pid,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    layout.ensure_schema(&client).await?;
+    Ok(client)
+}
+
+impl Writer {
+    /// Connects, takes the shard's lock, makes its tables and loads its saved
+    /// state (clock, watermarks, sequence, partitions, buffered rows); records
+    /// a gap if the buffer was emptied by a PostgreSQL crash.
+    pub async fn open(
+        config: Config,
+        url: &str,
+        counters: Arc<Counters>,
+    ) -> Result<Writer, ShardError> {
+        let phases = Phases::new(&config);
+        let custom: Vec<&str> = config.types.custom().map(|(_, n)| n).collect();
+        let layout = Layout::new(&config.name, &custom, phases.click_window, config.rate());
+        let client = connect(&config, &layout, url).await?;
+        let mut w = Writer {
+            config,
+            layout,
+            phases,
+            client,
+            counters,
+            wm: None,
+            applied: None,
+            event_clock: None,
+            next_seq: 1,
+            events_parts: BTreeMap::new(),
+            txns_parts: BTreeMap::new(),
+            pending: Vec::new(),
+            pending_events: 0,
+            last_prune: None,
+            reference: None,
+            rows_by_bucket: BTreeMap::new(),
+            unknown_failures: 0,
+            subsetting: [0; 3],
+            unrecorded_error: None,
+        };
+        w.restore().await?;
+        Ok(w)
+    }
+
+    /// Loads saved state: clock, watermarks, sequence, partitions; detects a
+    /// buffer emptied by a PostgreSQL crash.
+    async fn restore(&mut self) -> Result<(), ShardError> {
+        let config_json = serde_json::json!({
+            "windows": format!("{:?}", self.config.windows),
+            "grace": format!("{:?}", self.config.grace),
+            "targets": self.phases.targets.iter().map(|t| &t.name).collect::<Vec<_>>(),
+        });
+        let kind = match self.config.clock {
+            ClockKind::Wall => "wall",
+            ClockKind::Event => "event",
+        };
+        let row = state::register(
+            &self.client,
+            &self.config.name,
+            &self.config.prefixes,
+            self.config.rate(),
+            kind,
+            &config_json,
+        )
+        .await?;
+        self.next_seq = row.next_seq;
+        self.applied = row.clock_ms;
+        self.reference = row.reference_ms;
+        if let Some(clock) = row.clock_ms {
+            let saved = state::watermarks(&self.client, &self.config.name).await?;
+            let mut wm = Watermarks::at(&self.phases, clock);
+            let get = |name: &str, v: &mut i64| {
+                if let Some(s) = saved.get(name) {
+                    *v = (*v).max(*s);
+                }
+            };
+            get("impression", &mut wm.impression);
+            for (t, v) in self.phases.targets.iter().zip(wm.targets.iter_mut()) {
+                get(&t.name, v);
+            }
+            get("unclicked", &mut wm.unclicked);
+            get("last", &mut wm.last);
+            self.wm = Some(wm);
+        }
+        self.check_sentinel(row.existed).await?;
+        self.load_partitions().await?;
+        let p = self.partition_ms();
+        self.rows_by_bucket = self
+            .layout
+            .rows_by_bucket(&self.client, p)
+            .await?
+            .into_iter()
+            .map(|(b, n)| (b, n as u64))
+            .collect();
+        tracing::info!(
+            shard = self.config.name,
+            clock = ?self.applied,
+            next_seq = self.next_seq,
+            partitions = self.events_parts.len() + self.txns_parts.len(),
+            "state restored"
+        );
+        Ok(())
+    }
+
+    /// An empty sentinel on a shard that ran before: the unlogged buffer was
+    /// emptied (PostgreSQL crashed). Record what creation times were lost.
+    async fn check_sentinel(&mut self, existed: bool) -> Result<(), ShardError> {
+        let was_there = self.layout.check_sentinel(&self.client).await?;
+        if was_there || !existed {
+            return Ok(());
+        }
+        let buffered = std::mem::take(&mut self.rows_by_bucket);
+        let p = self.partition_ms();
+        // What may have been buffered: from the last phase's watermark (or the
+        // oldest bucket written, before any sweep) to the clock plus max_future.
+        let (from, to) = match (&self.wm, self.applied) {
+            (Some(wm), applied) => (
+                wm.last,
+                applied.unwrap_or(wm.impression) + self.config.max_future.as_millis() as i64,
+            ),
+            (None, _) => match (buffered.keys().next(), buffered.keys().next_back()) {
+                (Some(first), Some(last)) => (first - 1, last + p),
+                _ => return Ok(()),
+            },
+        };
+        state::record_gap(
+            &self.client,
+            &self.config.name,
+            from,
+            to,
+            "buffer emptied (PostgreSQL crash or restart after crash)",
+        )
+        .await?;
+        state::add_counters(
+            &self.client,
+            &self.config.name,
+            &[(Counter::Gaps.name().to_owned(), 1)],
+        )
+        .await?;
+        tracing::error!(
+            shard = self.config.name,
+            from_ms = from,
+            to_ms = to,
+            "the unlogged buffer was emptied (PostgreSQL crashed): observations of transactions created in this range may be missing; recorded in tidemark.gaps"
+        );
+        Ok(())
+    }
+
+    /// After the connection dropped: one attempt to reconnect, retake the lock,
+    /// and check whether the buffer survived. The caller retries with back-off.
+    pub async fn reconnect(&mut self, url: &str) -> Result<(), ShardError> {
+        match connect(&self.config, &self.layout, url).await {
+            Ok(c) => {
+                self.client = c;
+                self.check_sentinel(true).await?;
+                // A crash can lose partitions whose creation had not reached the WAL.
+                self.load_partitions().await?;
+                tracing::info!("reconnected to the database");
+                Ok(())
+            }
+            Err(ShardError::AlreadyRunning { .. }) => {
+                Err(ShardError::LockLost(self.config.name.clone()))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Whether the connection is gone (then `reconnect` before anything else).
+    pub fn disconnected(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    /// Events received and not yet written.
+    pub fn pending_events(&self) -> usize {
+        self.pending_events
+    }
+
+    /// The clock saved by the last sweep, and the newest tick heard: where
+    /// intake starts.
+    pub fn saved_clocks(&self) -> (Option<i64>, Option<i64>) {
+        (self.applied, self.reference)
+    }
+
+    /// Takes a chunk from intake.
+    pub fn push(&mut self, chunk: Chunk) {
+        if let Some(c) = chunk.clock {
+            self.event_clock = Some(self.event_clock.map_or(c, |e| e.max(c)));
+        }
+        if let Some(r) = chunk.reference {
+            self.reference = Some(self.reference.map_or(r, |e| e.max(r)));
+        }
+        self.pending_events += chunk.events.len();
+        self.pending.push(chunk);
+    }
+
+    /// The clock as it stands now; `None` before the first tick of an event clock.
+    pub fn clock(&self) -> Option<i64> {
+        let now = match self.config.clock {
+            ClockKind::Wall => Some(wall_ms()),
+            ClockKind::Event => self.event_clock,
+        };
+        match (now, self.applied) {
+            (Some(n), Some(a)) => Some(n.max(a)),
+            (n, a) => n.or(a),
+        }
+    }
+
+    /// Counts a database error and keeps it to show operators
+    /// (`shard_status.last_error`): now if the database takes it, else once
+    /// it is back.
+    pub async fn surface_error(&mut self, e: &StoreError) {
+        self.unrecorded_error = Some(e.to_string());
+        self.record_error().await;
+    }
+
+    /// Writes the last error not yet recorded, if the database takes it.
+    pub async fn record_error(&mut self) {
+        let Some(e) = &self.unrecorded_error else {
+            return;
+        };
+        if !self.client.is_closed()
+            && state::record_error(&self.client, &self.layout.shard, e)
+                .await
+                .is_ok()
+        {
+            self.unrecorded_error = None;
+        }
+    }
+
+    /// Keeps an error to record once the database is back.
+    pub fn note_error(&mut self, e: &StoreError) {
+        self.counters.add(Counter::db_errors(e.class()), 1);
+        self.unrecorded_error = Some(e.to_string());
+    }
+
+    /// The last write of a stopping shard: pending events, then the counters.
+    pub async fn final_write(&mut self) -> Result<(), StoreError> {
+        self.flush().await?;
+        let deltas = self.counters.take_deltas();
+        if let Err(e) = state::add_counters(&self.client, &self.layout.shard, &deltas).await {
+            self.counters.unflush(&deltas);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Logs the counters of this run and where the writer stands.
+    pub fn report(&self, queued_chunks: usize) {
+        use tidemark_store::telemetry::Family;
+        let c = &self.counters;
+        let snapshot = c.snapshot();
+        tracing::info!(
+            shard = self.layout.shard,
+            received = Family::Received.sum(&snapshot),
+            rejected = Family::Rejected.sum(&snapshot),
+            late = Family::Late.sum(&snapshot),
+            future = Family::Future.sum(&snapshot),
+            dropped = c.get(Counter::DroppedOverflow),
+            rows_written = c.get(Counter::RowsWritten),
+            batches = c.get(Counter::Batches),
+            pending = self.pending_events,
+            queued_chunks,
+            clock = ?self.applied,
+            next_seq = self.next_seq,
+            "shard status"
+        );
+    }
+
+    fn partition_ms(&self) -> i64 {
+        self.config.partition.as_millis() as i64
+    }
+}
+
+/// Exponential backoff for retrying the database: 100 ms doubling to 10 s.
+pub struct Backoff {
+    next: Duration,
+    /// When the failures began.
+    pub since: Option<Instant>,
+}
+
+impl Backoff {
+    /// No failure yet.
+    pub fn new() -> Backoff {
+        Backoff {
+            next: Duration::from_millis(100),
+            since: None,
+        }
+    }
+
+    /// Back to no failure.
+    pub fn reset(&mut self) {
+        *self = Backoff::new();
+    }
+
+    /// The wait before the next try.
+    pub fn fail(&mut self) -> Duration {
+        self.since.get_or_insert_with(Instant::now);
+        let d = self.next;
+        self.next = (self.next * 2).min(Duration::from_secs(10));
+        d
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff::new()
+    }
+}

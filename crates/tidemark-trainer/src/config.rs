@@ -1,0 +1,284 @@
+//! The online learner's configuration (`docs/learner.md`): one TOML file,
+//! validated at start with messages that name the offending key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tidemark_features::Hashing;
+use tidemark_learner::Params;
+use tidemark_wire::parse_duration;
+
+/// A configuration that cannot be used, naming the key at fault.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(String);
+
+/// A validated learner configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where checkpoints are written and resumed from.
+    pub checkpoint_dir: PathBuf,
+    /// Observations between checkpoints.
+    pub checkpoint_every: u64,
+    /// A checkpoint at least this often while learning.
+    pub checkpoint_interval: Duration,
+    /// Checkpoints kept for rollback.
+    pub keep: usize,
+    /// Feature hashing shared by every target.
+    pub hashing: Hashing,
+    /// Observations read per query.
+    pub batch: i64,
+    /// The wait when every stream is drained.
+    pub poll: Duration,
+    /// Rows in the sliding metrics window.
+    pub window: u64,
+    /// The name read positions are registered under in each source.
+    pub consumer: String,
+    /// The databases read, in order.
+    pub sources: Vec<Source>,
+    defaults: Params,
+    targets: BTreeMap<String, Params>,
+}
+
+/// One database of shard observation streams.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// Names the positions: `<name>/<shard>`.
+    pub name: String,
+    /// `None`: the embedded default (see [`Config::default_database`]).
+    pub database_url: Option<String>,
+    /// `None`: every shard registered in the database.
+    pub shards: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    checkpoint_dir: PathBuf,
+    #[serde(default = "default_every")]
+    checkpoint_every: u64,
+    #[serde(default = "default_interval")]
+    checkpoint_interval: String,
+    #[serde(default = "default_keep")]
+    keep: usize,
+    #[serde(default = "default_bits")]
+    bits: u8,
+    #[serde(default)]
+    seed: u32,
+    #[serde(default)]
+    crosses: Vec<(String, String)>,
+    alpha: Option<f64>,
+    beta: Option<f64>,
+    l1: Option<f64>,
+    l2: Option<f64>,
+    #[serde(default = "default_batch")]
+    batch: i64,
+    #[serde(default = "default_poll")]
+    poll: String,
+    #[serde(default = "default_window")]
+    window: u64,
+    #[serde(default = "default_consumer")]
+    consumer: String,
+    #[serde(default)]
+    sources: Vec<RawSource>,
+    #[serde(default)]
+    targets: BTreeMap<String, RawParams>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    name: String,
+    database_url: Option<String>,
+    shards: Option<Vec<String>>,
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+struct RawParams {
+    alpha: Option<f64>,
+    beta: Option<f64>,
+    l1: Option<f64>,
+    l2: Option<f64>,
+}
+
+impl RawParams {
+    fn over(self, base: Params) -> Params {
+        Params {
+            alpha: self.alpha.unwrap_or(base.alpha),
+            beta: self.beta.unwrap_or(base.beta),
+            l1: self.l1.unwrap_or(base.l1),
+            l2: self.l2.unwrap_or(base.l2),
+        }
+    }
+}
+
+fn default_every() -> u64 {
+    100_000
+}
+fn default_interval() -> String {
+    "30s".into()
+}
+fn default_keep() -> usize {
+    5
+}
+fn default_bits() -> u8 {
+    22
+}
+fn default_batch() -> i64 {
+    10_000
+}
+fn default_poll() -> String {
+    "1s".into()
+}
+fn default_window() -> u64 {
+    100_000
+}
+fn default_consumer() -> String {
+    "learner".into()
+}
+
+/// Checks `bits` as hashing takes it.
+pub(crate) fn check_bits(bits: u8) -> Result<(), ConfigError> {
+    if (1..=30).contains(&bits) {
+        Ok(())
+    } else {
+        Err(ConfigError(format!(
+            "bits must be between 1 and 30, got {bits}"
+        )))
+    }
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
+        Config::from_toml(&text).map_err(|e| ConfigError(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses and validates a configuration.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let raw: Raw = toml::from_str(text).map_err(|e| ConfigError(e.message().to_owned()))?;
+        let duration =
+            |key: &str, v: &str| parse_duration(v).map_err(|e| ConfigError(format!("{key}: {e}")));
+        let checkpoint_interval = duration("checkpoint_interval", &raw.checkpoint_interval)?;
+        let poll = duration("poll", &raw.poll)?;
+        if raw.sources.is_empty() {
+            return Err(ConfigError(
+                "sources: at least one [[sources]] is required".into(),
+            ));
+        }
+        if raw.batch <= 0 {
+            return Err(ConfigError("batch: must be greater than 0".into()));
+        }
+        if raw.keep == 0 {
+            return Err(ConfigError("keep: must be at least 1".into()));
+        }
+        check_bits(raw.bits)?;
+        let file = RawParams {
+            alpha: raw.alpha,
+            beta: raw.beta,
+            l1: raw.l1,
+            l2: raw.l2,
+        };
+        let defaults = file.over(Params::default());
+        defaults.validate().map_err(ConfigError)?;
+        let mut targets = BTreeMap::new();
+        for (name, t) in raw.targets {
+            let p = t.over(defaults);
+            p.validate()
+                .map_err(|e| ConfigError(format!("targets.{name}: {e}")))?;
+            targets.insert(name, p);
+        }
+        Ok(Config {
+            checkpoint_dir: raw.checkpoint_dir,
+            checkpoint_every: raw.checkpoint_every,
+            checkpoint_interval,
+            keep: raw.keep,
+            hashing: Hashing::new(raw.bits, raw.seed, raw.crosses),
+            batch: raw.batch,
+            poll,
+            window: raw.window,
+            consumer: raw.consumer,
+            sources: raw
+                .sources
+                .into_iter()
+                .map(|s| Source {
+                    name: s.name,
+                    database_url: s.database_url,
+                    shards: s.shards,
+                })
+                .collect(),
+            defaults,
+            targets,
+        })
+    }
+
+    /// The learning settings of a target: its own, else the file's, else SPEC 8's.
+    pub fn params(&self, target: &str) -> Params {
+        self.targets.get(target).copied().unwrap_or(self.defaults)
+    }
+
+    /// Whether some source names no database (it then uses the embedded default).
+    pub fn needs_default_database(&self) -> bool {
+        self.sources.iter().any(|s| s.database_url.is_none())
+    }
+
+    /// Gives sources that name no database this one.
+    pub fn default_database(&mut self, url: &str) {
+        for s in &mut self.sources {
+            s.database_url.get_or_insert_with(|| url.to_owned());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_overrides_fall_back_to_the_file_then_spec_defaults() {
+        let c = Config::from_toml(
+            r#"checkpoint_dir = "c"
+               alpha = 0.2
+               [[sources]]
+               name = "a"
+               [targets.cvr_long]
+               l1 = 3.0"#,
+        )
+        .unwrap();
+        assert_eq!(c.params("ctr").alpha, 0.2);
+        assert_eq!(c.params("ctr").l1, 1.0);
+        assert_eq!(c.params("cvr_long").alpha, 0.2);
+        assert_eq!(c.params("cvr_long").l1, 3.0);
+        assert_eq!(c.checkpoint_interval, Duration::from_secs(30));
+        assert!(c.needs_default_database());
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let base = "checkpoint_dir = \"c\"\n[[sources]]\nname = \"a\"\n";
+        for (extra, want) in [
+            ("poll = \"soon\"\n", "poll"),
+            ("batch = 0\n", "batch"),
+            ("bits = 31\n", "bits"),
+            ("alpha = 0.0\n", "alpha"),
+            ("[targets.ctr]\nl2 = -1.0\n", "targets.ctr"),
+        ] {
+            let text = if extra.starts_with('[') {
+                format!("{base}{extra}")
+            } else {
+                format!("{extra}{base}")
+            };
+            let e = Config::from_toml(&text).unwrap_err().to_string();
+            assert!(e.contains(want), "{extra:?}: {e}");
+        }
+        assert!(Config::from_toml("checkpoint_dir = \"c\"")
+            .unwrap_err()
+            .to_string()
+            .contains("sources"));
+    }
+}

@@ -1,0 +1,271 @@
+//! The online learner: reads each shard's observation stream in `seq` order,
+//! learns, checkpoints, and records in each source how far it has read.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use futures_util::future::try_join_all;
+use tidemark_checkpoint::Checkpoint;
+use tidemark_learner::Models;
+use tidemark_store::observations::{self, Observation};
+use tidemark_store::StoreError;
+
+use crate::sources::SourceDb;
+use crate::Config;
+
+/// Why the learner stopped other than cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// A source's database URL is unusable.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The latest checkpoint could not be read.
+    #[error("resuming from {path}: {error}")]
+    Resume {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// What was wrong with it.
+        error: String,
+    },
+    /// The latest checkpoint was hashed otherwise than the configuration says.
+    #[error("{path} was trained with hashing {found:?}, the configuration says {configured:?}: use a new checkpoint_dir to change bits, seed or crosses")]
+    HashingChanged {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// Its hashing.
+        found: tidemark_features::Hashing,
+        /// The configuration's.
+        configured: tidemark_features::Hashing,
+    },
+    /// A checkpoint could not be written.
+    #[error("writing a checkpoint in {dir}: {error}")]
+    Checkpoint {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// The IO error.
+        error: std::io::Error,
+    },
+}
+
+/// What a learner did in this run.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// Observations learned in this run.
+    pub learned: u64,
+    /// Checkpoints written in this run.
+    pub checkpoints: u64,
+    /// The last checkpoint written.
+    pub last_checkpoint: Option<PathBuf>,
+}
+
+/// Learns until `shutdown` completes, then writes a last checkpoint and
+/// returns. Every source must name its database
+/// ([`Config::default_database`]). A source whose database is away is
+/// retried with back-off while the others go on; positions move only after a
+/// batch is read whole, and are registered in a source only after the
+/// checkpoint holding them is written.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Summary, TrainError> {
+    let mut sources: Vec<SourceDb> = config
+        .sources
+        .iter()
+        .map(SourceDb::new)
+        .collect::<Result<_, _>>()?;
+    let mut state = resume(&config)?;
+    tracing::info!(positions = ?state.positions, "learner started");
+    tokio::pin!(shutdown);
+    let mut summary = Summary::default();
+    let mut last_checkpoint = Instant::now();
+    loop {
+        let mut learned = 0u64;
+        for src in &mut sources {
+            learned += state.read_source(&config, src).await;
+        }
+        state.since_checkpoint += learned;
+        summary.learned += learned;
+        let due = state.since_checkpoint >= config.checkpoint_every
+            || (state.since_checkpoint > 0
+                && last_checkpoint.elapsed() >= config.checkpoint_interval);
+        if due {
+            summary.last_checkpoint = Some(state.checkpoint(&config)?);
+            summary.checkpoints += 1;
+            register(&config, &mut sources, &state.positions).await;
+            last_checkpoint = Instant::now();
+        }
+        if learned == 0 {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(config.poll) => {}
+            }
+        } else if is_ready(&mut shutdown).await {
+            break;
+        }
+    }
+    summary.last_checkpoint = Some(state.checkpoint(&config)?);
+    summary.checkpoints += 1;
+    register(&config, &mut sources, &state.positions).await;
+    tracing::info!("learner stopped cleanly");
+    Ok(summary)
+}
+
+/// The models and how far each stream has been read (`<source>/<shard>` → seq).
+struct State {
+    models: Models,
+    positions: BTreeMap<String, i64>,
+    since_checkpoint: u64,
+}
+
+/// Starts from the latest checkpoint in the directory, or from nothing.
+fn resume(config: &Config) -> Result<State, TrainError> {
+    let fresh = State {
+        models: Models::new(config.hashing.clone(), config.window),
+        positions: BTreeMap::new(),
+        since_checkpoint: 0,
+    };
+    let Some(path) = tidemark_checkpoint::latest(&config.checkpoint_dir) else {
+        return Ok(fresh);
+    };
+    let c = Checkpoint::read(&path, true).map_err(|e| TrainError::Resume {
+        path: path.clone(),
+        error: e.to_string(),
+    })?;
+    if c.hashing != config.hashing {
+        return Err(TrainError::HashingChanged {
+            path,
+            found: c.hashing,
+            configured: config.hashing.clone(),
+        });
+    }
+    tracing::info!(checkpoint = %path.display(), "resumed");
+    Ok(State {
+        models: Models::from_checkpoint(&c, config.window),
+        positions: c.positions,
+        since_checkpoint: 0,
+    })
+}
+
+impl State {
+    /// Reads one batch of every shard stream of a source (concurrently, one
+    /// pooled connection each) and learns them in shard order. Returns the
+    /// rows learned; on an error the source backs off and nothing of this
+    /// round is learned from it.
+    async fn read_source(&mut self, config: &Config, src: &mut SourceDb) -> u64 {
+        let Some(c) = src.client().await else {
+            return 0;
+        };
+        let read = async {
+            let shards = match &src.source.shards {
+                Some(list) => list.clone(),
+                None => observations::shards(&c).await?,
+            };
+            let reads = shards.iter().map(|shard| {
+                let after = self
+                    .positions
+                    .get(&key(&src.source.name, shard))
+                    .copied()
+                    .unwrap_or(i64::MIN);
+                let src = &*src;
+                async move {
+                    let c = src.another().await?;
+                    observations::read(&c, shard, after, config.batch).await
+                }
+            });
+            let batches = try_join_all(reads).await?;
+            Ok::<_, StoreError>(shards.into_iter().zip(batches).collect::<Vec<_>>())
+        }
+        .await;
+        drop(c);
+        let batches = match read {
+            Ok(b) => b,
+            Err(e) => {
+                src.failed(&e);
+                return 0;
+            }
+        };
+        let mut n = 0;
+        for (shard, rows) in batches {
+            n += self.learn(config, &rows);
+            if let Some(last) = rows.last() {
+                self.positions
+                    .insert(key(&src.source.name, &shard), last.seq);
+            }
+        }
+        n
+    }
+
+    fn learn(&mut self, config: &Config, rows: &[Observation]) -> u64 {
+        for o in rows {
+            let Ok(serde_json::Value::Object(features)) = serde_json::from_str(&o.features) else {
+                tracing::warn!(
+                    target = o.target,
+                    "observation with features that are not a JSON object: skipped"
+                );
+                continue;
+            };
+            self.models
+                .learn(&o.target, || config.params(&o.target), &features, o.label);
+        }
+        rows.len() as u64
+    }
+
+    fn checkpoint(&mut self, config: &Config) -> Result<PathBuf, TrainError> {
+        let c = self.models.to_checkpoint(self.positions.clone(), now_ms());
+        let path = tidemark_checkpoint::publish(&config.checkpoint_dir, &c, config.keep).map_err(
+            |error| TrainError::Checkpoint {
+                dir: config.checkpoint_dir.clone(),
+                error,
+            },
+        )?;
+        tracing::info!(checkpoint = %path.display(), summary = ?self.models.summary(), "checkpoint written");
+        self.since_checkpoint = 0;
+        Ok(path)
+    }
+}
+
+fn key(source: &str, shard: &str) -> String {
+    format!("{source}/{shard}")
+}
+
+/// Records in each source how far the last checkpoint reached, only after it
+/// is safely written, so retention never deletes what a restart would re-read.
+/// A source that is away is told at a later checkpoint.
+async fn register(config: &Config, sources: &mut [SourceDb], positions: &BTreeMap<String, i64>) {
+    for src in sources {
+        let Some(c) = src.client().await else {
+            continue;
+        };
+        let prefix = format!("{}/", src.source.name);
+        let mut result = Ok(());
+        for (key, seq) in positions {
+            if let Some(shard) = key.strip_prefix(&prefix) {
+                result = observations::record_position(&c, &config.consumer, shard, *seq).await;
+                if result.is_err() {
+                    break;
+                }
+            }
+        }
+        drop(c);
+        if let Err(e) = result {
+            src.failed(&e);
+        }
+    }
+}
+
+/// Whether `f` has completed, without waiting.
+async fn is_ready<F: Future + Unpin>(f: &mut F) -> bool {
+    tokio::select! {
+        biased;
+        _ = f => true,
+        _ = std::future::ready(()) => false,
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
