@@ -9,6 +9,11 @@ test:
 lint:
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
+# Lines of Rust per crate (the design pass's before/after figures)
+loc:
+    for d in src crates/*/src; do printf '%-32s %6s\n' "$d" "$(find $d -name '*.rs' | xargs cat | wc -l)"; done
 
 # Everything CI does
 ci:

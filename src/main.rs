@@ -80,8 +80,7 @@ fn main() -> ExitCode {
             publishers,
             frontend,
             backend,
-        } => tidemark_market::proxy::run(&publishers, &frontend, &backend)
-            .map_err(anyhow::Error::msg),
+        } => tidemark_market::proxy::run(&publishers, &frontend, &backend).map_err(Into::into),
         Command::Db { action, home } => db::run(action, home),
     };
     match result {

@@ -134,7 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     crate::stop_on_signal(stop.clone());
-    let report = tidemark_market::publish(&opts, source, &stop).map_err(anyhow::Error::msg)?;
+    let report = tidemark_market::publish(&opts, source, &stop)?;
     let secs = report.elapsed.as_secs_f64();
     println!(
         "{}",

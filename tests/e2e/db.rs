@@ -113,7 +113,9 @@ impl OutputAsync for Command {
 fn the_views_classify_every_counter_as_telemetry_defines_it() {
     use tidemark_store::telemetry::{Counter, Family};
     let db = TestDb::new("telemetry_views");
-    let mut want: Vec<(String, String, String)> = Counter::ALL
+    // (name, family, subject)
+    type Classified = Vec<(String, String, String)>;
+    let mut want: Classified = Counter::ALL
         .iter()
         .map(|c| (c.name().to_owned(), "shard".into(), c.name().to_owned()))
         .collect();
@@ -124,7 +126,7 @@ fn the_views_classify_every_counter_as_telemetry_defines_it() {
     }
     let url = db.url.clone();
     let rows = want.clone();
-    let (got, status): (Vec<(String, String, String)>, (i64, i64)) = block_on(async move {
+    let (got, status): (Classified, (i64, i64)) = block_on(async move {
         let c = tidemark_store::connect(&url).await.unwrap();
         c.execute(
             "INSERT INTO tidemark.shards (name, prefixes, rate, clock_kind, config) VALUES ('v', '{}', 1, 'wall', '{}')",

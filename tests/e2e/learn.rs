@@ -332,3 +332,56 @@ fn the_learner_waits_out_a_lost_database_and_goes_on() {
     assert!(child.wait().unwrap().success());
     cluster.destroy().unwrap();
 }
+
+/// The learner as a library, driven in-process: two shard streams read
+/// concurrently over pooled connections, every observation learned once,
+/// positions checkpointed and registered with the source.
+#[test]
+fn the_learner_service_runs_in_process() {
+    let db = TestDb::new("learner_in_process");
+    insert(&db, "a", 1, 400);
+    insert(&db, "b", 1, 300);
+    let dir = workdir("in-process");
+    let mut config = tidemark_trainer::Config::from_file(&config(&dir, &db)).unwrap();
+    config.default_database("postgres://never-used");
+    let ckpt = dir.clone();
+    let summary = block_on(async move {
+        let done = async move {
+            // Stop once a checkpoint holds everything (or give up).
+            for _ in 0..600 {
+                if latest(&ckpt)
+                    .is_some_and(|c| c.targets.iter().map(|t| t.trained).sum::<u64>() == 2100)
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tidemark_trainer::run(config, done).await.unwrap()
+    });
+    assert_eq!(summary.learned, 2100);
+    let c = latest(&dir).unwrap();
+    assert_eq!(c.positions["local/a"], 1200);
+    assert_eq!(c.positions["local/b"], 900);
+    let mut trained: Vec<(String, u64)> = c
+        .targets
+        .iter()
+        .map(|t| (t.name.clone(), t.trained))
+        .collect();
+    trained.sort();
+    assert_eq!(
+        trained,
+        [
+            ("ctr".to_owned(), 700),
+            ("cvr_long".into(), 700),
+            ("cvr_short".into(), 700)
+        ]
+    );
+    assert_eq!(
+        query_i64(
+            &db.url,
+            "SELECT sum(seq)::bigint FROM tidemark.consumers WHERE consumer = 'learner'"
+        ),
+        Some(2100)
+    );
+}

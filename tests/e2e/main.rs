@@ -9,3 +9,4 @@ mod db;
 mod exact;
 mod learn;
 mod shard;
+mod tidy;

@@ -18,16 +18,23 @@ use tidemark_features::Hashing;
 
 use crate::crc32::Crc32;
 
+/// The first bytes of every checkpoint file.
 pub const MAGIC: &[u8; 8] = b"TDMKCKPT";
+/// The format version this crate writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
 
 /// One target's model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Target {
+    /// The target's name.
     pub name: String,
+    /// FTRL alpha it was trained with.
     pub alpha: f64,
+    /// FTRL beta.
     pub beta: f64,
+    /// L1.
     pub l1: f64,
+    /// L2.
     pub l2: f64,
     /// Observations learned since the model began.
     pub trained: u64,
@@ -42,18 +49,26 @@ pub struct Target {
 /// A whole checkpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
+    /// How features were hashed.
     pub hashing: Hashing,
+    /// One model per target.
     pub targets: Vec<Target>,
     /// `<source>/<shard>` → the last observation `seq` learned.
     pub positions: BTreeMap<String, i64>,
+    /// When it was written, ms since the epoch.
     pub created_at_ms: i64,
 }
 
+/// Why a checkpoint cannot be read.
 #[derive(Debug)]
 pub enum FormatError {
+    /// The file could not be read or written.
     Io(std::io::Error),
+    /// Not a checkpoint file (wrong magic).
     NotACheckpoint,
+    /// A format version this build does not know.
     UnsupportedVersion(u32),
+    /// The checksum or structure is wrong.
     Corrupt(String),
 }
 
@@ -272,6 +287,7 @@ impl Checkpoint {
         })
     }
 
+    /// Reads and verifies a checkpoint; `with_state` also loads the resume state (z, n).
     pub fn read(path: &std::path::Path, with_state: bool) -> Result<Checkpoint, FormatError> {
         let bytes = std::fs::read(path)?;
         Checkpoint::from_bytes(&bytes, with_state)

@@ -8,6 +8,8 @@
 //! newer checkpoints while scoring goes on. Depends only on the feature
 //! hashing crate and serde_json: no runtime, no database, no sockets.
 
+#![warn(missing_docs)]
+
 mod crc32;
 mod format;
 mod scorer;

@@ -12,20 +12,25 @@ use crate::{Checkpoint, FormatError};
 /// A loaded model: dense weights per target.
 #[derive(Debug)]
 pub struct Model {
+    /// How features are hashed.
     pub hashing: Hashing,
+    /// Dense weights per target.
     pub targets: Vec<(String, Vec<f32>)>,
+    /// When the checkpoint was written, ms since the epoch.
     pub created_at_ms: i64,
 }
 
 /// Predictions for one bid: a probability per target, and `p_install`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scores {
+    /// A probability per target.
     pub targets: Vec<(String, f64)>,
     /// `ctr × (cvr_short + cvr_long)`, when the three models exist.
     pub p_install: Option<f64>,
 }
 
 impl Scores {
+    /// The probability for `target`, if the model has it.
     pub fn get(&self, target: &str) -> Option<f64> {
         self.targets
             .iter()
@@ -33,6 +38,7 @@ impl Scores {
             .map(|(_, p)| *p)
     }
 
+    /// As one JSON object: targets and `p_install`.
     pub fn to_json(&self) -> Value {
         let mut m: Map<String, Value> = self
             .targets
@@ -49,6 +55,7 @@ impl Scores {
 }
 
 impl Model {
+    /// Dense weights from a checkpoint.
     pub fn from_checkpoint(c: &Checkpoint) -> Model {
         let targets = c
             .targets
@@ -68,6 +75,7 @@ impl Model {
         }
     }
 
+    /// Reads a checkpoint file (without resume state).
     pub fn load(path: &Path) -> Result<Model, FormatError> {
         Ok(Model::from_checkpoint(&Checkpoint::read(path, false)?))
     }
@@ -122,6 +130,7 @@ impl Scorer {
         self.model.read().expect("not poisoned").clone()
     }
 
+    /// Scores one bid's features.
     pub fn score(&self, features: &Map<String, Value>) -> Scores {
         self.model().score(features)
     }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::Checkpoint;
 
+/// The name that always points at the newest checkpoint in a directory.
 pub const LATEST: &str = "latest.tdm";
 
 /// Writes `checkpoint` as the next file in `dir`, points `latest.tdm` at it

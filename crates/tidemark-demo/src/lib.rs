@@ -170,10 +170,7 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<(
             .unwrap_or_else(|e| format!("(progress unavailable: {e})"));
         eprintln!("      {:>4.0}s {line}", started.elapsed().as_secs_f64());
     }
-    let report = publisher
-        .join()
-        .expect("publisher thread")
-        .map_err(anyhow::Error::msg)?;
+    let report = publisher.join().expect("publisher thread")?;
 
     eprintln!("[4/6] letting the shards sweep what the last ticks allow, then stopping them …");
     std::thread::sleep(Duration::from_secs(3));

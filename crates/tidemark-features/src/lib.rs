@@ -15,18 +15,23 @@
 //!   the product of the numbers (1 for strings and bools);
 //! - the bias: index `2^bits` (one past the hashed slots), value 1.
 
+#![warn(missing_docs)]
+
 use serde_json::Value;
 
 /// The hashing settings a checkpoint records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hashing {
+    /// Features hash into `2^bits` slots.
     pub bits: u8,
+    /// The hash seed.
     pub seed: u32,
     /// Pairs of feature names crossed into one more feature each.
     pub crosses: Vec<(String, String)>,
 }
 
 impl Hashing {
+    /// Hashing into `2^bits` slots (1 to 30) with `seed` and crosses.
     pub fn new(bits: u8, seed: u32, crosses: Vec<(String, String)>) -> Hashing {
         assert!((1..=30).contains(&bits), "bits must be in 1..=30");
         Hashing {
@@ -36,6 +41,7 @@ impl Hashing {
         }
     }
 
+    /// `2^bits - 1`: the hashed slots' mask.
     pub fn mask(&self) -> u32 {
         (1u32 << self.bits) - 1
     }
@@ -45,6 +51,7 @@ impl Hashing {
         (1usize << self.bits) + 1
     }
 
+    /// The bias's slot, one past the hashed ones.
     pub fn bias_index(&self) -> u32 {
         1u32 << self.bits
     }

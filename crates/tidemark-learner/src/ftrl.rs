@@ -8,9 +8,13 @@ use tidemark_features::sigmoid;
 /// Learning-rate and regularisation settings (SPEC 8 defaults).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Params {
+    /// Learning-rate scale: larger steps early on.
     pub alpha: f64,
+    /// Learning-rate smoothing: keeps early steps of rare coordinates small.
     pub beta: f64,
+    /// L1 regularisation: coordinates whose `|z|` stays under it weigh 0 (sparsity).
     pub l1: f64,
+    /// L2 regularisation.
     pub l2: f64,
 }
 
@@ -48,15 +52,18 @@ impl Params {
 /// One logistic model.
 #[derive(Debug, Clone)]
 pub struct Ftrl {
+    /// Its learning settings.
     pub params: Params,
     z: Vec<f32>,
     n: Vec<f32>,
     /// Weights of the row being learned, kept between `predict` and `update`.
     w: Vec<f32>,
+    /// Rows learned so far.
     pub trained: u64,
 }
 
 impl Ftrl {
+    /// A model of `slots` coordinates (the hashing's `slots()`), all zero.
     pub fn new(params: Params, slots: usize) -> Ftrl {
         Ftrl {
             params,

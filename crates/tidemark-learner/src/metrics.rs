@@ -7,13 +7,18 @@ use serde_json::json;
 /// Counts for one span of observations.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Window {
+    /// Rows counted.
     pub rows: u64,
+    /// Rows labelled 1.
     pub positives: u64,
+    /// Sum of per-row logloss.
     pub logloss_sum: f64,
+    /// Sum of predictions.
     pub prediction_sum: f64,
 }
 
 impl Window {
+    /// Counts prediction `p` for a row labelled `y`.
     pub fn add(&mut self, p: f64, y: bool) {
         let q = p.clamp(1e-15, 1.0 - 1e-15);
         self.rows += 1;
@@ -22,6 +27,7 @@ impl Window {
         self.prediction_sum += p;
     }
 
+    /// Mean logloss (0 over no rows).
     pub fn logloss(&self) -> f64 {
         self.logloss_sum / self.rows.max(1) as f64
     }
@@ -38,6 +44,7 @@ impl Window {
 /// All-time counts plus a sliding window made of `buckets` spans of `span` rows.
 #[derive(Debug, Clone)]
 pub struct Metrics {
+    /// Everything since the start.
     pub total: Window,
     span: u64,
     buckets: Vec<Window>,
@@ -60,6 +67,7 @@ impl Metrics {
         }
     }
 
+    /// Counts prediction `p` for a row labelled `y`.
     pub fn add(&mut self, p: f64, y: bool) {
         self.total.add(p, y);
         if self.buckets[self.current].rows >= self.span {
@@ -98,6 +106,7 @@ impl Metrics {
         area / (tp as f64 * tn as f64)
     }
 
+    /// The figures a checkpoint records: logloss, AUC and calibration, all time and recent.
     pub fn to_json(&self) -> serde_json::Value {
         let r = self.recent();
         json!({

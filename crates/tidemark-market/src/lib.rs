@@ -6,12 +6,14 @@
 //! Owns: event generation and publishing. Knows nothing of shards or
 //! PostgreSQL; speaks only the wire contract of `tidemark-wire`.
 
+#![warn(missing_docs)]
+
 pub mod market;
 pub mod proxy;
 pub mod publisher;
 
 pub use market::{Market, MarketConfig, Out};
-pub use publisher::{publish, PublishOptions, PublishReport, Source};
+pub use publisher::{publish, PublishError, PublishOptions, PublishReport, Source};
 
 /// Wall time in milliseconds since the Unix epoch: where a market's event
 /// time starts unless told otherwise.

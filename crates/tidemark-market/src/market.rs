@@ -15,6 +15,7 @@ use tidemark_wire::Txid;
 /// Shape of the market. Times are milliseconds of event time.
 #[derive(Debug, Clone)]
 pub struct MarketConfig {
+    /// Seed of every random draw: the same seed gives the same market.
     pub seed: u64,
     /// Transactions (bids) per second of event time.
     pub tps: f64,
@@ -28,9 +29,11 @@ pub struct MarketConfig {
     pub duplicate_rate: f64,
     /// Windows the delays are scaled to.
     pub click_window_ms: i64,
+    /// The short install window the install delays are scaled to.
     pub install_short_ms: i64,
     /// Custom event types, each following a click with probability `custom_rate`.
     pub custom_types: Vec<String>,
+    /// Probability that a clicked transaction gets each custom event.
     pub custom_rate: f64,
     /// Events go out up to this much event time after their own `ts`, so
     /// later-stamped events may overtake them (bounded disorder).
@@ -63,8 +66,11 @@ impl Default for MarketConfig {
 /// One event ready to publish.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Out {
+    /// The event type's name.
     pub type_name: String,
+    /// Its transaction.
     pub txid: Txid,
+    /// Its event time, ms since the epoch.
     pub ts: i64,
     /// Event time at which it goes out: `ts` plus its disorder delay. Every
     /// event sent later has `ts >= send_at - disorder_ms`.
@@ -92,6 +98,7 @@ const EXCHANGES: [&str; 5] = ["adx", "mopub", "unity", "applovin", "inmobi"];
 const OSES: [&str; 3] = ["android", "ios", "other"];
 const SIZES: [&str; 4] = ["320x50", "300x250", "728x90", "interstitial"];
 
+/// A deterministic generator of transactions' events in send order.
 pub struct Market {
     cfg: MarketConfig,
     rng: SmallRng,
@@ -101,6 +108,7 @@ pub struct Market {
     /// Per-feature-value effects on the click logit, drawn from the seed.
     app_effect: Vec<f32>,
     campaign_effect: Vec<f32>,
+    /// Transactions generated so far.
     pub transactions: u64,
 }
 

@@ -20,14 +20,18 @@ use crate::market::{Market, MarketConfig, Out};
 
 /// Where events come from.
 pub enum Source {
+    /// The synthetic market.
     Synthetic(MarketConfig),
     /// JSON lines, one event payload each, in time order (up to the
     /// publisher's disorder bound).
     Replay(PathBuf),
 }
 
+/// How and where to publish.
 pub struct PublishOptions {
+    /// Endpoints to bind (subscribers connect).
     pub bind: Vec<String>,
+    /// Endpoints to connect to (a proxy's frontend).
     pub connect: Vec<String>,
     /// Name in ticks.
     pub publisher: String,
@@ -53,13 +57,18 @@ pub struct PublishOptions {
     pub sndhwm: i32,
 }
 
+/// What a publisher did.
 #[derive(Debug, Default, Clone)]
 pub struct PublishReport {
+    /// Events published.
     pub events: u64,
+    /// Ticks published.
     pub ticks: u64,
+    /// Wall time spent publishing.
     pub elapsed: Duration,
     /// Event time everything before which was published.
     pub through_ms: i64,
+    /// Events published per type name.
     pub by_type: Vec<(String, u64)>,
     /// Wall time spent on exit waiting for queued messages to be taken.
     pub drained: Duration,
@@ -125,18 +134,18 @@ struct Wire {
 }
 
 impl Wire {
-    fn event(&mut self, type_name: &str, txid: &Txid, payload: &[u8]) -> Result<(), String> {
+    fn event(&mut self, type_name: &str, txid: &Txid, payload: &[u8]) -> Result<(), PublishError> {
         match &mut self.sink {
             Sink::Socket(sock) => {
                 let t = topic(type_name, txid);
                 sock.send(t.as_bytes(), zmq::SNDMORE)
-                    .map_err(|e| format!("send: {e}"))?;
-                sock.send(payload, 0).map_err(|e| format!("send: {e}"))?;
+                    .map_err(PublishError::Send)?;
+                sock.send(payload, 0).map_err(PublishError::Send)?;
             }
             Sink::File(f, path) => {
                 f.write_all(payload)
                     .and_then(|()| f.write_all(b"\n"))
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                    .map_err(file_error(path))?;
             }
         }
         self.sent.add(type_name, txid);
@@ -144,16 +153,15 @@ impl Wire {
         Ok(())
     }
 
-    fn tick(&mut self, ts: i64) -> Result<(), String> {
+    fn tick(&mut self, ts: i64) -> Result<(), PublishError> {
         self.last_tick = Some((ts, Instant::now()));
         let Sink::Socket(sock) = &mut self.sink else {
             return Ok(());
         };
         let p = tick_payload(&self.name, ts, &self.sent.pairs());
         sock.send("tick", zmq::SNDMORE)
-            .map_err(|e| format!("send: {e}"))?;
-        sock.send(p.as_bytes(), 0)
-            .map_err(|e| format!("send: {e}"))?;
+            .map_err(PublishError::Send)?;
+        sock.send(p.as_bytes(), 0).map_err(PublishError::Send)?;
         self.ticks += 1;
         Ok(())
     }
@@ -161,7 +169,7 @@ impl Wire {
     /// Ticks as SPEC 3 asks before sending anything stamped after `through`
     /// (everything up to `through` has been sent): the first tick, a step
     /// at least every minute of event time, and one every `TICK_EVERY` of wall time.
-    fn ticks_to(&mut self, through: i64) -> Result<(), String> {
+    fn ticks_to(&mut self, through: i64) -> Result<(), PublishError> {
         match self.last_tick {
             None => return self.tick(through),
             Some((last, at)) => {
@@ -191,24 +199,22 @@ pub fn publish(
     opts: &PublishOptions,
     source: Source,
     stop: &AtomicBool,
-) -> Result<PublishReport, String> {
+) -> Result<PublishReport, PublishError> {
     let ctx = zmq::Context::new();
     let sink = match &opts.write {
         Some(path) => {
-            let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let f = std::fs::File::create(path).map_err(file_error(path))?;
             Sink::File(BufWriter::with_capacity(1 << 20, f), path.clone())
         }
         None => {
-            let mut sock = ctx.socket(zmq::XPUB).map_err(|e| format!("zmq: {e}"))?;
-            sock.set_sndhwm(opts.sndhwm)
-                .map_err(|e| format!("sndhwm: {e}"))?;
+            let mut sock = ctx.socket(zmq::XPUB).map_err(socket("create"))?;
+            sock.set_sndhwm(opts.sndhwm).map_err(socket("sndhwm"))?;
             set_nodrop(&mut sock)?;
             for ep in &opts.bind {
-                sock.bind(ep).map_err(|e| format!("--bind {ep}: {e}"))?;
+                sock.bind(ep).map_err(endpoint("--bind", ep))?;
             }
             for ep in &opts.connect {
-                sock.connect(ep)
-                    .map_err(|e| format!("--connect {ep}: {e}"))?;
+                sock.connect(ep).map_err(endpoint("--connect", ep))?;
             }
             std::thread::sleep(opts.warmup);
             Sink::Socket(sock)
@@ -238,7 +244,7 @@ pub fn publish(
     let elapsed = started.elapsed();
     let drained = match wire.sink {
         Sink::File(mut f, path) => {
-            f.flush().map_err(|e| format!("{}: {e}", path.display()))?;
+            f.flush().map_err(file_error(&path))?;
             Duration::ZERO
         }
         Sink::Socket(sock) => drain(sock, ctx, opts.drain)?,
@@ -253,12 +259,74 @@ pub fn publish(
     })
 }
 
+/// Why publishing stopped before its end.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// A socket or one of its options was refused.
+    #[error("zmq socket ({what}): {error}")]
+    Socket {
+        /// The step refused.
+        what: &'static str,
+        /// ZeroMQ's error.
+        error: zmq::Error,
+    },
+    /// An endpoint could not be bound or connected.
+    #[error("{option} {endpoint}: {error}")]
+    Endpoint {
+        /// `--bind` or `--connect`.
+        option: &'static str,
+        /// The endpoint as given.
+        endpoint: String,
+        /// ZeroMQ's error.
+        error: zmq::Error,
+    },
+    /// `ZMQ_XPUB_NODROP` could not be set.
+    #[error("cannot set ZMQ_XPUB_NODROP: {0}")]
+    NoDrop(std::io::Error),
+    /// Sending a message failed.
+    #[error("send: {0}")]
+    Send(zmq::Error),
+    /// A file (replay input or `--write` output) could not be read or written.
+    #[error("{path}: {error}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The IO error.
+        error: std::io::Error,
+    },
+    /// `--speed 0` without `--span`.
+    #[error("--speed 0 (as fast as possible) needs --span, the event time to generate")]
+    NeedsSpan,
+    /// Subscribers did not take every queued message within `--drain`.
+    #[error("gave up after {:.1}s (--drain): a subscriber did not take every queued message, so some were lost", .0.as_secs_f64())]
+    Undrained(Duration),
+}
+
+fn socket(what: &'static str) -> impl FnOnce(zmq::Error) -> PublishError {
+    move |error| PublishError::Socket { what, error }
+}
+
+fn endpoint<'a>(option: &'static str, ep: &'a str) -> impl FnOnce(zmq::Error) -> PublishError + 'a {
+    move |error| PublishError::Endpoint {
+        option,
+        endpoint: ep.to_owned(),
+        error,
+    }
+}
+
+fn file_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> PublishError + '_ {
+    move |error| PublishError::File {
+        path: path.to_owned(),
+        error,
+    }
+}
+
 /// Waits until every queued message has been handed to its subscriber's
 /// connection, or `bound` passes (then the rest is lost, and said so).
-fn drain(sock: zmq::Socket, ctx: zmq::Context, bound: Duration) -> Result<Duration, String> {
+fn drain(sock: zmq::Socket, ctx: zmq::Context, bound: Duration) -> Result<Duration, PublishError> {
     let started = Instant::now();
     sock.set_linger(bound.as_millis().min(i32::MAX as u128) as i32)
-        .map_err(|e| format!("linger: {e}"))?;
+        .map_err(socket("linger"))?;
     tracing::info!(
         "waiting up to {:.0}s (--drain) for subscribers to take what is still queued",
         bound.as_secs_f64()
@@ -268,10 +336,7 @@ fn drain(sock: zmq::Socket, ctx: zmq::Context, bound: Duration) -> Result<Durati
     drop(ctx);
     let waited = started.elapsed();
     if waited + Duration::from_millis(50) >= bound {
-        return Err(format!(
-            "gave up after {:.1}s (--drain): a subscriber did not take every queued message, so some were lost",
-            waited.as_secs_f64()
-        ));
+        return Err(PublishError::Undrained(waited));
     }
     Ok(waited)
 }
@@ -279,7 +344,7 @@ fn drain(sock: zmq::Socket, ctx: zmq::Context, bound: Duration) -> Result<Durati
 /// Makes a full subscriber queue block the sender instead of dropping.
 /// The `zmq` crate has no setter for this option, hence the raw call.
 #[allow(unsafe_code)]
-fn set_nodrop(sock: &mut zmq::Socket) -> Result<(), String> {
+fn set_nodrop(sock: &mut zmq::Socket) -> Result<(), PublishError> {
     let on: std::os::raw::c_int = 1;
     // SAFETY: `sock` is a live socket for the whole call, and ZMQ_XPUB_NODROP
     // reads exactly one int from `optval`, which points at `on`.
@@ -292,10 +357,7 @@ fn set_nodrop(sock: &mut zmq::Socket) -> Result<(), String> {
         )
     };
     if rc != 0 {
-        return Err(format!(
-            "cannot set ZMQ_XPUB_NODROP: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(PublishError::NoDrop(std::io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -310,11 +372,9 @@ fn synthetic(
     wire: &mut Wire,
     stop: &AtomicBool,
     started: Instant,
-) -> Result<i64, String> {
+) -> Result<i64, PublishError> {
     if opts.speed <= 0.0 && opts.span_ms.is_none() {
-        return Err(
-            "--speed 0 (as fast as possible) needs --span, the event time to generate".into(),
-        );
+        return Err(PublishError::NeedsSpan);
     }
     let end = opts.span_ms.map(|s| opts.start_ms + s);
     let mut market = Market::new(cfg, opts.start_ms);
@@ -388,8 +448,8 @@ fn replay(
     wire: &mut Wire,
     stop: &AtomicBool,
     started: Instant,
-) -> Result<i64, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+) -> Result<i64, PublishError> {
+    let file = std::fs::File::open(path).map_err(file_error(path))?;
     let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
     let mut first_ts: Option<i64> = None;
     let mut through = i64::MIN;
@@ -399,11 +459,7 @@ fn replay(
     loop {
         line.clear();
         n += 1;
-        if reader
-            .read_line(&mut line)
-            .map_err(|e| format!("{}: {e}", path.display()))?
-            == 0
-            || done(opts, stop, started)
+        if reader.read_line(&mut line).map_err(file_error(path))? == 0 || done(opts, stop, started)
         {
             break;
         }

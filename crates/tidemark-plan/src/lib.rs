@@ -5,6 +5,8 @@
 //! Pure: no IO, no sockets, no database. A prefix is a string of lowercase hex
 //! digits matched against the random leading digits of a txid.
 
+#![warn(missing_docs)]
+
 use std::fmt;
 
 use serde::Serialize;
@@ -18,9 +20,13 @@ pub const MAX_PREFIX_LEN: usize = 20;
 /// Why a prefix or a prefix set is not acceptable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PrefixError {
+    /// A character that is not a lowercase hex digit.
     NotHex(String),
+    /// An empty prefix.
     Empty,
+    /// Longer than `MAX_PREFIX_LEN`.
     TooLong(String),
+    /// One prefix extends another.
     Overlap(String, String),
 }
 
@@ -97,8 +103,11 @@ fn first_overlap<'a>(prefixes: impl Iterator<Item = &'a str>) -> Option<(&'a str
 /// One shard of a plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ShardPlan {
+    /// The shard's name.
     pub name: String,
+    /// Its prefixes.
     pub prefixes: Vec<String>,
+    /// The share of transactions they sample.
     pub rate: f64,
 }
 
@@ -107,13 +116,16 @@ pub struct ShardPlan {
 pub struct Plan {
     /// The rate the union achieves.
     pub rate: f64,
+    /// The shards, disjoint.
     pub shards: Vec<ShardPlan>,
 }
 
 /// Why a plan cannot be made.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PlanError {
+    /// Not in `(0, 1]`.
     Rate(f64),
+    /// Zero shards, or more than the rate can be split into.
     Shards(u64),
 }
 
@@ -194,9 +206,12 @@ pub struct Coverage {
     pub uncovered: f64,
 }
 
+/// Two shards whose prefix sets overlap.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Overlap {
+    /// The two shards.
     pub shards: [String; 2],
+    /// A prefix of each that overlaps the other.
     pub prefixes: [String; 2],
 }
 

@@ -15,6 +15,8 @@
 //! test saw the shard's clock at `k` is late for every window whose sweep point
 //! `created + W + grace` is `<= k`.
 
+#![warn(missing_docs)]
+
 use std::collections::{BTreeMap, HashMap};
 
 /// The largest payload a shard accepts (SPEC 2): 64 KiB.
@@ -45,21 +47,30 @@ pub enum Given {
 /// One `[[targets]]` entry (SPEC 7).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
+    /// The target's name (the observations' `target`).
     pub name: String,
+    /// Its population: impressed or clicked transactions.
     pub given: Given,
     /// The event type whose arrival makes the label 1.
     pub event: String,
+    /// Label 1 only for an event strictly later than this after creation (0: from creation).
     pub after_ms: i64,
+    /// Label 1 for an event at most this long after creation.
     pub until_ms: i64,
+    /// Added to `until_ms` before the target is emitted.
     pub grace_ms: i64,
 }
 
 /// Four durations in milliseconds, one per built-in window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Windows {
+    /// The impression window.
     pub impression: i64,
+    /// The click window.
     pub click: i64,
+    /// The short install window.
     pub install_short: i64,
+    /// The long install window.
     pub install_long: i64,
 }
 
@@ -68,11 +79,15 @@ pub struct Windows {
 pub struct Config {
     /// Empty means every transaction.
     pub prefixes: Vec<String>,
+    /// Custom event type names.
     pub custom_types: Vec<String>,
+    /// The windows (SPEC 5).
     pub windows_ms: Windows,
+    /// The grace added to each window.
     pub grace_ms: Windows,
     /// Only the configured extra targets, not `ctr` and `cvr_*`.
     pub targets: Vec<Target>,
+    /// How far ahead of the reference an event or tick may be (SPEC 1).
     pub max_future_ms: i64,
 }
 
@@ -107,7 +122,7 @@ impl Default for Config {
 
 impl Config {
     /// Parses a shard's TOML config (SPEC 7): only prefixes, custom_types,
-    /// max_future, [windows], [grace], [[targets]] matter; every other key is
+    /// max_future, `[windows]`, `[grace]`, `[[targets]]` matter; every other key is
     /// ignored; defaults as SPEC 7 shows. Durations like "500ms", "5s", "2m",
     /// "1h", "7d" (a whole number followed by one of those suffixes).
     pub fn from_toml(text: &str) -> Result<Config, String> {
@@ -323,15 +338,20 @@ pub struct Sent {
 /// A bid feature value (SPEC 3: string, number or bool).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Feature {
+    /// A string value.
     Str(String),
+    /// A number value.
     Num(f64),
+    /// A bool value.
     Bool(bool),
 }
 
 /// One observation's content.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expected {
+    /// 0 or 1.
     pub label: i16,
+    /// The bid's features, by name.
     pub features: BTreeMap<String, Feature>,
 }
 

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 /// Which socket a tick arrived on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Socket {
+    /// The high-frequency socket (bids, impressions).
     High,
+    /// The low-frequency socket (clicks, installs, custom types).
     Low,
 }
 

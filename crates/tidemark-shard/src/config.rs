@@ -11,19 +11,31 @@ use tidemark_wire::{parse_duration, Types};
 /// A validated shard configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The shard's name: its schema is `shard_<name>`.
     pub name: String,
+    /// ZeroMQ endpoints to connect both sockets to.
     pub endpoints: Vec<String>,
     /// Empty means every transaction (share 1).
     pub prefixes: Vec<String>,
+    /// `None`: the embedded default (SPEC 9).
     pub database_url: Option<String>,
+    /// Which clock sweeps follow.
     pub clock: ClockKind,
+    /// How far behind the oldest publisher's tick the event clock stays.
     pub lateness: Duration,
+    /// A publisher silent this long stops holding the clock back.
     pub publisher_timeout: Duration,
+    /// How often watermarks advance.
     pub period: Duration,
+    /// How far ahead of the reference an event or tick may be (SPEC 1).
     pub max_future: Duration,
+    /// Built-in and custom event types.
     pub types: Types,
+    /// The attribution windows.
     pub windows: Windows,
+    /// The grace added to each window before its phase is swept.
     pub grace: Windows,
+    /// Extra targets beyond `ctr`, `cvr_short`, `cvr_long`.
     pub targets: Vec<Target>,
     /// ZeroMQ receive high-water mark, per socket.
     pub rcvhwm: i32,
@@ -52,30 +64,42 @@ pub struct Config {
     pub partition_rows: u64,
 }
 
+/// Which clock drives the watermarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClockKind {
+    /// Wall time.
     Wall,
+    /// Event time from publishers' ticks.
     Event,
 }
 
 /// The four default windows, measured from the transaction's creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Windows {
+    /// Impression after bid.
     pub impression: Duration,
+    /// Click after creation.
     pub click: Duration,
+    /// Short install window.
     pub install_short: Duration,
+    /// Long install window.
     pub install_long: Duration,
 }
 
 /// A configured target beyond `ctr`, `cvr_short`, `cvr_long`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
+    /// The target's name.
     pub name: String,
+    /// Its population: impressed or clicked transactions.
     pub given: Given,
     /// Event type name whose arrival labels 1.
     pub event: String,
+    /// Label 1 only for an event strictly later than this after creation.
     pub after: Duration,
+    /// Label 1 for an event at most this long after creation.
     pub until: Duration,
+    /// Added to `until` before the target is emitted.
     pub grace: Duration,
 }
 
@@ -92,7 +116,9 @@ pub enum Given {
 #[derive(Debug, thiserror::Error)]
 #[error("{key}: {message}")]
 pub struct ConfigError {
+    /// The key at fault, as written in the file.
     pub key: String,
+    /// What is wrong with it.
     pub message: String,
 }
 
@@ -148,6 +174,7 @@ struct RawTarget {
     grace: Option<String>,
 }
 
+/// SPEC 5's windows.
 pub const DEFAULT_WINDOWS: Windows = Windows {
     impression: Duration::from_secs(120),
     click: Duration::from_secs(3600),
@@ -155,6 +182,7 @@ pub const DEFAULT_WINDOWS: Windows = Windows {
     install_long: Duration::from_secs(7 * 24 * 3600),
 };
 
+/// SPEC 7's grace.
 pub const DEFAULT_GRACE: Windows = Windows {
     impression: Duration::from_secs(30),
     click: Duration::from_secs(300),
@@ -165,12 +193,14 @@ pub const DEFAULT_GRACE: Windows = Windows {
 const BUILTIN_TARGETS: [&str; 3] = ["ctr", "cvr_short", "cvr_long"];
 
 impl Config {
+    /// Reads and validates a configuration file.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| err("--config", format!("{}: {e}", path.display())))?;
         Config::parse(&text)
     }
 
+    /// Parses and validates a configuration.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let raw: Raw = toml::from_str(text).map_err(|e| {
             // toml names the key in its message; keep its first line.

@@ -33,13 +33,18 @@ const STALL_LIMIT: Duration = Duration::from_secs(10);
 /// One accepted event; strings live in the chunk's arena.
 #[derive(Debug, Clone, Copy)]
 pub struct Ev {
+    /// Its type.
     pub kind: EventType,
+    /// Its transaction.
     pub txid: Txid,
+    /// Its transaction's creation time, ms.
     pub created: i64,
     /// Clamped: never earlier than creation (SPEC 5).
     pub ts: i64,
+    /// Arrival order within the shard (ties of equal `ts`).
     pub arrival: i64,
     features: Option<(u32, u32)>,
+    /// A bid's or impression's price.
     pub price: Option<f64>,
     user: Option<(u32, u32)>,
     /// The payload as received, kept to quarantine the event should the
@@ -50,6 +55,7 @@ pub struct Ev {
 /// Events in arrival order, then the clock as it stood after them.
 #[derive(Debug, Default)]
 pub struct Chunk {
+    /// The events, in arrival order.
     pub events: Vec<Ev>,
     arena: String,
     /// Set when the event clock moved; applies after every event of the chunk.
@@ -59,10 +65,12 @@ pub struct Chunk {
 }
 
 impl Chunk {
+    /// A bid's features as JSON text.
     pub fn features(&self, e: &Ev) -> Option<&str> {
         e.features.map(|(a, b)| &self.arena[a as usize..b as usize])
     }
 
+    /// The bid's `user`, if any.
     pub fn user(&self, e: &Ev) -> Option<&str> {
         e.user.map(|(a, b)| &self.arena[a as usize..b as usize])
     }
@@ -440,6 +448,7 @@ fn read_rest(
     frames
 }
 
+/// Wall time in milliseconds since the Unix epoch.
 pub fn wall_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

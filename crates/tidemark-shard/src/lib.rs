@@ -8,6 +8,8 @@
 //! `run`: the loop, retries and shutdown. It holds no SQL: every statement
 //! and transaction is `tidemark-store`'s. It knows nothing of the learner.
 
+#![warn(missing_docs)]
+
 pub mod clock;
 pub mod config;
 pub mod counters;
@@ -28,20 +30,34 @@ pub use config::{ClockKind, Config, ConfigError};
 use counters::Counters;
 use writer::{Backoff, Writer};
 
+/// Why a shard stopped other than cleanly.
 #[derive(Debug, thiserror::Error)]
 pub enum ShardError {
+    /// The database failed in a way retrying cannot fix.
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("shard {name:?} is already running (PostgreSQL backend pid {pid} holds its lock); stop it first")]
-    AlreadyRunning { name: String, pid: i32 },
+    /// Another process holds the shard's lock.
+    AlreadyRunning {
+        /// The shard.
+        name: String,
+        /// The PostgreSQL backend holding it.
+        pid: i32,
+    },
+    /// Another process took the shard's lock while this one was reconnecting.
     #[error("another process took shard {0:?} while this one was reconnecting; stopping")]
     LockLost(String),
+    /// Intake could not start.
     #[error(transparent)]
     Intake(#[from] intake::IntakeError),
+    /// The database stayed away for the whole `shutdown_timeout`.
     #[error("stopped without writing {unwritten} accepted events: the database stayed away for the whole shutdown_timeout ({waited:?}); last error: {error}")]
     ShutdownTimeout {
+        /// Accepted events not written.
         unwritten: usize,
+        /// How long it tried.
         waited: Duration,
+        /// The last database error.
         error: String,
     },
 }

@@ -25,6 +25,7 @@ struct Baseline {
     lost: u64,
 }
 
+/// Estimates messages PUB/SUB lost, from the `sent` counts in publishers' ticks.
 pub struct LossEstimator {
     types: Types,
     /// First digits the shard takes whole.

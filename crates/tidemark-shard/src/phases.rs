@@ -17,11 +17,15 @@ use crate::config::{Config, Given};
 /// What a target labels, in milliseconds after creation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetDef {
+    /// The target's name.
     pub name: String,
+    /// Its population.
     pub given: Given,
+    /// The event type whose arrival makes the label 1.
     pub event: EventType,
     /// Label 1 when the earliest such event has `after < ts - c <= until` (`after = 0`: `ts - c <= until`).
     pub after: i64,
+    /// Label 1 for an event at most this long after creation.
     pub until: i64,
     /// When its observations are emitted, after creation: window + grace, and
     /// never before its population is known.
@@ -40,6 +44,7 @@ impl TargetDef {
 pub struct Phases {
     /// Bids and impressions are consolidated, and transactions without both dropped, at this offset.
     pub impression_offset: i64,
+    /// The impression window: a later impression is outside every window.
     pub impression_window: i64,
     /// `ctr`, `cvr_short`, `cvr_long`, then configured targets, sorted by offset.
     pub targets: Vec<TargetDef>,
@@ -56,6 +61,7 @@ fn ms(d: Duration) -> i64 {
 }
 
 impl Phases {
+    /// The phases of a configuration.
     pub fn new(config: &Config) -> Phases {
         let w = &config.windows;
         let g = &config.grace;
@@ -134,10 +140,13 @@ impl Phases {
 /// Watermarks over creation time, one per phase, each only ever moving forward.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watermarks {
+    /// The impression phase's watermark.
     pub impression: i64,
     /// One per target, in `Phases::targets` order.
     pub targets: Vec<i64>,
+    /// Below this, only clicked transactions are kept (in `long`).
     pub unclicked: i64,
+    /// Below this, nothing is kept.
     pub last: i64,
 }
 

@@ -24,22 +24,30 @@ use crate::StoreError;
 /// One event to append to the fresh tier.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventRow<'a> {
+    /// The transaction id.
     pub txid: &'a str,
+    /// The transaction's creation time, ms.
     pub created_ms: i64,
+    /// The event type's name.
     pub type_name: &'a str,
     /// Event time, already clamped to be no earlier than creation.
     pub ts_ms: i64,
     /// Arrival order within the shard, to break ties between equal `ts`.
     pub arrival: i64,
+    /// A bid's features as JSON text.
     pub features: Option<&'a str>,
+    /// A bid's or impression's price.
     pub price: Option<f64>,
+    /// The bid's `user`.
     pub user: Option<&'a str>,
 }
 
 /// Merges into an already consolidated transaction: the earliest time per column.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MergeRow {
+    /// The transaction id.
     pub txid: String,
+    /// The transaction's creation time, ms.
     pub created_ms: i64,
     /// `(column index in Layout::event_columns, ts_ms)`.
     pub ts: Vec<(usize, i64)>,
@@ -48,26 +56,33 @@ pub struct MergeRow {
 /// A phase that emits observations.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetSql {
+    /// The target's name.
     pub name: String,
     /// Population: `false` = every impressed transaction, `true` = those clicked in the click window.
     pub given_click: bool,
     /// The labelling event's type name (one of `Layout::event_types`).
     pub event: String,
+    /// Label 1 only for an event strictly later than this after creation.
     pub after_ms: i64,
+    /// Label 1 for an event at most this long after creation.
     pub until_ms: i64,
 }
 
 /// Names and constants of one shard's buffer.
 #[derive(Debug, Clone)]
 pub struct Layout {
+    /// The shard's name.
     pub shard: String,
+    /// Its schema, `shard_<name>`.
     pub schema: String,
     /// Columns of consolidated rows holding event times beyond the bid and
     /// impression: `click_ts`, `install_ts`, then one per custom type.
     pub event_columns: Vec<String>,
     /// The type name each of `event_columns` holds.
     pub event_types: Vec<String>,
+    /// Clicks at most this long after creation put a transaction in the clicked population.
     pub click_window_ms: i64,
+    /// The share of transactions the shard samples, stored with each observation.
     pub rate: f64,
     /// Buffer partitions skip the WAL (always, but for benchmarks comparing the two).
     pub unlogged: bool,
@@ -76,18 +91,26 @@ pub struct Layout {
 /// Counts from consolidating a creation-time range at the impression phase.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Consolidated {
+    /// Transactions consolidated.
     pub transactions: i64,
+    /// Of them, kept: a bid and an impression in time.
     pub kept: i64,
+    /// Without a bid.
     pub orphans: i64,
+    /// With a bid but no impression.
     pub unimpressed: i64,
+    /// Duplicate events folded away.
     pub duplicates: i64,
 }
 
 /// A partition of `events` or `txns`: its table name and creation-time range `[from, to)`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Partition {
+    /// End of the creation-time range, exclusive, ms.
     pub to_ms: i64,
+    /// Start of the creation-time range, inclusive, ms.
     pub from_ms: i64,
+    /// The partition's table name.
     pub table: String,
 }
 

@@ -24,10 +24,12 @@ use std::process::{Command, Output};
 const BINDIR_GLOB_ROOT: &str = "/usr/lib/postgresql";
 const MIN_MAJOR: u32 = 15;
 const SUPERUSER: &str = "tidemark";
+/// The embedded cluster's database.
 pub const DATABASE: &str = "tidemark";
 /// The port number names the socket file even when no TCP port is open.
 const DEFAULT_PORT: u16 = 5432;
 
+/// Why the embedded cluster cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error(
@@ -36,14 +38,25 @@ pub enum ClusterError {
          Install them, e.g. `apt-get install postgresql` on Debian/Ubuntu \
          (or `postgresql-server` on Fedora), or set database_url to use an existing server"
     )]
+    /// No server binaries were found.
     NoBinaries,
+    /// Running as root with no unprivileged user for the server.
     #[error("running as root, but no unprivileged user to run PostgreSQL as (tried {0}); create one or set TIDEMARK_PG_USER")]
     NoUser(String),
     #[error("{what} failed: {detail}")]
-    Command { what: String, detail: String },
+    /// A command (initdb, pg_ctl, ...) failed.
+    Command {
+        /// The command.
+        what: String,
+        /// Its output.
+        detail: String,
+    },
+    /// A file or directory could not be used.
     #[error("{path}: {source}")]
     Io {
+        /// The path.
         path: PathBuf,
+        /// The IO error.
         source: std::io::Error,
     },
 }
@@ -58,8 +71,11 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ClusterError + '_ {
 /// An unprivileged account to run the server as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
+    /// The account's name.
     pub name: String,
+    /// Its user id.
     pub uid: u32,
+    /// Its group id.
     pub gid: u32,
 }
 
@@ -75,9 +91,15 @@ pub struct Cluster {
 /// Whether the server is running, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Status {
+    /// No cluster in this home yet.
     NotInitialised,
+    /// Initialised, not running.
     Stopped,
-    Running { url: String },
+    /// Running.
+    Running {
+        /// Its connection string.
+        url: String,
+    },
 }
 
 impl Cluster {
@@ -113,10 +135,12 @@ impl Cluster {
         })
     }
 
+    /// The `$TIDEMARK_HOME` it belongs to.
     pub fn home(&self) -> &Path {
         &self.home
     }
 
+    /// The directory of the PostgreSQL binaries it runs.
     pub fn bindir(&self) -> &Path {
         &self.bindir
     }
@@ -162,6 +186,7 @@ impl Cluster {
             .and_then(|p| p.trim().parse().ok())
     }
 
+    /// Whether the server runs, and where.
     pub fn status(&self) -> Result<Status, ClusterError> {
         if !self.data().join("PG_VERSION").exists() {
             return Ok(Status::NotInitialised);

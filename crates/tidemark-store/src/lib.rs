@@ -5,6 +5,8 @@
 //! migrations, and every statement run against the buffer and observation
 //! tables. Knows nothing of ZeroMQ or of the learner.
 
+#![warn(missing_docs)]
+
 pub mod buffer;
 pub mod cluster;
 mod migrate;
@@ -19,19 +21,27 @@ pub use migrate::{latest_version, migrate, MIGRATIONS};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
+/// A database error, with what to do about it (`class`).
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// An error from the server or the connection.
     #[error("database: {}", describe(.0))]
     Db(#[from] tokio_postgres::Error),
+    /// A migration failed.
     #[error("migration {version} failed: {}", describe(.source))]
     Migration {
+        /// The migration's version.
         version: i32,
+        /// The server's error.
         source: tokio_postgres::Error,
     },
+    /// The database is newer than this binary.
     #[error("the database has schema version {0}, newer than this binary knows; upgrade tidemark")]
     SchemaTooNew(i32),
+    /// The database URL cannot be parsed.
     #[error("bad database url: {0}")]
     Url(String),
+    /// The connection pool failed (not the server).
     #[error("connection pool: {0}")]
     Pool(String),
 }

@@ -85,6 +85,7 @@ pub async fn migrate(client: &mut Client) -> Result<Vec<i32>, StoreError> {
     Ok(applied)
 }
 
+/// The newest schema version this binary knows.
 pub fn latest_version() -> i32 {
     MIGRATIONS.last().map_or(0, |m| m.0)
 }

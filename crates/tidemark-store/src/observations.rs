@@ -7,8 +7,11 @@ use crate::StoreError;
 /// One observation as a learner reads it.
 #[derive(Debug, Clone)]
 pub struct Observation {
+    /// Its number in its shard's gap-free sequence.
     pub seq: i64,
+    /// The target it labels.
     pub target: String,
+    /// The label.
     pub label: bool,
     /// The bid's features, as JSON text.
     pub features: String,

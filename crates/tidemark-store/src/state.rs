@@ -15,6 +15,7 @@ const SHARD_LOCK_CLASS: i32 = 0x7464_6d6b; // "tdmk"
 pub struct ShardRow {
     /// `None` until a clock has been applied.
     pub clock_ms: Option<i64>,
+    /// The next observation number.
     pub next_seq: i64,
     /// The newest tick heard by the previous run (the `max_future` reference).
     pub reference_ms: Option<i64>,
@@ -208,9 +209,13 @@ pub async fn record_error(c: &Client, shard: &str, error: &str) -> Result<(), St
 /// One event set aside because the database refused it on its own.
 #[derive(Debug, Clone)]
 pub struct Quarantined<'a> {
+    /// The message's topic.
     pub topic: &'a str,
+    /// The payload as received.
     pub payload: &'a [u8],
+    /// The database's error.
     pub reason: &'a str,
+    /// Its SQLSTATE, if the server gave one.
     pub sqlstate: Option<&'a str>,
 }
 

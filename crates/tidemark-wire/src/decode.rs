@@ -22,20 +22,26 @@ pub const MAX_TS: i64 = 1 << 53;
 /// One accepted message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message<'a> {
+    /// An event of a transaction.
     Event(Event<'a>),
+    /// A publisher heartbeat.
     Tick(Tick<'a>),
 }
 
 /// One event of a transaction.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event<'a> {
+    /// Its type.
     pub kind: EventType,
+    /// Its transaction.
     pub txid: Txid,
     /// The event's own time, milliseconds since the epoch.
     pub ts: i64,
     /// A bid's features: a JSON object whose values are all strings, numbers or bools.
     pub features: Option<Features<'a>>,
+    /// A bid's or impression's `price`.
     pub price: Option<f64>,
+    /// A bid's `user`.
     pub user: Option<Cow<'a, str>>,
     /// The whole payload, as received (validated UTF-8).
     pub payload: &'a str,
@@ -45,14 +51,18 @@ pub struct Event<'a> {
 /// (and counted in `dropped`); when none were, the text is the payload's own.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Features<'a> {
+    /// The features object as JSON text.
     pub json: Cow<'a, str>,
+    /// Values dropped for being of other kinds.
     pub dropped: u32,
 }
 
 /// A publisher heartbeat (SPEC 3): its current event time and what it has sent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tick<'a> {
+    /// The publisher's name.
     pub publisher: Cow<'a, str>,
+    /// Its current event time, ms.
     pub ts: i64,
     /// `(<type>-<first txid digit>, messages sent since the publisher started)`.
     pub sent: Vec<(String, u64)>,
@@ -77,7 +87,9 @@ pub enum Reject {
     BadJson,
     /// Payload is JSON but not an object.
     NotObject,
+    /// A required field is missing; names it.
     MissingField(&'static str),
+    /// A field has the wrong JSON kind; names it.
     MistypedField(&'static str),
     /// The payload's `type` or `txid` differs from the topic's.
     TopicMismatch(&'static str),
@@ -109,6 +121,7 @@ impl Reject {
         "non_finite",
     ];
 
+    /// Its position in `REASONS`.
     pub fn index(&self) -> usize {
         match self {
             Reject::FrameCount(_) => 0,
@@ -128,6 +141,7 @@ impl Reject {
         }
     }
 
+    /// Its counter name.
     pub fn reason(&self) -> &'static str {
         Self::REASONS[self.index()]
     }
@@ -163,10 +177,12 @@ pub struct Decoder {
 }
 
 impl Decoder {
+    /// A decoder for these types.
     pub fn new(types: Types) -> Decoder {
         Decoder { types }
     }
 
+    /// The types it knows.
     pub fn types(&self) -> &Types {
         &self.types
     }

@@ -6,6 +6,8 @@
 //! Knows nothing of sockets, databases or clocks: publishers and bidders can
 //! link it without pulling in ZeroMQ or PostgreSQL.
 
+#![warn(missing_docs)]
+
 mod decode;
 mod duration;
 mod encode;

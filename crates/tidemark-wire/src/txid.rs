@@ -47,6 +47,7 @@ impl Txid {
             .fold(0u64, |acc, &b| (acc << 4) | u64::from(hex_value(b)))
     }
 
+    /// The 32 hex digits.
     pub fn as_str(&self) -> &str {
         // Only ASCII hex digits are ever stored.
         std::str::from_utf8(&self.0).expect("txid is ASCII")

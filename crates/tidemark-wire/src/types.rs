@@ -6,15 +6,22 @@ use std::fmt;
 /// so the type is `Copy` and comparing it costs nothing on the hot path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EventType {
+    /// `auction`: what the exchange offered (not subscribed by shards).
     Auction,
+    /// `bid`: carries the features.
     Bid,
+    /// `impression`: the bid won.
     Impression,
+    /// `click`.
     Click,
+    /// `install`.
     Install,
+    /// A configured custom type, by its index.
     Custom(u8),
 }
 
 impl EventType {
+    /// The built-in types, in slot order.
     pub const BUILTIN: [EventType; 5] = [
         EventType::Auction,
         EventType::Bid,
@@ -79,6 +86,7 @@ impl Types {
         Ok(Types { custom: names })
     }
 
+    /// The type of a name, if known.
     pub fn lookup(&self, name: &str) -> Option<EventType> {
         Some(match name {
             "auction" => EventType::Auction,
@@ -101,6 +109,7 @@ impl Types {
         }
     }
 
+    /// The custom types and their names, in order.
     pub fn custom(&self) -> impl Iterator<Item = (EventType, &str)> {
         self.custom
             .iter()
