@@ -243,7 +243,7 @@ impl Layout {
         parent: &str,
         from_ms: i64,
         to_ms: i64,
-    ) -> Result<String, StoreError> {
+    ) -> Result<Partition, StoreError> {
         let name = format!("{parent}_{}", utc_stamp(from_ms));
         let sql = format!(
             "CREATE {unlogged} TABLE IF NOT EXISTS {schema}.{name} PARTITION OF {schema}.{parent}
@@ -265,7 +265,11 @@ impl Layout {
             self.schema
         ))
         .await?;
-        Ok(name)
+        Ok(Partition {
+            from_ms,
+            to_ms,
+            table: name,
+        })
     }
 
     /// Buffered rows per creation-time bucket of `bucket_ms` (events not yet

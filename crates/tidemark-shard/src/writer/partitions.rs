@@ -96,18 +96,11 @@ impl Writer {
             .flat_map(|p| holes(p.from_ms, p.to_ms, &self.txns_parts))
             .collect();
         for (from, to) in needed {
-            let table = self
+            let part = self
                 .layout
                 .create_partition(&self.client, "txns", from, to)
                 .await?;
-            self.txns_parts.insert(
-                from,
-                Partition {
-                    from_ms: from,
-                    to_ms: to,
-                    table,
-                },
-            );
+            self.txns_parts.insert(from, part);
         }
         Ok(())
     }
@@ -136,18 +129,11 @@ impl Writer {
             .next()
             .map_or(i64::MAX, |(k, _)| *k);
         let (from, to) = partition_bounds(t, p, prev, next, self.config.partition_rows);
-        let table = self
+        let part = self
             .layout
             .create_partition(&self.client, "events", from, to)
             .await?;
-        self.events_parts.insert(
-            from,
-            Partition {
-                from_ms: from,
-                to_ms: to,
-                table,
-            },
-        );
+        self.events_parts.insert(from, part);
         Ok(())
     }
 
