@@ -17,8 +17,9 @@ const SQL_HOMES: [&str; 2] = [
 
 /// Crates bidders and publishers link: no runtime, socket, database or
 /// compression dependency may reach them, however indirectly.
-const BIDDER_FACING: [&str; 5] = [
+const BIDDER_FACING: [&str; 6] = [
     "tidemark-wire",
+    "tidemark-profile",
     "tidemark-plan",
     "tidemark-features",
     "tidemark-checkpoint",

@@ -1,0 +1,302 @@
+//! The profile process's configuration (SPEC 11): one TOML file, validated
+//! at start with messages that name the key at fault.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tidemark_wire::{parse_duration, Types};
+
+/// A configuration that cannot be used, naming the key at fault.
+#[derive(Debug, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct ConfigError {
+    /// The key, as written in the file.
+    pub key: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+fn err(key: impl Into<String>, message: impl ToString) -> ConfigError {
+    ConfigError {
+        key: key.into(),
+        message: message.to_string(),
+    }
+}
+
+/// One `[[counters]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterDef {
+    /// Its name: the feature name bidders copy its value under.
+    pub name: String,
+    /// The event type it counts.
+    pub event: String,
+    /// Its half-life, ms (> 0).
+    pub half_life_ms: i64,
+}
+
+/// A validated profile-process configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The process's name (its lock and status row).
+    pub name: String,
+    /// ZeroMQ endpoints to connect to.
+    pub endpoints: Vec<String>,
+    /// Txid prefixes read; empty means every transaction.
+    pub prefixes: Vec<String>,
+    /// `None`: the embedded default (SPEC 9).
+    pub database_url: Option<String>,
+    /// `true` for the event clock (SPEC 6), `false` for wall time.
+    pub event_clock: bool,
+    /// How far behind the oldest publisher's tick the event clock stays.
+    pub lateness: Duration,
+    /// A publisher silent this long stops holding the clock back.
+    pub publisher_timeout: Duration,
+    /// How far ahead of the reference an event or tick may be (SPEC 1).
+    pub max_future: Duration,
+    /// Built-in and custom event types known.
+    pub known: Types,
+    /// The event types read, by name.
+    pub types: Vec<String>,
+    /// How long (of txid creation time) duplicates are recognised.
+    pub dedup: Duration,
+    /// Most identifiers one person may hold.
+    pub max_ids: usize,
+    /// Refusals after which an identifier is blocklisted.
+    pub blocklist_after: u64,
+    /// How long events are kept for trails; `None`: no trails.
+    pub trail: Option<Duration>,
+    /// The counters, in file order.
+    pub counters: Vec<CounterDef>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: String,
+    endpoints: Vec<String>,
+    #[serde(default)]
+    prefixes: Vec<String>,
+    database_url: Option<String>,
+    #[serde(default = "default_clock")]
+    clock: String,
+    #[serde(default = "default_lateness")]
+    lateness: String,
+    #[serde(default = "default_publisher_timeout")]
+    publisher_timeout: String,
+    #[serde(default = "default_max_future")]
+    max_future: String,
+    types: Option<Vec<String>>,
+    #[serde(default)]
+    custom_types: Vec<String>,
+    #[serde(default = "default_dedup")]
+    dedup: String,
+    #[serde(default = "default_max_ids")]
+    max_ids: i64,
+    #[serde(default = "default_blocklist_after")]
+    blocklist_after: i64,
+    trail: Option<String>,
+    #[serde(default)]
+    counters: Vec<RawCounter>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCounter {
+    name: String,
+    event: String,
+    half_life: String,
+}
+
+fn default_clock() -> String {
+    "event".into()
+}
+fn default_lateness() -> String {
+    "5s".into()
+}
+fn default_publisher_timeout() -> String {
+    "30s".into()
+}
+fn default_max_future() -> String {
+    "10m".into()
+}
+fn default_dedup() -> String {
+    "8d".into()
+}
+fn default_max_ids() -> i64 {
+    50
+}
+fn default_blocklist_after() -> i64 {
+    100
+}
+
+/// `[a-z][a-z0-9_]{0,31}`: names of processes and counters.
+fn valid_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 32
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| err(path.display().to_string(), e))?;
+        Config::parse(&text)
+    }
+
+    /// Parses and validates a configuration.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let raw: Raw = toml::from_str(text).map_err(|e| {
+            // toml names the key in its message; keep it whole.
+            err("config", e.message())
+        })?;
+        if !valid_name(&raw.name) {
+            return Err(err("name", "must be [a-z][a-z0-9_]{0,31}"));
+        }
+        if raw.endpoints.is_empty() {
+            return Err(err("endpoints", "at least one endpoint is required"));
+        }
+        tidemark_plan::validate_set(&raw.prefixes).map_err(|e| err("prefixes", e))?;
+        let event_clock = match raw.clock.as_str() {
+            "event" => true,
+            "wall" => false,
+            other => {
+                return Err(err(
+                    "clock",
+                    format!("{other:?}: expected \"event\" or \"wall\""),
+                ))
+            }
+        };
+        let duration = |key: &str, v: &str| parse_duration(v).map_err(|e| err(key, e));
+        let known = Types::new(&raw.custom_types).map_err(|e| err("custom_types", e))?;
+        let types = match raw.types {
+            Some(t) => t,
+            None => ["impression", "click", "install"]
+                .iter()
+                .map(|s| s.to_string())
+                .chain(raw.custom_types.iter().cloned())
+                .collect(),
+        };
+        if types.is_empty() {
+            return Err(err("types", "at least one type is read"));
+        }
+        for t in &types {
+            if known.lookup(t).is_none() {
+                return Err(err(
+                    "types",
+                    format!("{t:?} is neither built in nor in custom_types"),
+                ));
+            }
+        }
+        if raw.max_ids < 2 {
+            return Err(err("max_ids", "must be at least 2"));
+        }
+        if raw.blocklist_after < 1 {
+            return Err(err("blocklist_after", "must be at least 1"));
+        }
+        let mut names = BTreeSet::new();
+        let mut counters = Vec::with_capacity(raw.counters.len());
+        for (i, c) in raw.counters.into_iter().enumerate() {
+            let key = |k: &str| format!("counters[{i}].{k}");
+            if !valid_name(&c.name) {
+                return Err(err(key("name"), "must be [a-z][a-z0-9_]{0,31}"));
+            }
+            if !names.insert(c.name.clone()) {
+                return Err(err(key("name"), format!("{:?} is defined twice", c.name)));
+            }
+            if !types.contains(&c.event) {
+                return Err(err(
+                    key("event"),
+                    format!("{:?} is not one of the types read", c.event),
+                ));
+            }
+            let h = duration(&key("half_life"), &c.half_life)?;
+            if h.is_zero() {
+                return Err(err(key("half_life"), "must be greater than 0"));
+            }
+            counters.push(CounterDef {
+                name: c.name,
+                event: c.event,
+                half_life_ms: h.as_millis() as i64,
+            });
+        }
+        Ok(Config {
+            name: raw.name,
+            endpoints: raw.endpoints,
+            prefixes: raw.prefixes,
+            database_url: raw.database_url,
+            event_clock,
+            lateness: duration("lateness", &raw.lateness)?,
+            publisher_timeout: duration("publisher_timeout", &raw.publisher_timeout)?,
+            max_future: duration("max_future", &raw.max_future)?,
+            known,
+            types,
+            dedup: duration("dedup", &raw.dedup)?,
+            max_ids: raw.max_ids as usize,
+            blocklist_after: raw.blocklist_after as u64,
+            trail: raw.trail.map(|t| duration("trail", &t)).transpose()?,
+            counters,
+        })
+    }
+
+    /// The share of transactions read (SPEC 4).
+    pub fn rate(&self) -> f64 {
+        if self.prefixes.is_empty() {
+            1.0
+        } else {
+            tidemark_plan::share(&self.prefixes)
+        }
+    }
+
+    /// The weight of one event in a counter: `1/rate` when sampling, else 1.
+    pub fn weight(&self) -> f64 {
+        1.0 / self.rate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "name = \"p\"\nendpoints = [\"tcp://127.0.0.1:1\"]\n";
+
+    #[test]
+    fn defaults_follow_spec_11() {
+        let c = Config::parse(&format!(
+            "{BASE}custom_types = [\"open\"]\n[[counters]]\nname = \"clk_7d\"\nevent = \"click\"\nhalf_life = \"7d\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.types, ["impression", "click", "install", "open"]);
+        assert_eq!(c.dedup, Duration::from_secs(8 * 86_400));
+        assert_eq!((c.max_ids, c.blocklist_after, c.trail), (50, 100, None));
+        assert_eq!(c.counters[0].half_life_ms, 7 * 86_400_000);
+        assert!(c.event_clock);
+        assert_eq!(c.weight(), 1.0);
+        let c = Config::parse(&format!("{BASE}prefixes = [\"0\", \"1\"]\n")).unwrap();
+        assert_eq!(c.weight(), 8.0);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        for (extra, key) in [
+            ("clock = \"lunar\"\n", "clock"),
+            ("prefixes = [\"0\", \"01\"]\n", "prefixes"),
+            ("types = [\"open\"]\n", "types"),
+            ("max_ids = 1\n", "max_ids"),
+            ("trail = \"soon\"\n", "trail"),
+            ("[[counters]]\nname = \"c\"\nevent = \"bid\"\nhalf_life = \"1d\"\n", "counters[0].event"),
+            ("[[counters]]\nname = \"c\"\nevent = \"click\"\nhalf_life = \"0s\"\n", "counters[0].half_life"),
+            (
+                "[[counters]]\nname = \"c\"\nevent = \"click\"\nhalf_life = \"1d\"\n[[counters]]\nname = \"c\"\nevent = \"install\"\nhalf_life = \"1d\"\n",
+                "counters[1].name",
+            ),
+        ] {
+            let e = Config::parse(&format!("{BASE}{extra}")).unwrap_err();
+            assert_eq!(e.key, key, "{extra:?}: {e}");
+        }
+    }
+}
