@@ -7,6 +7,7 @@ mod demo;
 mod export;
 mod learn;
 mod plan;
+mod profiles;
 mod publish;
 mod score;
 mod shard;
@@ -55,6 +56,15 @@ enum Command {
         #[arg(long, required = true)]
         backend: Vec<String>,
     },
+    /// Run a profile process: per-person counters from the event stream (SPEC 11)
+    Profiles(profiles::ProcessArgs),
+    /// Read profiles by identifier (SPEC 11)
+    Profile {
+        #[command(subcommand)]
+        action: profiles::ProfileAction,
+    },
+    /// A person's events in a time range, oldest first (SPEC 11)
+    Trail(profiles::TrailArgs),
     /// Manage the embedded PostgreSQL cluster under $TIDEMARK_HOME
     Db {
         #[command(subcommand)]
@@ -76,6 +86,9 @@ fn main() -> ExitCode {
         Command::Learn(args) => learn::run(args),
         Command::Score(args) => score::run(args),
         Command::Export(args) => export::run(args),
+        Command::Profiles(args) => profiles::run_process(args),
+        Command::Profile { action } => profiles::run_profile(action),
+        Command::Trail(args) => profiles::run_trail(args),
         Command::Proxy {
             publishers,
             frontend,

@@ -8,5 +8,6 @@ mod cli;
 mod db;
 mod exact;
 mod learn;
+mod profiles;
 mod shard;
 mod tidy;

@@ -7,9 +7,11 @@ use std::path::{Path, PathBuf};
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Where SQL may be written, and why.
-const SQL_HOMES: [&str; 2] = [
+const SQL_HOMES: [&str; 3] = [
     // Every statement and transaction of the system.
     "crates/tidemark-store",
+    // What bidders link to read profiles: it must not pull in the store.
+    "crates/tidemark-reader",
     // A measuring harness that checks the running system from outside, as
     // the tests do (`tests/` is not scanned either).
     "crates/tidemark-bench",

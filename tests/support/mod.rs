@@ -321,6 +321,8 @@ pub struct ShardProc {
     pub config: PathBuf,
     pub name: String,
     log: PathBuf,
+    /// `shard` or `profiles`.
+    command: &'static str,
 }
 
 impl ShardProc {
@@ -340,10 +342,23 @@ impl ShardProc {
             db.url
         );
         std::fs::write(&config, toml).unwrap();
-        ShardProc::spawn(config, name)
+        ShardProc::spawn(config, name, "shard")
     }
 
-    fn spawn(config: PathBuf, name: &str) -> ShardProc {
+    /// Starts `tidemark profiles` (SPEC 11) against `db`; `extra` is more TOML.
+    pub fn start_profiles(db: &TestDb, name: &str, endpoint: &str, extra: &str) -> ShardProc {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("profiles");
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join(format!("{}_{name}.toml", db.name));
+        let toml = format!(
+            "name = \"{name}\"\nendpoints = [\"{endpoint}\"]\ndatabase_url = \"{}\"\n{extra}\n",
+            db.url
+        );
+        std::fs::write(&config, toml).unwrap();
+        ShardProc::spawn(config, name, "profiles")
+    }
+
+    fn spawn(config: PathBuf, name: &str, command: &'static str) -> ShardProc {
         let log = config.with_extension("log");
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -352,7 +367,7 @@ impl ShardProc {
             .unwrap();
         let child = bin()
             .env("RUST_LOG", "info")
-            .args(["shard", "--config", config.to_str().unwrap()])
+            .args([command, "--config", config.to_str().unwrap()])
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
@@ -362,13 +377,14 @@ impl ShardProc {
             config,
             name: name.to_owned(),
             log,
+            command,
         }
     }
 
     /// Starts the same configuration again (after a stop or a kill).
     pub fn restart(&mut self) {
         let _ = self.child.try_wait();
-        *self = ShardProc::spawn(self.config.clone(), &self.name);
+        *self = ShardProc::spawn(self.config.clone(), &self.name, self.command);
     }
 
     /// SIGTERM, then waits; asserts a clean exit.

@@ -69,6 +69,16 @@ pub struct Config {
     pub trail: Option<Duration>,
     /// The counters, in file order.
     pub counters: Vec<CounterDef>,
+    /// Workers, each owning the persons that hash to it (its own connection).
+    pub workers: usize,
+    /// Events per batch at most.
+    pub batch_events: usize,
+    /// Longest an accepted event waits before its batch is applied.
+    pub batch_delay: Duration,
+    /// ZeroMQ receive high-water mark per socket, in messages.
+    pub rcvhwm: i32,
+    /// How long a stop waits for the database to take what is held.
+    pub shutdown_timeout: Duration,
 }
 
 #[derive(Deserialize)]
@@ -99,6 +109,32 @@ struct Raw {
     trail: Option<String>,
     #[serde(default)]
     counters: Vec<RawCounter>,
+    #[serde(default = "default_workers")]
+    workers: i64,
+    #[serde(default = "default_batch_events")]
+    batch_events: i64,
+    #[serde(default = "default_batch_delay")]
+    batch_delay: String,
+    #[serde(default = "default_rcvhwm")]
+    rcvhwm: i64,
+    #[serde(default = "default_shutdown_timeout")]
+    shutdown_timeout: String,
+}
+
+fn default_workers() -> i64 {
+    2
+}
+fn default_batch_events() -> i64 {
+    50_000
+}
+fn default_batch_delay() -> String {
+    "200ms".into()
+}
+fn default_rcvhwm() -> i64 {
+    1_000_000
+}
+fn default_shutdown_timeout() -> String {
+    "30s".into()
 }
 
 #[derive(Deserialize)]
@@ -198,6 +234,18 @@ impl Config {
         if raw.blocklist_after < 1 {
             return Err(err("blocklist_after", "must be at least 1"));
         }
+        if !(1..=64).contains(&raw.workers) {
+            return Err(err("workers", "must be 1 to 64"));
+        }
+        if !(1..=1_000_000).contains(&raw.batch_events) {
+            return Err(err("batch_events", "must be 1 to 1000000"));
+        }
+        if !(0..=i64::from(i32::MAX)).contains(&raw.rcvhwm) {
+            return Err(err(
+                "rcvhwm",
+                "must be 0 (unlimited) or a positive message count",
+            ));
+        }
         let mut names = BTreeSet::new();
         let mut counters = Vec::with_capacity(raw.counters.len());
         for (i, c) in raw.counters.into_iter().enumerate() {
@@ -240,6 +288,11 @@ impl Config {
             blocklist_after: raw.blocklist_after as u64,
             trail: raw.trail.map(|t| duration("trail", &t)).transpose()?,
             counters,
+            workers: raw.workers as usize,
+            batch_events: raw.batch_events as usize,
+            batch_delay: duration("batch_delay", &raw.batch_delay)?,
+            rcvhwm: raw.rcvhwm as i32,
+            shutdown_timeout: duration("shutdown_timeout", &raw.shutdown_timeout)?,
         })
     }
 

@@ -14,10 +14,12 @@ mod config;
 mod counter;
 mod dedup;
 mod identifier;
+mod identity;
 mod person;
 
 pub use config::{Config, ConfigError, CounterDef};
 pub use counter::Decayed;
 pub use dedup::{Dedup, Verdict};
 pub use identifier::{BadIdentifier, Identifier};
+pub use identity::Identities;
 pub use person::{Person, TypeStats};

@@ -19,6 +19,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+pub mod profiles;
+
 /// The largest payload a shard accepts (SPEC 2): 64 KiB.
 pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 

@@ -28,7 +28,8 @@ use tokio::sync::mpsc;
 
 pub use config::{ClockKind, Config, ConfigError};
 use counters::Counters;
-use writer::{Backoff, Writer};
+pub use writer::Backoff;
+use writer::Writer;
 
 /// Why a shard stopped other than cleanly.
 #[derive(Debug, thiserror::Error)]

@@ -2,8 +2,8 @@
 //! connections. The only crate that speaks SQL.
 //!
 //! Owns: starting and stopping the private cluster (SPEC 9), the `sql/`
-//! migrations, and every statement run against the buffer and observation
-//! tables. Knows nothing of ZeroMQ or of the learner.
+//! migrations, and every statement run against the buffer, observation and
+//! profile tables. Knows nothing of ZeroMQ or of the learner.
 
 #![warn(missing_docs)]
 
@@ -11,6 +11,7 @@ pub mod buffer;
 pub mod cluster;
 mod migrate;
 pub mod observations;
+pub mod profiles;
 pub mod state;
 pub mod sweep;
 pub mod telemetry;

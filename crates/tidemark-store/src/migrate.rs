@@ -33,6 +33,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "counter_families",
         include_str!("../../../sql/V0006__counter_families.sql"),
     ),
+    (
+        7,
+        "profiles",
+        include_str!("../../../sql/V0007__profiles.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.

@@ -43,8 +43,30 @@ pub struct Event<'a> {
     pub price: Option<f64>,
     /// A bid's `user`.
     pub user: Option<Cow<'a, str>>,
+    /// `user` and `ids` of any event, undecoded: shards ignore them and the
+    /// profile process (SPEC 11) judges each identifier itself.
+    pub identity: Identity<'a>,
     /// The whole payload, as received (validated UTF-8).
     pub payload: &'a str,
+}
+
+/// An event's identifiers as sent (SPEC 3 `user` and `ids`), not validated:
+/// a bad identifier drops only itself (SPEC 11), never the event.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Identity<'a> {
+    /// The `user` field's JSON text (`null` is absent).
+    pub user: Option<&'a RawValue>,
+    /// The `ids` field's JSON text (`null` is absent).
+    pub ids: Option<&'a RawValue>,
+}
+
+impl PartialEq for Identity<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        fn text(r: Option<&RawValue>) -> Option<&str> {
+            r.map(RawValue::get)
+        }
+        text(self.user) == text(other.user) && text(self.ids) == text(other.ids)
+    }
 }
 
 /// A bid's features as JSON text. Values of other kinds have been dropped
@@ -257,6 +279,10 @@ impl Decoder {
             features,
             price,
             user,
+            identity: Identity {
+                user: f.user.filter(|r| !is_null(r)),
+                ids: f.ids.filter(|r| !is_null(r)),
+            },
             payload,
         })
     }
@@ -301,6 +327,8 @@ struct Fields<'a> {
     price: Option<&'a RawValue>,
     #[serde(borrow, default)]
     user: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    ids: Option<&'a RawValue>,
     #[serde(borrow, default)]
     publisher: Option<&'a RawValue>,
     #[serde(borrow, default)]

@@ -11,11 +11,13 @@
 mod decode;
 mod duration;
 mod encode;
+mod instant;
 mod txid;
 mod types;
 
-pub use decode::{Decoder, Event, Features, Message, Reject, Tick, MAX_PAYLOAD};
+pub use decode::{Decoder, Event, Features, Identity, Message, Reject, Tick, MAX_PAYLOAD};
 pub use duration::{parse_duration, HumanDuration};
 pub use encode::{event_payload, tick_payload, topic};
+pub use instant::parse_instant;
 pub use txid::{Txid, MAX_CREATED_MS, RANDOM_DIGITS, TXID_LEN};
 pub use types::{BadTypeName, EventType, Types};

@@ -1,0 +1,593 @@
+//! The profile process (SPEC 11): `tidemark profiles --config FILE`.
+//!
+//! Owns: intake over ZeroMQ (the shard's sockets, decoder and clocks), the
+//! coordinator that batches events, drops copies within a batch, judges
+//! staleness and routes each event by the person it counts for to one of
+//! `workers` workers, and the workers that apply a batch each in one
+//! transaction. Batches are applied one after another: a batch's first
+//! copies are committed before the next batch is judged, so "the first copy
+//! received" holds across batches, restarts and `kill -9`. Holds no SQL
+//! (`tidemark-store::profiles` does) and no profile maths
+//! (`tidemark-profile` does).
+
+#![warn(missing_docs)]
+
+pub mod intake;
+mod worker;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::future::Future;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tidemark_profile::Config;
+use tidemark_shard::Backoff;
+use tidemark_store::profiles::{self as store, Daily, Saved, DAY_MS};
+use tidemark_store::StoreError;
+use tokio::sync::mpsc;
+use tokio_postgres::Client;
+
+use intake::{Chunk, Event, Tally};
+use worker::{Layout, Work, Worker};
+
+/// Why the profile process stopped other than cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfilesError {
+    /// The database failed in a way retrying cannot fix.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Another process owns the profile database.
+    #[error("a profile process already runs against this database (PostgreSQL backend pid {0} holds its lock); stop it first")]
+    AlreadyRunning(i32),
+    /// Another process took the lock while this one was reconnecting.
+    #[error("another profile process took the database while this one was reconnecting; stopping")]
+    LockLost,
+    /// A counter's stored definition differs from the configuration.
+    #[error("counters: {name:?} is stored with {stored}, configured with {configured}; a counter's definition cannot change (give it a new name)")]
+    CounterChanged {
+        /// The counter.
+        name: String,
+        /// What the database holds.
+        stored: String,
+        /// What the configuration says.
+        configured: String,
+    },
+    /// Intake could not start.
+    #[error(transparent)]
+    Intake(#[from] intake::IntakeError),
+    /// The database stayed away for the whole `shutdown_timeout`.
+    #[error("stopped without applying {unwritten} accepted events: the database stayed away for the whole shutdown_timeout ({waited:?}); last error: {error}")]
+    ShutdownTimeout {
+        /// Events not applied.
+        unwritten: usize,
+        /// How long it tried.
+        waited: Duration,
+        /// The last error.
+        error: String,
+    },
+}
+
+/// What one run did, by reason (`applied`, `duplicate`, `stale`, ...).
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// Counts of this run.
+    pub counts: BTreeMap<String, i64>,
+}
+
+/// How often the clock and intake's counts are saved, and partitions retired.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+const RETIRE_EVERY: Duration = Duration::from_secs(60);
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// Runs the profile process until `shutdown` completes; then stops reading,
+/// applies what it holds and returns.
+pub async fn run(
+    config: Config,
+    url: &str,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Summary, ProfilesError> {
+    let mut main = open_main(url).await?;
+    let saved = store::register(&main, &config.name, &describe(&config)).await?;
+    let layout = define(&main, &config).await?;
+    let mut workers = Vec::new();
+    for i in 0..config.workers {
+        workers.push(Worker {
+            index: i as i16,
+            client: Some(tidemark_store::connect(url).await?),
+        });
+    }
+    let tally: Tally = Default::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, mut rx) = mpsc::channel::<Chunk>(16);
+    let intake = intake::spawn(
+        &config,
+        saved.clock_ms,
+        saved.reference_ms,
+        tally.clone(),
+        tx,
+        stop.clone(),
+    )?;
+    tracing::info!(
+        name = config.name,
+        endpoints = ?config.endpoints,
+        prefixes = ?config.prefixes,
+        workers = config.workers,
+        "profile process started"
+    );
+    let mut p = Process {
+        seen_days: store::partitions(&main, Daily::Seen)
+            .await?
+            .into_iter()
+            .collect(),
+        trail_days: store::partitions(&main, Daily::Trail)
+            .await?
+            .into_iter()
+            .collect(),
+        config,
+        layout,
+        workers,
+        pending: Vec::new(),
+        inflight: None,
+        saved,
+        tally,
+        run_counts: BTreeMap::new(),
+        hasher: std::collections::hash_map::RandomState::new(),
+    };
+
+    tokio::pin!(shutdown);
+    let mut oldest: Option<Instant> = None;
+    let mut backoff = Backoff::new();
+    let mut retry_at: Option<Instant> = None;
+    let (mut next_status, mut next_retire, mut next_report) = (
+        Instant::now(),
+        Instant::now(),
+        Instant::now() + REPORT_EVERY,
+    );
+    loop {
+        let now = Instant::now();
+        let due = oldest.map(|t| t + p.config.batch_delay);
+        let wake = [due, retry_at, Some(next_status)]
+            .into_iter()
+            .flatten()
+            .min()
+            .expect("status is always scheduled");
+        let room = p.pending.len() < 2 * p.config.batch_events;
+        tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            chunk = rx.recv(), if room => match chunk {
+                Some(c) => {
+                    if !c.events.is_empty() {
+                        oldest.get_or_insert(now);
+                    }
+                    p.take(c);
+                }
+                None => break,
+            },
+            _ = tokio::time::sleep_until(wake.into()) => {}
+        }
+        let now = Instant::now();
+        if retry_at.is_some_and(|t| now < t) {
+            continue;
+        }
+        let full = p.pending.len() >= p.config.batch_events;
+        let old = oldest.is_some_and(|t| now >= t + p.config.batch_delay);
+        let mut result = Ok(());
+        if full || old || p.inflight.is_some() {
+            result = p.step(&mut main, url).await;
+            if result.is_ok() && p.pending.is_empty() {
+                oldest = None;
+            } else if result.is_ok() {
+                oldest = Some(now);
+            }
+        }
+        if result.is_ok() && now >= next_status {
+            result = p.save_status(&main).await;
+            next_status = now + STATUS_EVERY;
+        }
+        if result.is_ok() && p.inflight.is_none() && now >= next_retire {
+            result = p.retire(&main).await;
+            next_retire = now + RETIRE_EVERY;
+        }
+        match result {
+            Ok(()) => {
+                if let Some(since) = backoff.since {
+                    tracing::info!(
+                        "database is back after {:.1}s",
+                        since.elapsed().as_secs_f64()
+                    );
+                }
+                backoff.reset();
+                retry_at = None;
+            }
+            Err(ProfilesError::Store(e)) => {
+                let wait = backoff.fail();
+                tracing::warn!(
+                    "database error, holding {} events and retrying in {:.1}s: {e}",
+                    p.held(),
+                    wait.as_secs_f64()
+                );
+                *p.run_counts
+                    .entry(format!("db_errors_{:?}", e.class()).to_lowercase())
+                    .or_default() += 1;
+                retry_at = Some(Instant::now() + wait);
+                if main.is_closed() {
+                    match reopen_main(url).await {
+                        Ok(c) => main = c,
+                        Err(ProfilesError::Store(_)) => {}
+                        Err(other) => return Err(other),
+                    }
+                }
+            }
+            Err(other) => return Err(other),
+        }
+        if now >= next_report {
+            tracing::info!(
+                held = p.held(),
+                counts = ?p.run_counts,
+                clock = ?p.saved.clock_ms,
+                "profile process"
+            );
+            next_report = now + REPORT_EVERY;
+        }
+    }
+
+    // Clean stop: no more reading; apply what is held, for at most shutdown_timeout.
+    stop.store(true, Ordering::Relaxed);
+    let intake_done = tokio::task::spawn_blocking(move || intake.join());
+    while let Some(c) = rx.recv().await {
+        p.take(c);
+    }
+    let _ = intake_done.await;
+    let deadline = Instant::now() + p.config.shutdown_timeout;
+    let mut backoff = Backoff::new();
+    loop {
+        let result = async {
+            if main.is_closed() {
+                main = reopen_main(url).await?;
+            }
+            while p.held() > 0 {
+                p.step(&mut main, url).await?;
+            }
+            p.save_status(&main).await
+        }
+        .await;
+        match result {
+            Ok(()) => break,
+            Err(ProfilesError::Store(e)) => {
+                let wait = backoff.fail();
+                if Instant::now() + wait >= deadline {
+                    return Err(ProfilesError::ShutdownTimeout {
+                        unwritten: p.held(),
+                        waited: p.config.shutdown_timeout,
+                        error: e.to_string(),
+                    });
+                }
+                tracing::warn!(
+                    "stopping: cannot apply {} events yet, retrying in {:.1}s: {e}",
+                    p.held(),
+                    wait.as_secs_f64()
+                );
+                tokio::time::sleep(wait).await;
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    tracing::info!(counts = ?p.run_counts, "profile process stopped cleanly");
+    Ok(Summary {
+        counts: p.run_counts,
+    })
+}
+
+/// Connects, migrates and takes the database's profile lock.
+async fn open_main(url: &str) -> Result<Client, ProfilesError> {
+    let mut c = tidemark_store::connect(url).await?;
+    tidemark_store::migrate(&mut c).await?;
+    if !store::try_lock(&c).await? {
+        let pid = store::lock_holder(&c).await?.map_or(0, |h| h.0);
+        return Err(ProfilesError::AlreadyRunning(pid));
+    }
+    Ok(c)
+}
+
+/// Reconnects after the database came back; the lock must still be free.
+async fn reopen_main(url: &str) -> Result<Client, ProfilesError> {
+    match open_main(url).await {
+        Err(ProfilesError::AlreadyRunning(_)) => Err(ProfilesError::LockLost),
+        other => other,
+    }
+}
+
+/// The configuration as registered in `tidemark.profile_process.config`.
+fn describe(c: &Config) -> serde_json::Value {
+    serde_json::json!({
+        "endpoints": c.endpoints,
+        "prefixes": c.prefixes,
+        "rate": c.rate(),
+        "clock": if c.event_clock { "event" } else { "wall" },
+        "types": c.types,
+        "dedup_ms": c.dedup.as_millis() as i64,
+        "trail_ms": c.trail.map(|t| t.as_millis() as i64),
+        "workers": c.workers,
+        "counters": c.counters.iter().map(|d| serde_json::json!({
+            "name": d.name, "event": d.event, "half_life_ms": d.half_life_ms
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Checks the configured counters against the stored ones and appends new
+/// types and counters; returns where each lives in the arrays.
+async fn define(c: &Client, config: &Config) -> Result<Layout, ProfilesError> {
+    let (mut types, mut counters) = store::definitions(c).await?;
+    for t in &config.types {
+        if !types.iter().any(|(_, n)| n == t) {
+            let pos = store::add_type(c, t).await?;
+            types.push((pos, t.clone()));
+        }
+    }
+    for d in &config.counters {
+        match counters.iter().find(|s| s.1 == d.name) {
+            Some((_, _, event, half_life)) => {
+                if *event != d.event || *half_life != d.half_life_ms {
+                    return Err(ProfilesError::CounterChanged {
+                        name: d.name.clone(),
+                        stored: format!("event {event:?}, half_life {half_life} ms"),
+                        configured: format!("event {:?}, half_life {} ms", d.event, d.half_life_ms),
+                    });
+                }
+            }
+            None => {
+                let pos = store::add_counter(c, &d.name, &d.event, d.half_life_ms).await?;
+                counters.push((pos, d.name.clone(), d.event.clone(), d.half_life_ms));
+            }
+        }
+    }
+    let type_pos = config
+        .types
+        .iter()
+        .map(|t| types.iter().find(|(_, n)| n == t).expect("defined above").0)
+        .collect();
+    counters.sort_by_key(|c| c.0);
+    let counters = counters
+        .iter()
+        .map(|(_, name, event, half_life)| {
+            config
+                .counters
+                .iter()
+                .any(|d| &d.name == name)
+                .then(|| {
+                    let ti = config.types.iter().position(|t| t == event)?;
+                    Some((ti, *half_life))
+                })
+                .flatten()
+        })
+        .collect();
+    Ok(Layout {
+        type_pos,
+        type_names: config.types.clone(),
+        types: types.len(),
+        counters,
+        weight: config.weight(),
+    })
+}
+
+struct Process {
+    config: Config,
+    layout: Layout,
+    workers: Vec<Worker>,
+    /// Accepted events not yet in a batch, in arrival order.
+    pending: Vec<Event>,
+    /// The batch being applied: per worker, its work until committed.
+    inflight: Option<Vec<Option<Work>>>,
+    /// Clock and reference as they stand (saved every STATUS_EVERY).
+    saved: Saved,
+    tally: Tally,
+    run_counts: BTreeMap<String, i64>,
+    seen_days: BTreeSet<i64>,
+    trail_days: BTreeSet<i64>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl Process {
+    fn take(&mut self, c: Chunk) {
+        self.pending.extend(c.events);
+        if let Some(v) = c.clock {
+            self.saved.clock_ms = Some(self.saved.clock_ms.map_or(v, |o| o.max(v)));
+        }
+        if let Some(v) = c.reference {
+            self.saved.reference_ms = Some(self.saved.reference_ms.map_or(v, |o| o.max(v)));
+        }
+    }
+
+    /// Events accepted and not yet committed.
+    fn held(&self) -> usize {
+        self.pending.len()
+            + self
+                .inflight
+                .iter()
+                .flatten()
+                .flatten()
+                .map(|w| w.events.len())
+                .sum::<usize>()
+    }
+
+    fn bucket(&self, key: impl Hash) -> usize {
+        (self.hasher.hash_one(key) % self.workers.len() as u64) as usize
+    }
+
+    /// Forms the next batch if none is in flight, then applies every part not
+    /// yet committed, concurrently. A part that fails stays for the retry.
+    async fn step(&mut self, main: &mut Client, url: &str) -> Result<(), ProfilesError> {
+        if self.inflight.is_none() {
+            let n = self.pending.len().min(self.config.batch_events);
+            let events: Vec<Event> = self.pending.drain(..n).collect();
+            let works = self.split(events);
+            self.inflight = Some(works.into_iter().map(Some).collect());
+        }
+        self.ensure_partitions(main).await?;
+        for w in &mut self.workers {
+            if w.client.as_ref().is_none_or(|c| c.is_closed()) {
+                w.client = tidemark_store::connect(url).await.ok();
+            }
+        }
+        let works = self.inflight.as_mut().expect("formed above");
+        let layout = &self.layout;
+        let results = futures_util::future::join_all(
+            self.workers
+                .iter_mut()
+                .zip(works.iter())
+                .filter_map(|(w, work)| work.as_ref().map(|work| (w, work)))
+                .map(|(w, work)| async move { (w.index as usize, w.apply(layout, work).await) }),
+        )
+        .await;
+        let mut error = None;
+        for (i, r) in results {
+            match r {
+                Ok(()) => {
+                    let work = works[i].take().expect("applied once");
+                    for (k, v) in work.counts {
+                        *self.run_counts.entry(k.to_owned()).or_default() += v;
+                    }
+                }
+                Err(e) => error = Some(e),
+            }
+        }
+        match error {
+            Some(e) => Err(e.into()),
+            None => {
+                self.inflight = None;
+                Ok(())
+            }
+        }
+    }
+
+    /// Drops later copies within the batch and stale copies, and routes each
+    /// event to the worker of the person it counts for.
+    fn split(&mut self, events: Vec<Event>) -> Vec<Work> {
+        let mut works: Vec<Work> = (0..self.workers.len()).map(|_| Work::default()).collect();
+        let stale_before = self
+            .saved
+            .clock_ms
+            .map(|c| c - self.config.dedup.as_millis() as i64);
+        let trail_from = self.trail_from();
+        let mut seen = HashSet::with_capacity(events.len());
+        let (mut duplicate, mut stale) = (0, 0);
+        for e in events {
+            if stale_before.is_some_and(|s| e.created < s) {
+                stale += 1;
+                continue;
+            }
+            if !seen.insert((e.type_index, e.txid)) {
+                duplicate += 1;
+                continue;
+            }
+            let w = match e.ids.primary() {
+                Some(id) => self.bucket(id.as_str()),
+                None => self.bucket(e.txid.as_str()),
+            };
+            works[w].events.push(e);
+        }
+        for w in &mut works {
+            w.trail_from = trail_from;
+        }
+        works[0].counts.insert("duplicate", duplicate);
+        works[0].counts.insert("stale", stale);
+        works
+    }
+
+    /// Events at or after this get trail rows: their day is kept.
+    fn trail_from(&self) -> Option<i64> {
+        let trail = self.config.trail?.as_millis() as i64;
+        let now = self.saved.clock_ms.or(self.saved.reference_ms).unwrap_or(0);
+        Some(day_of(now - trail))
+    }
+
+    async fn ensure_partitions(&mut self, main: &Client) -> Result<(), ProfilesError> {
+        let Some(works) = &self.inflight else {
+            return Ok(());
+        };
+        let mut seen = BTreeSet::new();
+        let mut trail = BTreeSet::new();
+        for e in works.iter().flatten().flat_map(|w| &w.events) {
+            seen.insert(day_of(e.created));
+            if self.config.trail.is_some() {
+                trail.insert(day_of(e.ts));
+            }
+        }
+        let trail_from = self.trail_from().unwrap_or(i64::MAX);
+        for d in seen {
+            if !self.seen_days.contains(&d) {
+                store::create_partition(main, Daily::Seen, d).await?;
+                self.seen_days.insert(d);
+            }
+        }
+        for d in trail.into_iter().filter(|d| *d >= trail_from) {
+            if !self.trail_days.contains(&d) {
+                store::create_partition(main, Daily::Trail, d).await?;
+                self.trail_days.insert(d);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops whole days no copy or trail can need any more.
+    async fn retire(&mut self, main: &Client) -> Result<(), ProfilesError> {
+        let Some(clock) = self.saved.clock_ms else {
+            return Ok(());
+        };
+        let dedup = self.config.dedup.as_millis() as i64;
+        let old: Vec<i64> = self
+            .seen_days
+            .iter()
+            .copied()
+            .filter(|d| d + DAY_MS <= clock - dedup)
+            .collect();
+        for d in old {
+            store::drop_partition(main, Daily::Seen, d).await?;
+            self.seen_days.remove(&d);
+        }
+        if let Some(trail) = self.config.trail {
+            let trail = trail.as_millis() as i64;
+            let old: Vec<i64> = self
+                .trail_days
+                .iter()
+                .copied()
+                .filter(|d| d + DAY_MS <= clock - trail)
+                .collect();
+            for d in old {
+                store::drop_partition(main, Daily::Trail, d).await?;
+                self.trail_days.remove(&d);
+            }
+        }
+        Ok(())
+    }
+
+    async fn save_status(&mut self, main: &Client) -> Result<(), ProfilesError> {
+        let counts: Vec<(String, i64)> =
+            std::mem::take(&mut *self.tally.lock().expect("tally lock"))
+                .into_iter()
+                .collect();
+        match store::save_status(main, &self.config.name, self.saved, &counts).await {
+            Ok(()) => {
+                for (k, v) in counts {
+                    *self.run_counts.entry(k).or_default() += v;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let mut t = self.tally.lock().expect("tally lock");
+                for (k, v) in counts {
+                    *t.entry(k).or_default() += v;
+                }
+                Err(e.into())
+            }
+        }
+    }
+}
+
+/// The start of the UTC day holding `ms`.
+fn day_of(ms: i64) -> i64 {
+    ms.div_euclid(DAY_MS) * DAY_MS
+}

@@ -1,0 +1,522 @@
+//! The profile tables (SPEC 11, `sql/V0007__profiles.sql`): the run lock,
+//! definitions, partitions by UTC day, and the statements a profile worker
+//! runs inside its one transaction per batch.
+//!
+//! Logged tables and synchronous commits: what a commit returned for is on
+//! disk. Partitions are created and dropped only between batches, by the one
+//! connection that holds the lock, since DDL on a partitioned table waits for
+//! every writer.
+
+use tokio_postgres::{Client, GenericClient, Transaction};
+
+use crate::StoreError;
+
+/// Advisory-lock key of the profile database's owner ("tdmkprof").
+const PROFILE_LOCK: i64 = 0x7464_6d6b_7072_6f66;
+
+/// One day in milliseconds: partitions are UTC days.
+pub const DAY_MS: i64 = 86_400_000;
+
+/// Takes the database's profile lock on this session; `false` if another
+/// session holds it.
+pub async fn try_lock(c: &Client) -> Result<bool, StoreError> {
+    let r = c
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&PROFILE_LOCK])
+        .await?;
+    Ok(r.get(0))
+}
+
+/// The backend pid holding the profile lock, and the process name it
+/// registered, if a process runs.
+pub async fn lock_holder(c: &Client) -> Result<Option<(i32, Option<String>)>, StoreError> {
+    let r = c
+        .query_opt(
+            "SELECT a.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+             WHERE l.locktype = 'advisory' AND l.classid = ($1::bigint >> 32)::int::oid
+               AND l.objid = ($1::bigint & 4294967295)::oid AND l.objsubid = 1 AND l.granted
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            &[&PROFILE_LOCK],
+        )
+        .await?;
+    Ok(r.map(|r| (r.get(0), r.get(1))))
+}
+
+/// What the previous run saved: its clock and `max_future` reference.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Saved {
+    /// The process clock (never moves back).
+    pub clock_ms: Option<i64>,
+    /// The newest tick heard.
+    pub reference_ms: Option<i64>,
+}
+
+/// Registers the process under `name` and returns what the database holds
+/// of the last run (whatever its name: one process owns the database).
+pub async fn register(
+    c: &Client,
+    name: &str,
+    config: &serde_json::Value,
+) -> Result<Saved, StoreError> {
+    let saved = c
+        .query_opt(
+            "SELECT max(clock_ms), max(reference_ms) FROM tidemark.profile_process",
+            &[],
+        )
+        .await?
+        .map(|r| Saved {
+            clock_ms: r.get(0),
+            reference_ms: r.get(1),
+        })
+        .unwrap_or_default();
+    c.execute(
+        "INSERT INTO tidemark.profile_process (name, clock_ms, reference_ms, config, pid, host)
+         VALUES ($1, $2, $3, $4, pg_backend_pid(), inet_client_addr()::text)
+         ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config, pid = EXCLUDED.pid,
+             host = EXCLUDED.host, started_at = now(), updated_at = now(),
+             clock_ms = greatest(tidemark.profile_process.clock_ms, EXCLUDED.clock_ms),
+             reference_ms = greatest(tidemark.profile_process.reference_ms, EXCLUDED.reference_ms)",
+        &[&name, &saved.clock_ms, &saved.reference_ms, config],
+    )
+    .await?;
+    Ok(saved)
+}
+
+/// Saves the clock and reference (never moving either back) and adds
+/// `counts` to the process-wide rows (worker -1: intake's own reasons).
+pub async fn save_status(
+    c: &Client,
+    name: &str,
+    saved: Saved,
+    counts: &[(String, i64)],
+) -> Result<(), StoreError> {
+    c.execute(
+        "UPDATE tidemark.profile_process SET updated_at = now(),
+             clock_ms = greatest(clock_ms, $2), reference_ms = greatest(reference_ms, $3)
+         WHERE name = $1",
+        &[&name, &saved.clock_ms, &saved.reference_ms],
+    )
+    .await?;
+    add_counts(c, -1, counts).await
+}
+
+/// Adds to a worker's counts by reason.
+pub async fn add_counts(
+    c: &impl GenericClient,
+    worker: i16,
+    counts: &[(String, i64)],
+) -> Result<(), StoreError> {
+    let (reasons, ns): (Vec<&str>, Vec<i64>) = counts
+        .iter()
+        .filter(|(_, n)| *n != 0)
+        .map(|(r, n)| (r.as_str(), *n))
+        .unzip();
+    if reasons.is_empty() {
+        return Ok(());
+    }
+    c.execute(
+        "INSERT INTO tidemark.profile_counts (worker, reason, n)
+         SELECT $1, r, n FROM unnest($2::text[], $3::bigint[]) AS u(r, n)
+         ON CONFLICT (worker, reason) DO UPDATE SET n = tidemark.profile_counts.n + EXCLUDED.n",
+        &[&worker, &reasons, &ns],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Counts by reason over all workers.
+pub async fn counts(c: &impl GenericClient) -> Result<Vec<(String, i64)>, StoreError> {
+    let rows = c
+        .query(
+            "SELECT reason, sum(n)::bigint FROM tidemark.profile_counts GROUP BY reason ORDER BY reason",
+            &[],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// A counter as stored: `(position, name, event, half_life_ms)`.
+pub type StoredCounter = (i16, String, String, i64);
+
+/// The stored definitions: type positions by name, and counters.
+pub async fn definitions(
+    c: &impl GenericClient,
+) -> Result<(Vec<(i16, String)>, Vec<StoredCounter>), StoreError> {
+    let types = c
+        .query(
+            "SELECT position, name FROM tidemark.profile_types ORDER BY position",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let counters = c
+        .query(
+            "SELECT position, name, event, half_life_ms FROM tidemark.profile_counters ORDER BY position",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    Ok((types, counters))
+}
+
+/// Appends a type at the next position; returns it.
+pub async fn add_type(c: &Client, name: &str) -> Result<i16, StoreError> {
+    let r = c
+        .query_one(
+            "INSERT INTO tidemark.profile_types (position, name)
+             SELECT coalesce(max(position), 0) + 1, $1 FROM tidemark.profile_types RETURNING position",
+            &[&name],
+        )
+        .await?;
+    Ok(r.get(0))
+}
+
+/// Appends a counter at the next position; returns it.
+pub async fn add_counter(
+    c: &Client,
+    name: &str,
+    event: &str,
+    half_life_ms: i64,
+) -> Result<i16, StoreError> {
+    let r = c
+        .query_one(
+            "INSERT INTO tidemark.profile_counters (position, name, event, half_life_ms)
+             SELECT coalesce(max(position), 0) + 1, $1, $2, $3 FROM tidemark.profile_counters
+             RETURNING position",
+            &[&name, &event, &half_life_ms],
+        )
+        .await?;
+    Ok(r.get(0))
+}
+
+/// The two partitioned tables, each split by UTC day.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Daily {
+    /// `profile_seen`, by the txid's creation day.
+    Seen,
+    /// `profile_trail`, by the event's day.
+    Trail,
+}
+
+impl Daily {
+    fn table(self) -> &'static str {
+        match self {
+            Daily::Seen => "profile_seen",
+            Daily::Trail => "profile_trail",
+        }
+    }
+
+    /// The partition bound of the day starting at `day_ms`.
+    fn bound(self, day_ms: i64) -> String {
+        match self {
+            Daily::Seen => format!("'{}'", seen_key_prefix(day_ms)),
+            Daily::Trail => day_ms.to_string(),
+        }
+    }
+}
+
+/// The smallest seen key of a day: its creation time as the first 12 hex digits.
+fn seen_key_prefix(day_ms: i64) -> String {
+    let h = format!("{:012x}{}", day_ms, "0".repeat(20));
+    hyphenate(&h)
+}
+
+/// `8-4-4-4-12`: how PostgreSQL prints a uuid.
+fn hyphenate(h: &str) -> String {
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// The `profile_seen` key of a txid (32 lowercase hex digits): its creation
+/// time first, as PostgreSQL prints the uuid.
+pub fn seen_key(txid: &str) -> String {
+    let rotated = format!("{}{}", &txid[20..], &txid[..20]);
+    hyphenate(&rotated)
+}
+
+/// The days (start, ms) that have a partition.
+pub async fn partitions(c: &Client, which: Daily) -> Result<Vec<i64>, StoreError> {
+    let rows = c
+        .query(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+             WHERE i.inhparent = ('tidemark.' || $1)::regclass",
+            &[&which.table()],
+        )
+        .await?;
+    let prefix = format!("{}_", which.table());
+    Ok(rows
+        .iter()
+        .filter_map(|r| {
+            let name: String = r.get(0);
+            name.strip_prefix(&prefix)?.parse::<i64>().ok()
+        })
+        .map(|day| day * DAY_MS)
+        .collect())
+}
+
+/// Creates the partition of the day starting at `day_ms` (idempotent).
+pub async fn create_partition(c: &Client, which: Daily, day_ms: i64) -> Result<(), StoreError> {
+    let t = which.table();
+    let day = day_ms / DAY_MS;
+    c.batch_execute(&format!(
+        "CREATE TABLE IF NOT EXISTS tidemark.{t}_{day} PARTITION OF tidemark.{t}
+         FOR VALUES FROM ({}) TO ({})",
+        which.bound(day_ms),
+        which.bound(day_ms + DAY_MS)
+    ))
+    .await?;
+    Ok(())
+}
+
+/// Drops the partition of the day starting at `day_ms` (idempotent).
+pub async fn drop_partition(c: &Client, which: Daily, day_ms: i64) -> Result<(), StoreError> {
+    c.batch_execute(&format!(
+        "DROP TABLE IF EXISTS tidemark.{}_{}",
+        which.table(),
+        day_ms / DAY_MS
+    ))
+    .await?;
+    Ok(())
+}
+
+/// Records `(key, type position)` pairs, each once; returns, per pair, whether
+/// this call recorded it (the first copy). Keys are [`seen_key`]s. Sorted
+/// before insertion, so concurrent workers lock keys in one order and cannot
+/// deadlock.
+pub async fn record_seen(
+    tx: &Transaction<'_>,
+    pairs: &[(String, i16)],
+) -> Result<Vec<bool>, StoreError> {
+    if pairs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (keys, types): (Vec<&str>, Vec<i16>) = pairs.iter().map(|(k, t)| (k.as_str(), *t)).unzip();
+    let rows = tx
+        .query(
+            "INSERT INTO tidemark.profile_seen (key, type)
+             SELECT k::uuid, t FROM unnest($1::text[], $2::smallint[]) AS u(k, t) ORDER BY 1, 2
+             ON CONFLICT DO NOTHING RETURNING key::text, type",
+            &[&keys, &types],
+        )
+        .await?;
+    let new: std::collections::HashSet<(String, i16)> =
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    Ok(pairs.iter().map(|p| new.contains(p)).collect())
+}
+
+/// A person as stored. Arrays are by position (index 0 = position 1).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StoredPerson {
+    /// Its number.
+    pub person: i64,
+    /// Its master identifier.
+    pub master: String,
+    /// Identifiers it holds.
+    pub size: i32,
+    /// Counter values at their references.
+    pub values: Vec<f64>,
+    /// Counter references (ms).
+    pub refs: Vec<i64>,
+    /// Events per type.
+    pub counts: Vec<i64>,
+    /// First `ts` per type (0 when none).
+    pub firsts: Vec<i64>,
+    /// Last `ts` per type (0 when none).
+    pub lasts: Vec<i64>,
+}
+
+/// An identifier as stored, with its person.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredId {
+    /// The identifier.
+    pub id: String,
+    /// Earliest `ts` of an event carrying it.
+    pub first_ts: i64,
+    /// Its person.
+    pub person: StoredPerson,
+}
+
+const PERSON_COLUMNS: &str =
+    "p.person, p.master, p.size, p.counter_values, p.counter_refs, p.counts, p.firsts, p.lasts";
+
+fn person_from(r: &tokio_postgres::Row, at: usize) -> StoredPerson {
+    StoredPerson {
+        person: r.get(at),
+        master: r.get(at + 1),
+        size: r.get(at + 2),
+        values: r.get(at + 3),
+        refs: r.get(at + 4),
+        counts: r.get(at + 5),
+        firsts: r.get(at + 6),
+        lasts: r.get(at + 7),
+    }
+}
+
+/// The stored identifiers among `ids`, with their persons, in one round trip.
+pub async fn load(c: &impl GenericClient, ids: &[&str]) -> Result<Vec<StoredId>, StoreError> {
+    let rows = c
+        .query(
+            &format!(
+                "SELECT i.id, i.first_ts, {PERSON_COLUMNS}
+                 FROM tidemark.profile_ids i JOIN tidemark.profiles p USING (person)
+                 WHERE i.id = ANY($1)"
+            ),
+            &[&ids],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| StoredId {
+            id: r.get(0),
+            first_ts: r.get(1),
+            person: person_from(r, 2),
+        })
+        .collect())
+}
+
+/// New identifiers, each a new person; returns each one's person number, in order.
+pub async fn insert_ids(
+    tx: &Transaction<'_>,
+    ids: &[&str],
+    first_ts: &[i64],
+) -> Result<Vec<i64>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = tx
+        .query(
+            "INSERT INTO tidemark.profile_ids (id, person, first_ts)
+             SELECT id, nextval('tidemark.profile_person_seq'), ts
+             FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(id, ts, n) ORDER BY n
+             RETURNING id, person",
+            &[&ids, &first_ts],
+        )
+        .await?;
+    let by_id: std::collections::HashMap<String, i64> =
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    Ok(ids.iter().map(|id| by_id[*id]).collect())
+}
+
+/// Lowers identifiers' first `ts` where an earlier event carried them.
+pub async fn lower_first_ts(
+    tx: &Transaction<'_>,
+    ids: &[&str],
+    first_ts: &[i64],
+) -> Result<(), StoreError> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    tx.execute(
+        "UPDATE tidemark.profile_ids i SET first_ts = u.ts
+         FROM unnest($1::text[], $2::bigint[]) AS u(id, ts)
+         WHERE i.id = u.id AND u.ts < i.first_ts",
+        &[&ids, &first_ts],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Writes persons whole (insert or replace), in one statement. Every
+/// person's arrays have the same lengths (`counters`, `types`): they travel
+/// flattened and are sliced back per row.
+pub async fn upsert_persons(
+    tx: &Transaction<'_>,
+    persons: &[StoredPerson],
+    counters: usize,
+    types: usize,
+) -> Result<(), StoreError> {
+    if persons.is_empty() {
+        return Ok(());
+    }
+    let mut person = Vec::with_capacity(persons.len());
+    let mut master = Vec::with_capacity(persons.len());
+    let mut size = Vec::with_capacity(persons.len());
+    let (mut values, mut refs) = (Vec::new(), Vec::new());
+    let (mut counts, mut firsts, mut lasts) = (Vec::new(), Vec::new(), Vec::new());
+    for p in persons {
+        assert!(p.values.len() == counters && p.counts.len() == types);
+        person.push(p.person);
+        master.push(p.master.as_str());
+        size.push(p.size);
+        values.extend_from_slice(&p.values);
+        refs.extend_from_slice(&p.refs);
+        counts.extend_from_slice(&p.counts);
+        firsts.extend_from_slice(&p.firsts);
+        lasts.extend_from_slice(&p.lasts);
+    }
+    let (k, t) = (counters as i64, types as i64);
+    tx.execute(
+        "INSERT INTO tidemark.profiles AS p
+             (person, master, size, counter_values, counter_refs, counts, firsts, lasts)
+         SELECT u.person, u.master, u.size,
+                ($4::float8[])[(u.n - 1) * $9 + 1 : u.n * $9],
+                ($5::bigint[])[(u.n - 1) * $9 + 1 : u.n * $9],
+                ($6::bigint[])[(u.n - 1) * $10 + 1 : u.n * $10],
+                ($7::bigint[])[(u.n - 1) * $10 + 1 : u.n * $10],
+                ($8::bigint[])[(u.n - 1) * $10 + 1 : u.n * $10]
+         FROM unnest($1::bigint[], $2::text[], $3::int[]) WITH ORDINALITY AS u(person, master, size, n)
+         ON CONFLICT (person) DO UPDATE SET master = EXCLUDED.master, size = EXCLUDED.size,
+             counter_values = EXCLUDED.counter_values, counter_refs = EXCLUDED.counter_refs,
+             counts = EXCLUDED.counts, firsts = EXCLUDED.firsts, lasts = EXCLUDED.lasts",
+        &[
+            &person, &master, &size, &values, &refs, &counts, &firsts, &lasts, &k, &t,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// One trail row: the event under the identifier it counted for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrailRow {
+    /// The identifier it counted for.
+    pub id: String,
+    /// Its `ts`.
+    pub ts: i64,
+    /// Its type.
+    pub type_name: String,
+    /// Its txid.
+    pub txid: String,
+    /// Every identifier it carried, sorted.
+    pub ids: Vec<String>,
+}
+
+/// Appends trail rows (their days' partitions exist).
+pub async fn insert_trail(tx: &Transaction<'_>, rows: &[TrailRow]) -> Result<(), StoreError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    // The identifiers of all rows, flattened, sliced back per row by offsets.
+    let mut id = Vec::with_capacity(rows.len());
+    let mut ts = Vec::with_capacity(rows.len());
+    let mut ty = Vec::with_capacity(rows.len());
+    let mut txid = Vec::with_capacity(rows.len());
+    let (mut all, mut from, mut to) = (Vec::new(), Vec::new(), Vec::new());
+    for r in rows {
+        id.push(r.id.as_str());
+        ts.push(r.ts);
+        ty.push(r.type_name.as_str());
+        txid.push(r.txid.as_str());
+        from.push(all.len() as i32 + 1);
+        all.extend(r.ids.iter().map(String::as_str));
+        to.push(all.len() as i32);
+    }
+    tx.execute(
+        "INSERT INTO tidemark.profile_trail (id, ts, type, txid, ids)
+         SELECT u.id, u.ts, u.ty, u.txid, ($5::text[])[u.a : u.b]
+         FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $6::int[], $7::int[])
+              AS u(id, ts, ty, txid, a, b)",
+        &[&id, &ts, &ty, &txid, &all, &from, &to],
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! `tidemark profiles`, `tidemark profile get` and `tidemark trail` (SPEC 11).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use tidemark_profile::{Config, Identifier};
+use tidemark_reader::Reader;
+use tidemark_wire::parse_instant;
+
+#[derive(clap::Args)]
+pub struct ProcessArgs {
+    /// The profile process's TOML configuration (SPEC 11)
+    #[arg(long)]
+    config: PathBuf,
+}
+
+#[derive(clap::Subcommand)]
+pub enum ProfileAction {
+    /// Print the profiles of identifiers (`kind:value`)
+    Get {
+        /// Identifiers, `kind:value` (split at the first `:`)
+        #[arg(required = true)]
+        ids: Vec<String>,
+        /// Counters at this time: ms since the epoch or RFC 3339; default the
+        /// profile process's clock as saved, else now
+        #[arg(long)]
+        at: Option<String>,
+        /// One JSON object per identifier per line
+        #[arg(long)]
+        json: bool,
+        /// The profile database; default the embedded one
+        #[arg(long)]
+        database_url: Option<String>,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct TrailArgs {
+    /// Any identifier of the person, `kind:value`
+    id: String,
+    /// From this time (inclusive): ms since the epoch or RFC 3339
+    #[arg(long)]
+    from: String,
+    /// To this time (exclusive)
+    #[arg(long)]
+    to: String,
+    /// Only these types, comma-separated
+    #[arg(long, value_delimiter = ',')]
+    types: Option<Vec<String>>,
+    /// One JSON object per event per line
+    #[arg(long)]
+    json: bool,
+    /// The profile database; default the embedded one
+    #[arg(long)]
+    database_url: Option<String>,
+}
+
+pub fn run_process(args: ProcessArgs) -> anyhow::Result<()> {
+    let config = Config::from_file(&args.config)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
+    let url = crate::db::resolve(config.database_url.as_deref())?;
+    crate::runtime()?.block_on(async {
+        let summary = tidemark_profiles::run(config, &url, crate::shutdown_signal())
+            .await
+            .context("profiles")?;
+        let applied = summary.counts.get("applied").copied().unwrap_or(0);
+        eprintln!("tidemark profiles: stopped; {applied} events applied in this run");
+        Ok(())
+    })
+}
+
+fn identifier(s: &str) -> anyhow::Result<String> {
+    Identifier::parse(s)
+        .map(|i| i.as_str().to_owned())
+        .map_err(|e| anyhow::anyhow!("{s:?} is not an identifier (kind:value): {e}"))
+}
+
+fn instant(s: &str, what: &str) -> anyhow::Result<i64> {
+    parse_instant(s).map_err(|e| anyhow::anyhow!("--{what}: {e}"))
+}
+
+pub fn run_profile(action: ProfileAction) -> anyhow::Result<()> {
+    let ProfileAction::Get {
+        ids,
+        at,
+        json,
+        database_url,
+    } = action;
+    let ids: Vec<String> = ids
+        .iter()
+        .map(|s| identifier(s))
+        .collect::<Result<_, _>>()?;
+    let at = at.map(|a| instant(&a, "at")).transpose()?;
+    let url = crate::db::resolve(database_url.as_deref())?;
+    crate::runtime()?.block_on(async {
+        let reader = Reader::new(&url, 1)?;
+        let at = match at {
+            Some(a) => a,
+            None => reader
+                .clock()
+                .await?
+                .unwrap_or_else(tidemark_market::now_ms),
+        };
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        for p in reader.get(&refs, at).await? {
+            if json {
+                println!("{}", p.to_json());
+                continue;
+            }
+            println!(
+                "{}  master {}  size {}{}  at {}",
+                p.id,
+                p.master,
+                p.size,
+                if p.blocklisted { "  BLOCKLISTED" } else { "" },
+                p.at
+            );
+            for (name, v) in &p.counters {
+                println!("  {name:<24} {v:.6}");
+            }
+            for t in &p.types {
+                println!(
+                    "  {:<24} {} events, first {}, last {}",
+                    t.type_name, t.count, t.first, t.last
+                );
+            }
+        }
+        Ok(())
+    })
+}
+
+pub fn run_trail(args: TrailArgs) -> anyhow::Result<()> {
+    let id = identifier(&args.id)?;
+    let from = instant(&args.from, "from")?;
+    let to = instant(&args.to, "to")?;
+    let url = crate::db::resolve(args.database_url.as_deref())?;
+    crate::runtime()?.block_on(async {
+        let reader = Reader::new(&url, 1)?;
+        for e in reader.trail(&id, from, to, args.types.as_deref()).await? {
+            if args.json {
+                println!("{}", e.to_json());
+            } else {
+                println!(
+                    "{}  {:<12} {}  {}",
+                    e.ts,
+                    e.type_name,
+                    e.txid,
+                    e.ids.join(" ")
+                );
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,438 @@
+//! Profiles (SPEC 11) end to end: the built binary's `profiles`, `profile
+//! get` and `trail` against real ZeroMQ and PostgreSQL, compared row by row
+//! with `tidemark_reference::profiles`, an oracle written from SPEC.md alone.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+use tidemark_reference::profiles::{Profiles, Setup};
+use tidemark_wire::Txid;
+
+use crate::support::*;
+
+const CONFIG: &str = r#"
+clock = "wall"
+trail = "7d"
+batch_delay = "50ms"
+batch_events = 700
+workers = 2
+[[counters]]
+name = "imp_1h"
+event = "impression"
+half_life = "1h"
+[[counters]]
+name = "clk_1d"
+event = "click"
+half_life = "1d"
+[[counters]]
+name = "ins_7d"
+event = "install"
+half_life = "7d"
+"#;
+
+const HOUR: i64 = 3_600_000;
+const DAY: i64 = 24 * HOUR;
+
+/// A small deterministic generator (xorshift64*), so a failing run can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The messages of one run, in publication order: `(topic, payload)`.
+/// Persons are `user:u<i>`, or for a few events only `ids` with one entry;
+/// duplicates (identical and with another `ts`), out-of-order `ts`, bad
+/// identifiers, stale and future txids, junk.
+fn stream(seed: u64, events: usize, now: i64) -> Vec<(String, String)> {
+    let mut rng = Rng(seed | 1);
+    let types = ["impression", "click", "install"];
+    let mut out: Vec<(String, String)> = Vec::new();
+    for n in 0..events {
+        let t = types[[0, 0, 0, 0, 1, 1, 2][rng.below(7) as usize]];
+        let created = now - 6 * HOUR + rng.below(6 * HOUR as u64) as i64;
+        let txid = Txid::new(u128::from(rng.next()) << 16 | n as u128, created as u64);
+        // Out of order: ts anywhere in the hour after creation, up to now.
+        let ts = (created + rng.below(HOUR as u64) as i64).min(now);
+        let person = rng.below(120);
+        let who = match rng.below(20) {
+            0 => format!(r#""ids": {{"device": "d{person}"}}"#),
+            1 => format!(r#""user": "u{person}", "ids": {{"Bad Kind": "x"}}"#),
+            2 => format!(r#""user": 7, "ids": {{"email": "e{person}"}}"#),
+            3 => r#""user": """#.to_string(),
+            _ => format!(r#""user": "u{person}""#),
+        };
+        let topic = format!("{t}-{}", txid.as_str());
+        let payload = |ts: i64| {
+            format!(
+                r#"{{"type": "{t}", "txid": "{}", "ts": {ts}, {who}}}"#,
+                txid.as_str()
+            )
+        };
+        out.push((topic.clone(), payload(ts)));
+        match rng.below(10) {
+            0 => out.push((topic, payload(ts))),
+            1 => out.push((topic, payload((ts - 1000).max(created)))),
+            _ => {}
+        }
+    }
+    // Stale (created 9 days ago), future (an hour ahead), junk.
+    let stale = Txid::new(1, (now - 9 * DAY) as u64);
+    let future = Txid::new(2, (now + HOUR) as u64);
+    for (tx, ts) in [(stale, now - 9 * DAY), (future, now + HOUR)] {
+        out.push((
+            format!("click-{}", tx.as_str()),
+            format!(
+                r#"{{"type": "click", "txid": "{}", "ts": {ts}, "user": "u1"}}"#,
+                tx.as_str()
+            ),
+        ));
+    }
+    out.push(("click-zz".into(), "{}".into()));
+    out.push((
+        "impression-".to_string() + Txid::new(3, now as u64).as_str(),
+        "not json".into(),
+    ));
+    out
+}
+
+fn setup() -> Setup {
+    Setup::from_toml(CONFIG).expect("the oracle reads the test configuration")
+}
+
+fn publish(p: &mut Publisher, messages: &[(String, String)]) {
+    for (i, (t, m)) in messages.iter().enumerate() {
+        p.raw(&[t.as_bytes(), m.as_bytes()]);
+        if i % 500 == 499 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
+/// Sends one impression and one click for `user:<name>` (one per socket) and
+/// waits until both are counted: everything sent before on either socket is in.
+fn fence(p: &mut Publisher, url: &str, name: &str, now: i64) {
+    for (i, t) in ["impression", "click"].iter().enumerate() {
+        let tx = Txid::new(
+            0xfe_0000 + i as u128 + u128::from(name.len() as u32) * 7,
+            now as u64,
+        );
+        p.event(t, &tx, now, &format!(r#""user": "{name}""#));
+    }
+    let id = format!("user:{name}");
+    wait_for("the fence events to be counted", || {
+        let v = profile_get(url, &[id.as_str()], now).pop()?;
+        let counts = v["counts"].as_object()?.len();
+        (counts == 2).then_some(())
+    });
+}
+
+fn profile_get(url: &str, ids: &[&str], at: i64) -> Vec<Value> {
+    let mut args = vec!["profile", "get"];
+    args.extend_from_slice(ids);
+    let at = at.to_string();
+    args.extend_from_slice(&["--at", &at, "--json", "--database-url", url]);
+    let out = run_ok(&args);
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
+fn trail(url: &str, id: &str, from: i64, to: i64, types: Option<&str>) -> Vec<Value> {
+    let (from, to) = (from.to_string(), to.to_string());
+    let mut args = vec![
+        "trail",
+        id,
+        "--from",
+        &from,
+        "--to",
+        &to,
+        "--json",
+        "--database-url",
+        url,
+    ];
+    if let Some(t) = types {
+        args.extend_from_slice(&["--types", t]);
+    }
+    let out = run_ok(&args);
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Every field equal, counters to 1e-9 relative.
+fn assert_same_profile(got: &Value, want: &Value) {
+    for key in [
+        "id",
+        "master",
+        "size",
+        "blocklisted",
+        "at",
+        "counts",
+        "first",
+        "last",
+    ] {
+        assert_eq!(
+            got[key], want[key],
+            "{key} of {}: got {got}, want {want}",
+            want["id"]
+        );
+    }
+    let (g, w) = (
+        got["counters"].as_object().unwrap(),
+        want["counters"].as_object().unwrap(),
+    );
+    assert_eq!(
+        g.keys().collect::<Vec<_>>(),
+        w.keys().collect::<Vec<_>>(),
+        "counter names"
+    );
+    for (name, wv) in w {
+        let (gv, wv) = (g[name].as_f64().unwrap(), wv.as_f64().unwrap());
+        let tolerance = 1e-9 * wv.abs().max(1e-300);
+        assert!(
+            (gv - wv).abs() <= tolerance,
+            "{name} of {}: got {gv}, want {wv}",
+            want["id"]
+        );
+    }
+}
+
+/// Compares every identifier of the stream (and an unknown one) at two
+/// times, and the trails of a sample, with the oracle.
+fn compare(url: &str, oracle: &Profiles, messages: &[(String, String)], now: i64) {
+    let mut ids: BTreeSet<String> = BTreeSet::new();
+    for (_, m) in messages {
+        if let Ok(v) = serde_json::from_str::<Value>(m) {
+            if let Some(u) = v["user"].as_str().filter(|u| !u.is_empty()) {
+                ids.insert(format!("user:{u}"));
+            }
+            if let Some(d) = v["ids"]["device"].as_str() {
+                ids.insert(format!("device:{d}"));
+            }
+            if let Some(e) = v["ids"]["email"].as_str() {
+                ids.insert(format!("email:{e}"));
+            }
+        }
+    }
+    ids.insert("user:nobody".into());
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    for at in [now, now + 3 * DAY, now - 2 * HOUR] {
+        let got = profile_get(url, &ids, at);
+        assert_eq!(got.len(), ids.len());
+        for (g, id) in got.iter().zip(&ids) {
+            assert_same_profile(g, &oracle.get(id, at));
+        }
+    }
+    for id in ids.iter().step_by(7) {
+        assert_eq!(
+            trail(url, id, 0, now + DAY, None),
+            oracle.trail(id, 0, now + DAY, None),
+            "trail of {id}"
+        );
+        let (from, to) = (now - 3 * HOUR, now - HOUR);
+        assert_eq!(
+            trail(url, id, from, to, Some("click,install")),
+            oracle.trail(id, from, to, Some(&["click", "install"])),
+            "filtered trail of {id}"
+        );
+    }
+}
+
+#[test]
+fn profiles_match_the_reference_row_by_row() {
+    let db = TestDb::new("profiles_exact");
+    let mut publisher = Publisher::new();
+    let mut proc = ShardProc::start_profiles(&db, "prof", &publisher.endpoint, CONFIG);
+    publisher.wait_subscribed("tick", 2);
+    let now = now_ms();
+    let messages = stream(now as u64, 3000, now);
+    let mut oracle = Profiles::new(setup());
+    for (t, m) in &messages {
+        oracle.receive(t.as_bytes(), m.as_bytes(), now, Some(now));
+    }
+    publish(&mut publisher, &messages);
+    fence(&mut publisher, &db.url, "fence1", now);
+    compare(&db.url, &oracle, &messages, now);
+
+    // Counts by reason, as the oracle counts them (the fence adds two applied).
+    let counts = query_rows(
+        &db.url,
+        "SELECT key, value::text FROM tidemark.profile_status, jsonb_each(counts) ORDER BY 1",
+    );
+    let got = |k: &str| {
+        counts
+            .iter()
+            .find(|r| r[0].as_deref() == Some(k))
+            .map_or(0, |r| r[1].as_ref().unwrap().parse::<u64>().unwrap())
+    };
+    let want = oracle.counts();
+    assert_eq!(got("applied"), want["applied"] + 2);
+    for k in [
+        "duplicate",
+        "stale",
+        "bad_identifier",
+        "no_identifier",
+        "future",
+    ] {
+        assert_eq!(got(k), want[k], "count of {k}");
+    }
+    assert_eq!(
+        got("rejected_bad_txid") + got("rejected_bad_json"),
+        want["rejected"]
+    );
+
+    // The SQL function agrees with the reader.
+    let sql = query_rows(
+        &db.url,
+        &format!(
+            "SELECT counters::text FROM tidemark.profile_get(ARRAY['user:u1', 'user:nobody'], {now})"
+        ),
+    );
+    for (row, id) in sql.iter().zip(["user:u1", "user:nobody"]) {
+        let v: Value = serde_json::from_str(row[0].as_ref().unwrap()).unwrap();
+        let want = oracle.get(id, now);
+        for (name, w) in want["counters"].as_object().unwrap() {
+            let (g, w) = (v[name].as_f64().unwrap(), w.as_f64().unwrap());
+            assert!(
+                (g - w).abs() <= 1e-9 * w.abs().max(1e-300),
+                "SQL {name} of {id}: {g} vs {w}"
+            );
+        }
+    }
+    proc.stop();
+}
+
+#[test]
+fn a_kill_9_loses_nothing_committed_and_never_double_counts() {
+    let db = TestDb::new("profiles_kill");
+    let mut publisher = Publisher::new();
+    let mut proc = ShardProc::start_profiles(&db, "prof", &publisher.endpoint, CONFIG);
+    publisher.wait_subscribed("tick", 2);
+    let now = now_ms();
+    let messages = stream(now as u64 ^ 0x5eed, 4000, now);
+    let mut oracle = Profiles::new(setup());
+    for (t, m) in &messages {
+        oracle.receive(t.as_bytes(), m.as_bytes(), now, Some(now));
+    }
+    // Kill somewhere in the middle of intake, with batches in flight.
+    let cut = messages.len() / 3 + (now as usize % (messages.len() / 3));
+    publish(&mut publisher, &messages[..cut]);
+    std::thread::sleep(std::time::Duration::from_millis(now as u64 % 300));
+    proc.kill9();
+    let applied_before = query_i64(
+        &db.url,
+        "SELECT events_applied FROM tidemark.profile_status",
+    );
+    // Publishers replay: everything again, from the start, in order. Whatever
+    // was committed is a duplicate now; whatever was lost counts once.
+    proc.restart();
+    publisher.wait_subscribed("tick", 4);
+    publish(&mut publisher, &messages);
+    fence(&mut publisher, &db.url, "fence2", now);
+    compare(&db.url, &oracle, &messages, now);
+    let applied = query_i64(
+        &db.url,
+        "SELECT events_applied FROM tidemark.profile_status",
+    )
+    .unwrap();
+    assert_eq!(
+        applied as u64,
+        oracle.counts()["applied"] + 2,
+        "applied once each"
+    );
+    assert!(applied_before.unwrap_or(0) <= applied);
+    proc.stop();
+}
+
+#[test]
+fn one_process_per_database_and_counter_definitions_are_fixed() {
+    let db = TestDb::new("profiles_owner");
+    let publisher = Publisher::new();
+    let mut first = ShardProc::start_profiles(&db, "one", &publisher.endpoint, CONFIG);
+    wait_for("the first process to register", || {
+        query_i64(
+            &db.url,
+            "SELECT count(*) FROM tidemark.profile_process WHERE name = 'one'",
+        )
+        .filter(|n| *n == 1)
+    });
+    let mut second = ShardProc::start_profiles(&db, "two", &publisher.endpoint, CONFIG);
+    let status = second.child.wait().unwrap();
+    assert!(!status.success());
+    assert!(second.log().contains("already runs"), "{}", second.log());
+    first.stop();
+    let changed = CONFIG.replace("half_life = \"1d\"", "half_life = \"2d\"");
+    let mut third = ShardProc::start_profiles(&db, "three", &publisher.endpoint, &changed);
+    let status = third.child.wait().unwrap();
+    assert!(!status.success());
+    assert!(third.log().contains("\"clk_1d\""), "{}", third.log());
+}
+
+#[test]
+fn a_trail_is_one_index_range_scan_per_identifier_and_day() {
+    let db = TestDb::new("profiles_plan");
+    let mut c = ShardProc::start_profiles(&db, "plan", "tcp://127.0.0.1:1", CONFIG);
+    wait_for("the schema", || {
+        query_i64(&db.url, "SELECT count(*) FROM tidemark.profile_process").filter(|n| *n == 1)
+    });
+    c.stop();
+    // Ten days of partitions with rows, so pruning and index use show.
+    let day0 = (now_ms() / DAY - 10) * DAY;
+    let mut sql = String::new();
+    for d in 0..10 {
+        let day = day0 + d * DAY;
+        sql += &format!(
+            "CREATE TABLE tidemark.profile_trail_{} PARTITION OF tidemark.profile_trail FOR VALUES FROM ({day}) TO ({});
+             INSERT INTO tidemark.profile_trail SELECT 'user:u' || (g % 1000), {day} + g * 17, 'click', md5(g::text), ARRAY['user:u' || (g % 1000)] FROM generate_series(1, 5000) g;",
+            day / DAY,
+            day + DAY
+        );
+    }
+    sql += "INSERT INTO tidemark.profile_ids VALUES ('user:u1', 1, 0), ('device:d1', 1, 0); ANALYZE tidemark.profile_trail;";
+    let url = db.url.clone();
+    let plan = block_on(async move {
+        let c = tidemark_store::connect(&url).await.unwrap();
+        c.batch_execute(&sql).await.unwrap();
+        let from = day0 + 3 * DAY + 1000;
+        let to = day0 + 5 * DAY - 1000;
+        let explain = format!("EXPLAIN {}", tidemark_reader::TRAIL_QUERY);
+        let stmt = c.prepare(&explain).await.unwrap();
+        let types: Option<Vec<&str>> = None;
+        let rows = c
+            .query(&stmt, &[&"user:u1", &from, &to, &types])
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    // Days 3 and 4 only (pruned at plan time), each one scan of its (id, ts)
+    // index whose condition holds the identifiers and both bounds.
+    let scans: Vec<&str> = plan
+        .lines()
+        .filter(|l| l.contains("Index Scan") && l.contains("profile_trail_"))
+        .collect();
+    assert_eq!(scans.len(), 2, "{plan}");
+    for s in &scans {
+        assert!(s.contains("_id_ts_idx"), "{plan}");
+    }
+    let conditions = plan.lines().filter(|l| {
+        l.contains("Index Cond: ((id = ANY") && l.contains("(ts >= ") && l.contains("(ts < ")
+    });
+    assert_eq!(conditions.count(), 2, "{plan}");
+    assert!(!plan.contains("Seq Scan on profile_trail"), "{plan}");
+}
