@@ -1,0 +1,40 @@
+//! Stopping on SIGTERM or SIGINT (SPEC 7 semantics for every long-running command).
+
+/// Completes on SIGTERM or SIGINT. The handlers are installed at the call
+/// (inside a runtime), not at the first poll, so a signal that arrives while a
+/// command is still starting up is not lost to the default action.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping (a second signal ends at once)"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping (a second signal ends at once)"),
+        }
+        // A second signal means "now": whatever is still held is given up.
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            eprintln!("tidemark: second signal, exiting at once");
+            std::process::exit(130);
+        });
+    }
+}
+
+/// Sets `flag` on SIGTERM or SIGINT, for commands that run without a runtime.
+pub fn stop_on_signal(flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            shutdown_signal().await;
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            std::future::pending::<()>().await
+        });
+    });
+}
