@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod e2e;
+mod profiles;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
@@ -54,6 +55,39 @@ enum Bench {
         #[arg(long, default_value_t = 2.0)]
         sparse_tps: f64,
     },
+    /// Profile ingest (issue 10): Zipf persons into logged profile tables, sustained
+    ProfileIngest {
+        /// Events per second offered
+        #[arg(long, default_value_t = 55_000.0)]
+        rate: f64,
+        /// Seconds measured after the warm-up
+        #[arg(long, default_value_t = 300)]
+        seconds: u64,
+        #[arg(long, default_value_t = 20)]
+        warmup: u64,
+        /// Distinct persons
+        #[arg(long, default_value_t = 1_000_000)]
+        persons: usize,
+        /// Keep trails (7 days) too
+        #[arg(long)]
+        trail: bool,
+    },
+    /// Profile reads through tidemark-reader, idle and under ingest at --load-rate
+    ProfileRead {
+        #[arg(long, default_value_t = 100_000)]
+        samples: usize,
+        #[arg(long, default_value_t = 1_000_000)]
+        persons: usize,
+        #[arg(long, default_value_t = 27_500.0)]
+        load_rate: f64,
+    },
+    /// Trail reads of 7 days over a trail table of --rows events
+    TrailRead {
+        #[arg(long, default_value_t = 10_000_000)]
+        rows: i64,
+        #[arg(long, default_value_t = 10_000)]
+        samples: usize,
+    },
     /// Sweeping a buffer of N transactions through every phase
     Phases {
         /// Transactions buffered before the sweep
@@ -86,6 +120,27 @@ fn main() -> anyhow::Result<()> {
             warmup,
         } => rt.block_on(intake(&bin, &cluster, offered, speed, seconds, warmup)),
         Bench::Phases { transactions } => rt.block_on(phases(&bin, &cluster, transactions)),
+        Bench::ProfileIngest {
+            rate,
+            seconds,
+            warmup,
+            persons,
+            trail,
+        } => rt
+            .block_on(profiles::ingest(
+                &bin, &cluster, rate, seconds, warmup, persons, trail,
+            ))
+            .map(drop),
+        Bench::ProfileRead {
+            samples,
+            persons,
+            load_rate,
+        } => rt.block_on(profiles::read_bench(
+            &bin, &cluster, samples, persons, load_rate,
+        )),
+        Bench::TrailRead { rows, samples } => {
+            rt.block_on(profiles::trail_bench(&cluster, rows, samples))
+        }
         Bench::E2e {
             dense_events,
             sparse_days,

@@ -1,0 +1,397 @@
+//! Issue 10's figures: profile ingest (Zipf-skewed persons into logged
+//! tables, sustained), reads through `tidemark-reader` idle and under load,
+//! and trail reads over a large trail table.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tidemark_reader::Reader;
+use tidemark_store::Cluster;
+use tidemark_wire::Txid;
+
+use crate::{fresh_db, proc_usage, terminate};
+
+const COUNTERS: &str = r#"
+[[counters]]
+name = "imp_1h"
+event = "impression"
+half_life = "1h"
+[[counters]]
+name = "imp_7d"
+event = "impression"
+half_life = "7d"
+[[counters]]
+name = "clk_7d"
+event = "click"
+half_life = "7d"
+[[counters]]
+name = "ins_30d"
+event = "install"
+half_life = "30d"
+"#;
+
+/// xorshift64*: cheap enough not to be what is measured.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Person ranks drawn with P(rank k) ∝ 1/k^s, by inverse CDF.
+pub struct Zipf {
+    cdf: Vec<f64>,
+}
+
+impl Zipf {
+    pub fn new(persons: usize, s: f64) -> Zipf {
+        let mut cdf = Vec::with_capacity(persons);
+        let mut total = 0.0;
+        for k in 1..=persons {
+            total += 1.0 / (k as f64).powf(s);
+            cdf.push(total);
+        }
+        for c in &mut cdf {
+            *c /= total;
+        }
+        Zipf { cdf }
+    }
+    fn draw(&self, rng: &mut Rng) -> usize {
+        let u = rng.unit();
+        self.cdf.partition_point(|c| *c < u)
+    }
+}
+
+/// Publishes impressions, clicks and installs (70/20/10) of Zipf persons at
+/// `rate` events/s until `stop`; counts what it sent in `sent`.
+fn publisher(
+    endpoint: String,
+    rate: f64,
+    persons: usize,
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let zipf = Zipf::new(persons, 1.1);
+        let ctx = zmq::Context::new();
+        let sock = ctx.socket(zmq::PUB).expect("socket");
+        sock.set_sndhwm(0).expect("hwm");
+        sock.bind(&endpoint).expect("bind");
+        std::thread::sleep(Duration::from_millis(500));
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let start = Instant::now();
+        let mut n: u64 = 0;
+        let mut payload = String::new();
+        while !stop.load(Ordering::Relaxed) {
+            let due = (start.elapsed().as_secs_f64() * rate) as u64;
+            if n >= due {
+                std::thread::sleep(Duration::from_micros(500));
+                continue;
+            }
+            let now = tidemark_market::now_ms();
+            for _ in 0..(due - n).min(1000) {
+                let r = rng.next() % 10;
+                let t = if r < 7 {
+                    "impression"
+                } else if r < 9 {
+                    "click"
+                } else {
+                    "install"
+                };
+                let txid = Txid::new(
+                    u128::from(rng.next()) << 16 | u128::from(n as u16),
+                    now as u64,
+                );
+                let person = zipf.draw(&mut rng);
+                payload.clear();
+                use std::fmt::Write;
+                let _ = write!(
+                    payload,
+                    r#"{{"type":"{t}","txid":"{}","ts":{now},"user":"p{person}"}}"#,
+                    txid.as_str()
+                );
+                let topic = format!("{t}-{}", txid.as_str());
+                sock.send_multipart([topic.as_bytes(), payload.as_bytes()], 0)
+                    .expect("send");
+                n += 1;
+            }
+            sent.store(n, Ordering::Relaxed);
+        }
+    })
+}
+
+fn spawn_profiles(
+    bin: &Path,
+    dir: &Path,
+    url: &str,
+    endpoint: &str,
+    extra: &str,
+) -> anyhow::Result<Child> {
+    let config = dir.join("profiles.toml");
+    std::fs::write(
+        &config,
+        format!("name = \"bench\"\nendpoints = [\"{endpoint}\"]\ndatabase_url = \"{url}\"\nclock = \"wall\"\n{extra}\n{COUNTERS}"),
+    )?;
+    let log = std::fs::File::create(dir.join("profiles.log"))?;
+    Ok(Command::new(bin)
+        .args(["profiles", "--config"])
+        .arg(&config)
+        .env(
+            "RUST_LOG",
+            std::env::var("BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?)
+}
+
+async fn applied(c: &tokio_postgres::Client) -> anyhow::Result<i64> {
+    Ok(
+        c.query_opt("SELECT events_applied FROM tidemark.profile_status", &[])
+            .await?
+            .map_or(0, |r| r.get(0)),
+    )
+}
+
+/// CPU seconds of every PostgreSQL process of the cluster.
+fn postgres_cpu() -> f64 {
+    let mut total = 0.0;
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "postgres" {
+            total += proc_usage(pid).0;
+        }
+    }
+    total
+}
+
+/// Sustained ingest: publishes at `rate` for `seconds` (after `warmup`),
+/// prints applied events/s per interval, lag and CPU.
+pub async fn ingest(
+    bin: &Path,
+    cluster: &Cluster,
+    rate: f64,
+    seconds: u64,
+    warmup: u64,
+    persons: usize,
+    trail: bool,
+) -> anyhow::Result<String> {
+    let url = fresh_db(cluster, "bench_profiles").await?;
+    let dir = PathBuf::from("target/bench-home/profiles");
+    std::fs::create_dir_all(&dir)?;
+    let endpoint = "tcp://127.0.0.1:57411".to_string();
+    let extra = if trail { "trail = \"7d\"" } else { "" };
+    let mut child = spawn_profiles(bin, &dir, &url, &endpoint, extra)?;
+    let c = tidemark_store::connect(&url).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let publisher = publisher(endpoint, rate, persons, stop.clone(), sent.clone());
+    println!(
+        "profile ingest: offered {rate:.0} events/s, {persons} persons (Zipf s=1.1), trail {}, warm-up {warmup}s, measured {seconds}s",
+        if trail { "7d" } else { "off" }
+    );
+    tokio::time::sleep(Duration::from_secs(warmup)).await;
+    let (a0, t0, cpu0, pg0) = (
+        applied(&c).await?,
+        Instant::now(),
+        proc_usage(child.id()).0,
+        postgres_cpu(),
+    );
+    let mut last = (a0, t0);
+    let mut worst: f64 = f64::MAX;
+    while t0.elapsed() < Duration::from_secs(seconds) {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let a = applied(&c).await?;
+        let now = Instant::now();
+        let r = (a - last.0) as f64 / now.duration_since(last.1).as_secs_f64();
+        worst = worst.min(r);
+        let lag = sent.load(Ordering::Relaxed) as i64 - a;
+        println!(
+            "  t={:>4.0}s  applied {r:>8.0}/s  lag {lag:>8} events",
+            t0.elapsed().as_secs_f64()
+        );
+        last = (a, now);
+    }
+    let (a1, el) = (applied(&c).await?, t0.elapsed().as_secs_f64());
+    let (cpu1, pg1) = (proc_usage(child.id()).0, postgres_cpu());
+    stop.store(true, Ordering::Relaxed);
+    let _ = publisher.join();
+    let total = sent.load(Ordering::Relaxed) as i64;
+    let caught = Instant::now();
+    while applied(&c).await? < total && caught.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let final_applied = applied(&c).await?;
+    terminate(&mut child);
+    let sustained = (a1 - a0) as f64 / el;
+    let size: (f64, i64, i64) = {
+        let r = c
+            .query_one(
+                "SELECT avg(pg_column_size(p.*))::float8, count(*), pg_total_relation_size('tidemark.profiles')
+                 FROM tidemark.profiles p",
+                &[],
+            )
+            .await?;
+        (r.get(0), r.get(1), r.get(2))
+    };
+    let summary = format!(
+        "sustained {sustained:.0} events/s over {el:.0}s (worst 10s interval {worst:.0}/s); published {total}, applied {final_applied} ({} missing after catch-up {:.1}s); \
+         CPU over the measured window: profile process {:.0}%, PostgreSQL {:.0}% (of one core); \
+         {} persons, profile row {:.0} bytes avg, profiles table {:.0} MB",
+        total - final_applied,
+        caught.elapsed().as_secs_f64(),
+        100.0 * (cpu1 - cpu0) / el,
+        100.0 * (pg1 - pg0) / el,
+        size.1,
+        size.0,
+        size.2 as f64 / 1e6
+    );
+    println!("{summary}");
+    Ok(url)
+}
+
+fn percentiles(mut v: Vec<f64>) -> String {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let q = |p: f64| v[((v.len() as f64 * p) as usize).min(v.len() - 1)];
+    format!(
+        "p50 {:.3} ms  p95 {:.3} ms  p99 {:.3} ms  p999 {:.3} ms  (n={})",
+        q(0.50),
+        q(0.95),
+        q(0.99),
+        q(0.999),
+        v.len()
+    )
+}
+
+/// Reads of 1 and 100 identifiers (Zipf persons, some unknown) through the
+/// reader crate, one at a time on one connection.
+pub async fn reads(url: &str, samples: usize, persons: usize, label: &str) -> anyhow::Result<()> {
+    let reader = Reader::new(url, 1)?;
+    let zipf = Zipf::new(persons, 1.1);
+    let mut rng = Rng(42);
+    let at = tidemark_market::now_ms();
+    for batch in [1usize, 100] {
+        let mut lat = Vec::with_capacity(samples);
+        // Warm the pool and the statement cache.
+        reader.get(&["user:p1"], at).await?;
+        for _ in 0..samples {
+            let ids: Vec<String> = (0..batch)
+                .map(|_| format!("user:p{}", zipf.draw(&mut rng)))
+                .collect();
+            let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+            let t = Instant::now();
+            let got = reader.get(&refs, at).await?;
+            lat.push(t.elapsed().as_secs_f64() * 1e3);
+            assert_eq!(got.len(), batch);
+        }
+        println!("  reads {label}, batch {batch:>3}: {}", percentiles(lat));
+    }
+    Ok(())
+}
+
+/// Reads idle after an ingest, then again while ingest runs at `load_rate`.
+pub async fn read_bench(
+    bin: &Path,
+    cluster: &Cluster,
+    samples: usize,
+    persons: usize,
+    load_rate: f64,
+) -> anyhow::Result<()> {
+    let url = ingest(bin, cluster, load_rate, 30, 5, persons, false).await?;
+    println!("profile reads through tidemark-reader ({samples} samples each):");
+    reads(&url, samples, persons, "idle").await?;
+    let dir = PathBuf::from("target/bench-home/profiles");
+    let endpoint = "tcp://127.0.0.1:57412".to_string();
+    let mut child = spawn_profiles(bin, &dir, &url, &endpoint, "")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let publisher = publisher(endpoint, load_rate, persons, stop.clone(), sent.clone());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    reads(
+        &url,
+        samples,
+        persons,
+        &format!("under {load_rate:.0} events/s ingest"),
+    )
+    .await?;
+    stop.store(true, Ordering::Relaxed);
+    let _ = publisher.join();
+    terminate(&mut child);
+    Ok(())
+}
+
+/// A trail table of `rows` events over 7 days, persons with at most ~1,000
+/// events in range; times `tidemark_reader::Reader::trail` of 7 days.
+pub async fn trail_bench(cluster: &Cluster, rows: i64, samples: usize) -> anyhow::Result<()> {
+    let url = fresh_db(cluster, "bench_trail").await?;
+    let c = tidemark_store::connect(&url).await?;
+    let day = 86_400_000i64;
+    let day0 = (tidemark_market::now_ms() / day - 7) * day;
+    let persons = (rows / 500).max(1);
+    let t = Instant::now();
+    for d in 0..8 {
+        let start = day0 + d * day;
+        tidemark_store::profiles::create_partition(
+            &c,
+            tidemark_store::profiles::Daily::Trail,
+            start,
+        )
+        .await?;
+    }
+    // Each person gets rows/persons (~500) events spread over 7 days.
+    let chunk = 1_000_000i64;
+    let mut done = 0;
+    while done < rows {
+        let n = chunk.min(rows - done);
+        c.execute(
+            "INSERT INTO tidemark.profile_trail (id, ts, type, txid, ids)
+             SELECT 'user:p' || (g % $4), $1 + (hashint8(g)::bigint & 2147483647) % (7 * 86400000::bigint),
+                    (ARRAY['impression','click','install'])[1 + g % 3], md5(g::text), ARRAY['user:p' || (g % $4)]
+             FROM generate_series($2::bigint, $3::bigint) g",
+            &[&day0, &done, &(done + n - 1), &persons],
+        )
+        .await?;
+        done += n;
+    }
+    c.batch_execute("ANALYZE tidemark.profile_trail").await?;
+    let size: i64 = c
+        .query_one("SELECT sum(pg_total_relation_size(inhrelid))::bigint FROM pg_inherits WHERE inhparent = 'tidemark.profile_trail'::regclass", &[])
+        .await?
+        .get(0);
+    println!(
+        "trail table: {rows} events, {persons} persons (~{} each over 7 days), {:.0} MB, loaded in {:.0}s",
+        rows / persons,
+        size as f64 / 1e6,
+        t.elapsed().as_secs_f64()
+    );
+    let reader = Reader::new(&url, 1)?;
+    let mut rng = Rng(7);
+    let mut lat = Vec::with_capacity(samples);
+    let mut events = 0;
+    for _ in 0..samples {
+        let id = format!("user:p{}", rng.next() % persons as u64);
+        let t = Instant::now();
+        let got = reader.trail(&id, day0, day0 + 7 * day + day, None).await?;
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
+        events += got.len();
+    }
+    println!(
+        "  trail of one person, 7 days (avg {} events): {}",
+        events / samples,
+        percentiles(lat)
+    );
+    Ok(())
+}
