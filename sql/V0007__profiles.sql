@@ -62,7 +62,9 @@ CREATE TABLE tidemark.profile_seen (
 -- Trails (SPEC 11, `trail`): every event counted, under the identifier it
 -- counted for (its `user`, else its smallest), so a merge of persons never
 -- rewrites a row: a person's trail is one index range scan per identifier per
--- UTC day (partition) touched.
+-- UTC day (partition) touched. The index carries the whole row, so once
+-- (auto)vacuum has marked a day's pages all-visible the scan reads the
+-- person's entries, adjacent in the index, and no scattered heap pages.
 CREATE TABLE tidemark.profile_trail (
     id   text   NOT NULL,
     ts   bigint NOT NULL,
@@ -70,7 +72,7 @@ CREATE TABLE tidemark.profile_trail (
     txid text   NOT NULL,
     ids  text[] NOT NULL
 ) PARTITION BY RANGE (ts);
-CREATE INDEX profile_trail_id_ts ON tidemark.profile_trail (id, ts);
+CREATE INDEX profile_trail_id_ts ON tidemark.profile_trail (id, ts) INCLUDE (type, txid, ids);
 
 -- The process that owns the database, its clock and max_future reference.
 CREATE TABLE tidemark.profile_process (

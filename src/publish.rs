@@ -78,6 +78,14 @@ pub struct Args {
     /// Messages queued per subscriber before sending blocks (never drops)
     #[arg(long, default_value_t = 200_000)]
     sndhwm: i32,
+    /// Synthetic market: persons behind the transactions (each with its own
+    /// activity and click and install propensities; events carry `user`)
+    #[arg(long, default_value_t = 10_000)]
+    persons: u32,
+    /// Synthetic market: read each bid's person's counters from this profile
+    /// database before publishing it, and add them to its features (SPEC 11)
+    #[arg(long)]
+    profiles: Option<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -95,9 +103,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     tidemark_wire::Types::new(&args.custom_types)
         .map_err(|e| anyhow::anyhow!("--custom-types: {e}"))?;
     let span_ms = args.span.map(|d| d.as_millis() as i64);
+    // Event time ends near wall time, so profiles read "now" afterwards.
+    let lasts_ms = span_ms.or_else(|| {
+        args.duration
+            .map(|d| (d.as_secs_f64() * 1000.0 * args.speed) as i64)
+    });
     let start_ms = args
         .start_ms
-        .unwrap_or_else(|| tidemark_market::now_ms() - span_ms.unwrap_or(0));
+        .unwrap_or_else(|| tidemark_market::now_ms() - lasts_ms.unwrap_or(0));
     let source = match args.replay {
         Some(path) => Source::Replay(path),
         None => Source::Synthetic(MarketConfig {
@@ -110,6 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             custom_types: args.custom_types,
             disorder_ms: args.disorder.as_millis() as i64,
             duplicate_shift_ms: args.duplicate_shift.as_millis() as i64,
+            persons: args.persons,
             ..MarketConfig::default()
         }),
     };
@@ -131,6 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         drain: args.drain,
         write: args.write,
         sndhwm: args.sndhwm,
+        profiles: args.profiles,
     };
     let stop = Arc::new(AtomicBool::new(false));
     crate::stop_on_signal(stop.clone());

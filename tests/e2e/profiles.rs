@@ -428,11 +428,102 @@ fn a_trail_is_one_index_range_scan_per_identifier_and_day() {
         .collect();
     assert_eq!(scans.len(), 2, "{plan}");
     for s in &scans {
-        assert!(s.contains("_id_ts_idx"), "{plan}");
+        assert!(s.contains("_id_ts_"), "{plan}");
     }
     let conditions = plan.lines().filter(|l| {
         l.contains("Index Cond: ((id = ANY") && l.contains("(ts >= ") && l.contains("(ts < ")
     });
     assert_eq!(conditions.count(), 2, "{plan}");
     assert!(!plan.contains("Seq Scan on profile_trail"), "{plan}");
+}
+
+#[test]
+fn the_synthetic_bidder_reads_profiles_into_its_bids() {
+    let db = TestDb::new("profiles_bidder");
+    let mut publisher = Publisher::new();
+    let mut proc = ShardProc::start_profiles(&db, "bidder", &publisher.endpoint, CONFIG);
+    publisher.wait_subscribed("tick", 2);
+    // Persons' history: the market's own events, straight into the profile process.
+    let file = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{}_history.jsonl", db.name));
+    run_ok(&[
+        "publish",
+        "--persons",
+        "20",
+        "--tps",
+        "400",
+        "--speed",
+        "0",
+        "--span",
+        "10m",
+        "--seed",
+        "5",
+        "--write",
+        file.to_str().unwrap(),
+    ]);
+    let history = std::fs::read_to_string(&file).unwrap();
+    let mut sent = 0;
+    for line in history.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        assert!(
+            v["user"].as_str().unwrap().starts_with('p'),
+            "every event carries its person: {line}"
+        );
+        let topic = format!(
+            "{}-{}",
+            v["type"].as_str().unwrap(),
+            v["txid"].as_str().unwrap()
+        );
+        if v["type"] != "bid" {
+            publisher.raw(&[topic.as_bytes(), line.as_bytes()]);
+            sent += 1;
+        }
+    }
+    assert!(sent > 100);
+    fence(&mut publisher, &db.url, "fence3", now_ms());
+    proc.stop();
+
+    // The bidder: every bid carries its person's counters, as read just before.
+    let bids = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{}_bids.jsonl", db.name));
+    run_ok(&[
+        "publish",
+        "--persons",
+        "20",
+        "--tps",
+        "50",
+        "--speed",
+        "0",
+        "--span",
+        "10s",
+        "--seed",
+        "6",
+        "--profiles",
+        &db.url,
+        "--write",
+        bids.to_str().unwrap(),
+    ]);
+    let mut enriched = 0;
+    for line in std::fs::read_to_string(&bids).unwrap().lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        if v["type"] != "bid" {
+            continue;
+        }
+        let f = &v["features"];
+        let user = format!("user:{}", v["user"].as_str().unwrap());
+        let want = profile_get(&db.url, &[user.as_str()], v["ts"].as_i64().unwrap());
+        for name in ["imp_1h", "clk_1d", "ins_7d"] {
+            let got = f[name]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{name} missing from {line}"));
+            let w = want[0]["counters"][name].as_f64().unwrap();
+            // Read once per batch, evaluated at the bid's own time.
+            assert!(
+                (got - w).abs() <= 1e-9 * w.abs().max(1e-300),
+                "{name} of {user}: bid says {got}, profile {w}"
+            );
+        }
+        enriched += 1;
+    }
+    assert!(enriched > 100, "{enriched} bids");
 }

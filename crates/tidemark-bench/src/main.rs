@@ -78,13 +78,16 @@ enum Bench {
         samples: usize,
         #[arg(long, default_value_t = 1_000_000)]
         persons: usize,
-        #[arg(long, default_value_t = 27_500.0)]
+        #[arg(long, default_value_t = 45_000.0)]
         load_rate: f64,
     },
     /// Trail reads of 7 days over a trail table of --rows events
     TrailRead {
         #[arg(long, default_value_t = 10_000_000)]
         rows: i64,
+        /// Events per person over the 7 days
+        #[arg(long, default_value_t = 1000)]
+        per_person: i64,
         #[arg(long, default_value_t = 10_000)]
         samples: usize,
     },
@@ -138,9 +141,11 @@ fn main() -> anyhow::Result<()> {
         } => rt.block_on(profiles::read_bench(
             &bin, &cluster, samples, persons, load_rate,
         )),
-        Bench::TrailRead { rows, samples } => {
-            rt.block_on(profiles::trail_bench(&cluster, rows, samples))
-        }
+        Bench::TrailRead {
+            rows,
+            per_person,
+            samples,
+        } => rt.block_on(profiles::trail_bench(&cluster, rows, per_person, samples)),
         Bench::E2e {
             dense_events,
             sparse_days,

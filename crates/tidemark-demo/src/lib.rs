@@ -140,6 +140,7 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<(
         args.seconds, args.tps, args.speed
     );
     let opts = PublishOptions {
+        profiles: None,
         bind: vec![ENDPOINT.to_owned()],
         connect: Vec::new(),
         publisher: "demo-market".into(),

@@ -42,6 +42,12 @@ pub struct MarketConfig {
     /// either way (never before creation). A bid's copy says `"retry": true`
     /// in its features, so which copy won is visible downstream.
     pub duplicate_shift_ms: i64,
+    /// Persons behind the transactions (0: events carry no `user`). Each has
+    /// a persistent activity (Zipf, `person_skew`) and click and install
+    /// propensities of its own, so recency and frequency carry signal.
+    pub persons: u32,
+    /// Zipf exponent of persons' activity.
+    pub person_skew: f64,
 }
 
 impl Default for MarketConfig {
@@ -59,6 +65,8 @@ impl Default for MarketConfig {
             custom_rate: 0.3,
             disorder_ms: 0,
             duplicate_shift_ms: 2000,
+            persons: 0,
+            person_skew: 1.1,
         }
     }
 }
@@ -77,6 +85,22 @@ pub struct Out {
     pub send_at: i64,
     /// `"key":value` pairs beyond type, txid and ts.
     pub extra: String,
+    /// The person it is about (its `user` is `p<person>`), if persons are on.
+    pub person: Option<u32>,
+    /// A bid's: where in `extra` more features may be inserted (just before
+    /// the features object's closing brace).
+    pub features_end: Option<usize>,
+}
+
+impl Out {
+    /// Adds `"name":value` to a bid's features (what a bidder read from the
+    /// person's profile). No-op for other events.
+    pub fn add_feature(&mut self, name: &str, value: f64) {
+        let Some(at) = self.features_end else { return };
+        let text = format!(r#","{name}":{value}"#);
+        self.extra.insert_str(at, &text);
+        self.features_end = Some(at + text.len());
+    }
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -89,6 +113,7 @@ struct Pending {
     /// The click model's score ×1000, which sets the bid price.
     score_milli: i32,
     retry: bool,
+    person: u32,
 }
 
 const APPS: u32 = 2000;
@@ -108,6 +133,10 @@ pub struct Market {
     /// Per-feature-value effects on the click logit, drawn from the seed.
     app_effect: Vec<f32>,
     campaign_effect: Vec<f32>,
+    /// Persons' activity CDF and their click and install logit offsets.
+    person_cdf: Vec<f64>,
+    person_click: Vec<f32>,
+    person_install: Vec<f32>,
     /// Transactions generated so far.
     pub transactions: u64,
 }
@@ -120,9 +149,25 @@ impl Market {
         let campaign_effect = (0..CAMPAIGNS)
             .map(|_| rng.random_range(-1.0f32..1.0))
             .collect();
+        let mut person_cdf = Vec::with_capacity(cfg.persons as usize);
+        let mut total = 0.0;
+        for k in 1..=cfg.persons {
+            total += f64::from(k).powf(-cfg.person_skew);
+            person_cdf.push(total);
+        }
+        person_cdf.iter_mut().for_each(|c| *c /= total);
+        let person_click = (0..cfg.persons)
+            .map(|_| rng.random_range(-1.5f32..1.5))
+            .collect();
+        let person_install = (0..cfg.persons)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
         Market {
             cfg,
             rng,
+            person_cdf,
+            person_click,
+            person_install,
             heap: BinaryHeap::new(),
             next_created: start_ms as f64,
             order: 0,
@@ -154,17 +199,25 @@ impl Market {
         true
     }
 
-    fn push(&mut self, ts: i64, kind: u8, txid: Txid, score_milli: i32) {
-        self.push_copy(ts, kind, txid, score_milli, false);
+    fn push(&mut self, ts: i64, kind: u8, txid: Txid, score_milli: i32, person: u32) {
+        self.push_copy(ts, kind, txid, score_milli, false, person);
         if self.rng.random_bool(self.cfg.duplicate_rate) {
             let shift = self.cfg.duplicate_shift_ms;
             let created = txid.created_ms() as i64;
             let at = (ts + self.rng.random_range(-shift..=shift)).max(created);
-            self.push_copy(at, kind, txid, score_milli, true);
+            self.push_copy(at, kind, txid, score_milli, true, person);
         }
     }
 
-    fn push_copy(&mut self, ts: i64, kind: u8, txid: Txid, score_milli: i32, retry: bool) {
+    fn push_copy(
+        &mut self,
+        ts: i64,
+        kind: u8,
+        txid: Txid,
+        score_milli: i32,
+        retry: bool,
+        person: u32,
+    ) {
         self.order += 1;
         let delay = if self.cfg.disorder_ms > 0 {
             self.rng.random_range(0..=self.cfg.disorder_ms)
@@ -179,6 +232,7 @@ impl Market {
             txid,
             score_milli,
             retry,
+            person,
         }));
     }
 
@@ -188,27 +242,41 @@ impl Market {
         // Clicks and installs follow the bid's features, so there is something to learn.
         let score = self.click_score(&txid);
         let score_milli = (score * 1000.0) as i32;
+        let (person, click_bias, install_bias) = if self.person_cdf.is_empty() {
+            (u32::MAX, 0.0, 0.0)
+        } else {
+            let u: f64 = self.rng.random();
+            let k = self
+                .person_cdf
+                .partition_point(|c| *c < u)
+                .min(self.person_cdf.len() - 1);
+            (
+                k as u32,
+                f64::from(self.person_click[k]),
+                f64::from(self.person_install[k]),
+            )
+        };
         let bid_at = created + self.rng.random_range(0..100);
-        self.push(bid_at, KIND_BID, txid, score_milli);
+        self.push(bid_at, KIND_BID, txid, score_milli, person);
         if self.rng.random_bool(self.cfg.impression_rate) {
             let imp_at = created + self.rng.random_range(50..2000);
-            self.push(imp_at, KIND_IMPRESSION, txid, score_milli);
-            let p_click = sigmoid(logit(self.cfg.ctr) + score);
+            self.push(imp_at, KIND_IMPRESSION, txid, score_milli, person);
+            let p_click = sigmoid(logit(self.cfg.ctr) + score + click_bias);
             if self.rng.random_bool(p_click) {
                 let mean = self.cfg.click_window_ms as f64 / 20.0;
                 let click_at = imp_at + self.exp(mean) as i64;
-                self.push(click_at, KIND_CLICK, txid, score_milli);
-                let p_install = sigmoid(logit(self.cfg.cvr) + 0.5 * score);
+                self.push(click_at, KIND_CLICK, txid, score_milli, person);
+                let p_install = sigmoid(logit(self.cfg.cvr) + 0.5 * score + install_bias);
                 if self.rng.random_bool(p_install) {
                     // About 90% of installs land in the short window.
                     let mean = self.cfg.install_short_ms as f64 / 2.3;
                     let at = click_at + self.exp(mean) as i64;
-                    self.push(at, KIND_INSTALL, txid, score_milli);
+                    self.push(at, KIND_INSTALL, txid, score_milli, person);
                 }
                 for i in 0..self.cfg.custom_types.len() {
                     if self.rng.random_bool(self.cfg.custom_rate) {
                         let at = click_at + self.exp(self.cfg.click_window_ms as f64 / 4.0) as i64;
-                        self.push(at, KIND_CUSTOM + i as u8, txid, score_milli);
+                        self.push(at, KIND_CUSTOM + i as u8, txid, score_milli, person);
                     }
                 }
             }
@@ -251,6 +319,8 @@ impl Market {
         out.send_at = p.send_at;
         out.extra.clear();
         out.type_name.clear();
+        out.features_end = None;
+        out.person = (p.person != u32::MAX).then_some(p.person);
         match p.kind {
             KIND_BID => {
                 out.type_name.push_str("bid");
@@ -271,6 +341,7 @@ impl Market {
                     if p.retry { r#","retry":true"# } else { "" },
                     0.5 + f64::from(p.score_milli.rem_euclid(1000)) / 1000.0,
                 );
+                out.features_end = out.extra.find("},\"price\"");
             }
             KIND_IMPRESSION => {
                 out.type_name.push_str("impression");
@@ -281,6 +352,10 @@ impl Market {
             k => out
                 .type_name
                 .push_str(&self.cfg.custom_types[usize::from(k - KIND_CUSTOM)]),
+        }
+        if let Some(person) = out.person {
+            let sep = if out.extra.is_empty() { "" } else { "," };
+            let _ = write!(out.extra, r#"{sep}"user":"p{person}""#);
         }
     }
 
@@ -312,6 +387,8 @@ impl Default for Out {
             ts: 0,
             send_at: 0,
             extra: String::new(),
+            person: None,
+            features_end: None,
         }
     }
 }

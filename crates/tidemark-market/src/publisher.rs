@@ -55,6 +55,64 @@ pub struct PublishOptions {
     pub write: Option<PathBuf>,
     /// Messages queued per subscriber before sending blocks.
     pub sndhwm: i32,
+    /// A profile database (SPEC 11): before each bid goes out, its person's
+    /// counters are read from it and added to the bid's features under the
+    /// counters' names, as a bidder does.
+    pub profiles: Option<String>,
+}
+
+/// The bidder's read path: the counters of a batch's persons, in one round trip.
+struct ProfileReads {
+    rt: tokio::runtime::Runtime,
+    reader: tidemark_reader::Reader,
+    /// Reads done, and bids that got counters.
+    reads: u64,
+}
+
+impl ProfileReads {
+    fn open(url: &str) -> Result<ProfileReads, PublishError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| PublishError::Profiles(e.to_string()))?;
+        let reader = tidemark_reader::Reader::new(url, 1)
+            .map_err(|e| PublishError::Profiles(e.to_string()))?;
+        Ok(ProfileReads {
+            rt,
+            reader,
+            reads: 0,
+        })
+    }
+
+    /// Adds each bid's person's counters, at the bid's own time, to its
+    /// features; `at` is the batch's read time.
+    fn enrich(&mut self, batch: &mut [Out], at: i64) -> Result<(), PublishError> {
+        let users: Vec<String> = batch
+            .iter()
+            .filter(|o| o.features_end.is_some())
+            .filter_map(|o| o.person.map(|p| format!("user:p{p}")))
+            .collect();
+        if users.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<&str> = users.iter().map(String::as_str).collect();
+        let profiles = self
+            .rt
+            .block_on(self.reader.get(&ids, at))
+            .map_err(|e| PublishError::Profiles(e.to_string()))?;
+        self.reads += 1;
+        let mut profiles = profiles.into_iter();
+        for o in batch
+            .iter_mut()
+            .filter(|o| o.features_end.is_some() && o.person.is_some())
+        {
+            let p = profiles.next().expect("one profile per identifier asked");
+            for (name, value) in p.counters_at(o.ts) {
+                o.add_feature(name, value);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What a publisher did.
@@ -297,6 +355,9 @@ pub enum PublishError {
     /// `--speed 0` without `--span`.
     #[error("--speed 0 (as fast as possible) needs --span, the event time to generate")]
     NeedsSpan,
+    /// The profile database could not be read (`--profiles`).
+    #[error("--profiles: {0}")]
+    Profiles(String),
     /// Subscribers did not take every queued message within `--drain`.
     #[error("gave up after {:.1}s (--drain): a subscriber did not take every queued message, so some were lost", .0.as_secs_f64())]
     Undrained(Duration),
@@ -378,7 +439,12 @@ fn synthetic(
     }
     let end = opts.span_ms.map(|s| opts.start_ms + s);
     let mut market = Market::new(cfg, opts.start_ms);
-    let mut out = Out::default();
+    let mut profiles = opts
+        .profiles
+        .as_deref()
+        .map(ProfileReads::open)
+        .transpose()?;
+    let mut batch: Vec<Out> = Vec::new();
     let mut payload = String::new();
     let mut through = opts.start_ms;
     wire.tick(through)?;
@@ -395,10 +461,23 @@ fn synthetic(
             now_ms = now_ms.min(end);
         }
         let mut caught_up = true;
-        for _ in 0..4096 {
-            if !market.next_until(now_ms, &mut out) {
+        // A batch in time order; with --profiles its bids' persons are read
+        // in one round trip before any of it goes out.
+        let mut n = 0;
+        while n < 4096 {
+            if batch.len() <= n {
+                batch.push(Out::default());
+            }
+            if !market.next_until(now_ms, &mut batch[n]) {
                 break;
             }
+            n += 1;
+        }
+        if let (Some(p), Some(last)) = (profiles.as_mut(), batch[..n].last()) {
+            let at = last.ts;
+            p.enrich(&mut batch[..n], at)?;
+        }
+        for out in &batch[..n] {
             // Everything that goes out before `send_at` has been sent.
             through = through.max(out.send_at - 1);
             wire.ticks_to(through)?;
@@ -413,6 +492,12 @@ fn synthetic(
         if caught_up && opts.speed > 0.0 {
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+    if let Some(p) = profiles {
+        tracing::info!(
+            reads = p.reads,
+            "read bids' persons from the profile database"
+        );
     }
     Ok(through)
 }

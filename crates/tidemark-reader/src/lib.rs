@@ -58,6 +58,8 @@ pub struct Profile {
     pub counters: Vec<(String, f64)>,
     /// Per type with events, in definition order.
     pub types: Vec<TypeSeen>,
+    /// Each counter's state and half-life, to evaluate it at other times.
+    state: Vec<(Decayed, i64)>,
 }
 
 /// A person's events of one type.
@@ -80,6 +82,16 @@ impl Profile {
             .iter()
             .find(|(n, _)| n == name)
             .map_or(0.0, |(_, v)| *v)
+    }
+
+    /// Every counter's value at `t` instead of `at` (a bidder evaluates at
+    /// its own bid time after one batched read).
+    pub fn counters_at(&self, t: i64) -> Vec<(&str, f64)> {
+        self.counters
+            .iter()
+            .zip(&self.state)
+            .map(|((name, _), (c, half_life))| (name.as_str(), c.at(t, *half_life)))
+            .collect()
     }
 
     /// The SPEC 11 JSON line of `tidemark profile get --json`.
@@ -279,17 +291,23 @@ fn profile(id: &str, r: &tokio_postgres::Row, defs: &Definitions, at: i64) -> Pr
     let counts: Vec<i64> = r.get::<_, Option<_>>(4).unwrap_or_default();
     let firsts: Vec<i64> = r.get::<_, Option<_>>(5).unwrap_or_default();
     let lasts: Vec<i64> = r.get::<_, Option<_>>(6).unwrap_or_default();
-    let counters = defs
+    let state: Vec<(Decayed, i64)> = defs
         .counters
         .iter()
         .enumerate()
-        .map(|(i, (name, half_life))| {
+        .map(|(i, (_, half_life))| {
             let c = Decayed {
                 value: values.get(i).copied().unwrap_or(0.0),
                 reference: refs.get(i).copied().unwrap_or(0),
             };
-            (name.clone(), c.at(at, *half_life))
+            (c, *half_life)
         })
+        .collect();
+    let counters = defs
+        .counters
+        .iter()
+        .zip(&state)
+        .map(|((name, _), (c, half_life))| (name.clone(), c.at(at, *half_life)))
         .collect();
     let types = defs
         .types
@@ -311,5 +329,6 @@ fn profile(id: &str, r: &tokio_postgres::Row, defs: &Definitions, at: i64) -> Pr
         at,
         counters,
         types,
+        state,
     }
 }
