@@ -150,19 +150,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     crate::stop_on_signal(stop.clone());
     let report = tidemark_market::publish(&opts, source, &stop)?;
-    let secs = report.elapsed.as_secs_f64();
-    println!(
-        "{}",
-        serde_json::json!({
-            "events": report.events,
-            "ticks": report.ticks,
-            "seconds": secs,
-            "events_per_second": report.events as f64 / secs.max(1e-9),
-            "through_ms": report.through_ms,
-            "drain_seconds": report.drained.as_secs_f64(),
-            "by_type": report.by_type.iter().map(|(k, v)| (k.clone(), (*v).into()))
-                .collect::<serde_json::Map<String, serde_json::Value>>(),
-        })
-    );
+    println!("{}", report.to_json());
     Ok(())
 }

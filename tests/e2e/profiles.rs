@@ -527,3 +527,107 @@ fn the_synthetic_bidder_reads_profiles_into_its_bids() {
     }
     assert!(enriched > 100, "{enriched} bids");
 }
+
+#[test]
+fn whole_days_behind_the_clock_are_dropped_and_old_copies_are_stale() {
+    const RETAIN: &str = r#"
+clock = "event"
+lateness = "0s"
+trail = "1d"
+dedup = "1d"
+batch_delay = "50ms"
+[[counters]]
+name = "clk_1d"
+event = "click"
+half_life = "1d"
+"#;
+    let db = TestDb::new("profiles_retain");
+    let mut publisher = Publisher::new();
+    let mut proc = ShardProc::start_profiles(&db, "retain", &publisher.endpoint, RETAIN);
+    publisher.wait_subscribed("tick", 2);
+    let t0 = now_ms();
+    publisher.tick(t0);
+    let tx = Txid::new(0xabc, t0 as u64);
+    publisher.event("click", &tx, t0 - 20 * HOUR, r#""user": "old""#);
+    publisher.event(
+        "impression",
+        &Txid::new(0xabd, t0 as u64),
+        t0,
+        r#""user": "old""#,
+    );
+    let partitions = |table: &str| {
+        query_i64(
+            &db.url,
+            &format!(
+                "SELECT count(*) FROM pg_inherits WHERE inhparent = 'tidemark.{table}'::regclass"
+            ),
+        )
+        .unwrap()
+    };
+    wait_for("both events applied", || {
+        query_i64(
+            &db.url,
+            "SELECT events_applied FROM tidemark.profile_status",
+        )
+        .filter(|n| *n == 2)
+    });
+    assert!(partitions("profile_trail") >= 1 && partitions("profile_seen") == 1);
+    assert_eq!(trail(&db.url, "user:old", 0, t0 + DAY, None).len(), 2);
+
+    // Three days of event time pass: every day the events touched ends more
+    // than a day behind the clock, for trails and for first copies alike.
+    publisher.tick_steps(t0, t0 + 3 * DAY);
+    wait_for("whole days dropped", || {
+        (partitions("profile_trail") == 0 && partitions("profile_seen") == 0).then_some(())
+    });
+    assert!(trail(&db.url, "user:old", 0, t0 + 4 * DAY, None).is_empty());
+    // The profile stays; a late copy of the click is stale, not counted again.
+    publisher.event("click", &tx, t0 - 20 * HOUR, r#""user": "old""#);
+    wait_for("the late copy judged stale", || {
+        query_i64(
+            &db.url,
+            "SELECT (counts->>'stale')::bigint FROM tidemark.profile_status",
+        )
+        .filter(|n| *n == 1)
+    });
+    let p = profile_get(&db.url, &["user:old"], t0);
+    assert_eq!(
+        p[0]["counts"],
+        serde_json::json!({"click": 1, "impression": 1})
+    );
+    proc.stop();
+}
+
+#[test]
+fn a_postgresql_crash_under_ingest_loses_nothing_committed() {
+    // A cluster of its own: crashing the shared one would disturb other tests.
+    let home = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("profiles-crash-home");
+    let cluster = tidemark_store::Cluster::new(&home).unwrap();
+    let _ = cluster.destroy();
+    run_ok(&["db", "up", "--home", home.to_str().unwrap()]);
+    let db = TestDb::external("profiles_crash", &cluster.url());
+    let mut publisher = Publisher::new();
+    let mut proc = ShardProc::start_profiles(&db, "crash", &publisher.endpoint, CONFIG);
+    publisher.wait_subscribed("tick", 2);
+    let now = now_ms();
+    let messages = stream(now as u64 ^ 0xc0ffee, 3000, now);
+    let mut oracle = Profiles::new(setup());
+    for (t, m) in &messages {
+        oracle.receive(t.as_bytes(), m.as_bytes(), now, Some(now));
+    }
+    let half = messages.len() / 2;
+    publish(&mut publisher, &messages[..half]);
+    cluster.crash().unwrap();
+    // Events keep coming while the database is away: the process holds them.
+    publish(&mut publisher, &messages[half..]);
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    cluster.up(None).unwrap();
+    // Logged tables keep what was committed; the process reconnects with
+    // back-off, applies what it held, and the replay changes nothing more.
+    publish(&mut publisher, &messages);
+    fence(&mut publisher, &db.url, "fence4", now);
+    compare(&db.url, &oracle, &messages, now);
+    assert!(proc.log().contains("database error"), "{}", proc.log());
+    proc.stop();
+    cluster.down().unwrap();
+}

@@ -132,6 +132,23 @@ pub struct PublishReport {
     pub drained: Duration,
 }
 
+impl PublishReport {
+    /// The report `tidemark publish` prints, one JSON object.
+    pub fn to_json(&self) -> serde_json::Value {
+        let secs = self.elapsed.as_secs_f64();
+        serde_json::json!({
+            "events": self.events,
+            "ticks": self.ticks,
+            "seconds": secs,
+            "events_per_second": self.events as f64 / secs.max(1e-9),
+            "through_ms": self.through_ms,
+            "drain_seconds": self.drained.as_secs_f64(),
+            "by_type": self.by_type.iter().map(|(k, v)| (k.clone(), (*v).into()))
+                .collect::<serde_json::Map<String, serde_json::Value>>(),
+        })
+    }
+}
+
 const TICK_EVERY: Duration = Duration::from_millis(250);
 /// The most event time between two ticks (SPEC 3: a minute).
 const TICK_STEP_MS: i64 = 60_000;

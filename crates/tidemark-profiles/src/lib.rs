@@ -76,9 +76,9 @@ pub struct Summary {
     pub counts: BTreeMap<String, i64>,
 }
 
-/// How often the clock and intake's counts are saved, and partitions retired.
+/// How often the clock and intake's counts are saved, and whole days behind
+/// the clock retired (a check of two small sets; DDL only when a day ends).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
-const RETIRE_EVERY: Duration = Duration::from_secs(60);
 const REPORT_EVERY: Duration = Duration::from_secs(10);
 
 /// Runs the profile process until `shutdown` completes; then stops reading,
@@ -140,11 +140,7 @@ pub async fn run(
     let mut oldest: Option<Instant> = None;
     let mut backoff = Backoff::new();
     let mut retry_at: Option<Instant> = None;
-    let (mut next_status, mut next_retire, mut next_report) = (
-        Instant::now(),
-        Instant::now(),
-        Instant::now() + REPORT_EVERY,
-    );
+    let (mut next_status, mut next_report) = (Instant::now(), Instant::now() + REPORT_EVERY);
     loop {
         let now = Instant::now();
         let due = oldest.map(|t| t + p.config.batch_delay);
@@ -185,11 +181,10 @@ pub async fn run(
         }
         if result.is_ok() && now >= next_status {
             result = p.save_status(&main).await;
+            if result.is_ok() && p.inflight.is_none() {
+                result = p.retire(&main).await;
+            }
             next_status = now + STATUS_EVERY;
-        }
-        if result.is_ok() && p.inflight.is_none() && now >= next_retire {
-            result = p.retire(&main).await;
-            next_retire = now + RETIRE_EVERY;
         }
         match result {
             Ok(()) => {
