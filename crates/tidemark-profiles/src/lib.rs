@@ -143,8 +143,14 @@ pub async fn run(
     let (mut next_status, mut next_report) = (Instant::now(), Instant::now() + REPORT_EVERY);
     loop {
         let now = Instant::now();
-        let due = oldest.map(|t| t + p.config.batch_delay);
-        let wake = [due, retry_at, Some(next_status)]
+        // After an error, the retry time; else a full batch goes at once
+        // and a partial one waits up to batch_delay.
+        let due = match retry_at {
+            Some(t) => Some(t),
+            None if p.pending.len() >= p.config.batch_events => Some(now),
+            None => oldest.map(|t| t + p.config.batch_delay),
+        };
+        let wake = [due, Some(next_status)]
             .into_iter()
             .flatten()
             .min()
