@@ -631,3 +631,230 @@ fn a_postgresql_crash_under_ingest_loses_nothing_committed() {
     proc.stop();
     cluster.down().unwrap();
 }
+
+const LINKS: &str = r#"
+clock = "wall"
+trail = "7d"
+batch_delay = "50ms"
+batch_events = 300
+workers = 2
+max_ids = 6
+blocklist_after = 3
+[[counters]]
+name = "imp_1h"
+event = "impression"
+half_life = "1h"
+[[counters]]
+name = "clk_1d"
+event = "click"
+half_life = "1d"
+"#;
+
+/// Events of 60 true persons, each with a user, up to three devices and a
+/// member id, linked at random; some carry a shared carrier IP or the test
+/// device, which would glue unrelated persons into super-nodes.
+///
+/// Links depend on arrival order, which is known only within one socket:
+/// every event that may link is an impression (the high-frequency socket);
+/// clicks carry only a `user`.
+fn link_stream(seed: u64, events: usize, now: i64) -> Vec<(String, String)> {
+    let mut rng = Rng(seed | 1);
+    let mut out = Vec::new();
+    // Two persons of four, then a link between them: refused (8 > 6), and
+    // as they are the same size, charged to both sides.
+    for (i, ids) in [
+        r#""user": "tA", "ids": {"device": "tA1", "member": "tA2"}"#,
+        r#""user": "tA", "ids": {"email": "tA3"}"#,
+        r#""user": "tB", "ids": {"device": "tB1", "member": "tB2"}"#,
+        r#""user": "tB", "ids": {"email": "tB3"}"#,
+        r#""user": "tA", "ids": {"device": "tB1"}"#,
+    ]
+    .iter()
+    .enumerate()
+    {
+        let txid = Txid::new(0x7e1e + i as u128, (now - HOUR) as u64);
+        out.push((
+            format!("impression-{}", txid.as_str()),
+            format!(
+                r#"{{"type": "impression", "txid": "{}", "ts": {}, {ids}}}"#,
+                txid.as_str(),
+                now - HOUR + i as i64
+            ),
+        ));
+    }
+    for n in 0..events {
+        let t = ["impression", "impression", "click"][rng.below(3) as usize];
+        if t == "click" {
+            let created = now - 5 * HOUR + rng.below(5 * HOUR as u64) as i64;
+            let txid = Txid::new(u128::from(rng.next()) << 16 | n as u128, created as u64);
+            let ts = (created + rng.below(HOUR as u64) as i64).min(now);
+            let payload = format!(
+                r#"{{"type": "click", "txid": "{}", "ts": {ts}, "user": "u{}"}}"#,
+                txid.as_str(),
+                rng.below(60)
+            );
+            out.push((format!("click-{}", txid.as_str()), payload));
+            continue;
+        }
+        let created = now - 5 * HOUR + rng.below(5 * HOUR as u64) as i64;
+        let txid = Txid::new(u128::from(rng.next()) << 16 | n as u128, created as u64);
+        let ts = (created + rng.below(HOUR as u64) as i64).min(now);
+        let p = rng.below(60);
+        let mut ids = Vec::new();
+        if rng.below(3) > 0 {
+            ids.push(format!(r#""device": "d{p}_{}""#, rng.below(3)));
+        }
+        if rng.below(3) == 0 {
+            ids.push(format!(r#""member": "m{p}""#));
+        }
+        match rng.below(25) {
+            0 => ids.push(format!(r#""ip": "10.0.0.{}""#, rng.below(2))),
+            1 => ids.push(r#""test": "device""#.to_string()),
+            _ => {}
+        }
+        let user = if rng.below(4) > 0 {
+            format!(r#""user": "u{p}", "#)
+        } else {
+            String::new()
+        };
+        let payload = format!(
+            r#"{{"type": "{t}", "txid": "{}", "ts": {ts}, {user}"ids": {{{}}}}}"#,
+            txid.as_str(),
+            ids.join(", ")
+        );
+        out.push((format!("{t}-{}", txid.as_str()), payload));
+    }
+    out
+}
+
+fn link_ids(messages: &[(String, String)]) -> Vec<String> {
+    let mut ids = BTreeSet::new();
+    for (_, m) in messages {
+        let v: Value = serde_json::from_str(m).unwrap();
+        if let Some(u) = v["user"].as_str() {
+            ids.insert(format!("user:{u}"));
+        }
+        for (k, x) in v["ids"].as_object().into_iter().flatten() {
+            ids.insert(format!("{k}:{}", x.as_str().unwrap()));
+        }
+    }
+    ids.into_iter().collect()
+}
+
+fn compare_links(url: &str, oracle: &Profiles, messages: &[(String, String)], now: i64) {
+    // Invariants first: every identifier in exactly one existing person,
+    // sizes true, masters among the identifiers.
+    let broken = query_rows(
+        url,
+        "SELECT 'orphan ' || i.id FROM tidemark.profile_ids i LEFT JOIN tidemark.profiles p USING (person)
+           WHERE p.person IS NULL
+         UNION ALL SELECT 'masterless ' || p.person FROM tidemark.profiles p
+           LEFT JOIN tidemark.profile_ids m ON m.id = p.master AND m.person = p.person WHERE m.id IS NULL
+         UNION ALL SELECT 'size ' || p.person FROM tidemark.profiles p
+           WHERE p.size <> (SELECT count(*) FROM tidemark.profile_ids i WHERE i.person = p.person)",
+    );
+    assert!(broken.is_empty(), "{broken:?}");
+    let ids = link_ids(messages);
+    for id in &ids {
+        let members: Vec<String> = query_rows(
+            url,
+            &format!(
+                "SELECT o.id FROM tidemark.profile_ids me JOIN tidemark.profile_ids o USING (person)
+                 WHERE me.id = '{id}' ORDER BY o.id COLLATE \"C\""
+            ),
+        )
+        .into_iter()
+        .map(|r| r[0].clone().unwrap())
+        .collect();
+        assert_eq!(members, oracle.person(id), "the person holding {id}");
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    for at in [now, now + DAY] {
+        for (g, id) in profile_get(url, &refs, at).iter().zip(&refs) {
+            assert_same_profile(g, &oracle.get(id, at));
+        }
+    }
+    for id in refs.iter().step_by(5) {
+        assert_eq!(
+            trail(url, id, 0, now + DAY, None),
+            oracle.trail(id, 0, now + DAY, None),
+            "trail of {id}"
+        );
+    }
+    let blocklist: Vec<(String, u64)> = query_rows(
+        url,
+        "SELECT identifier, refusals::text FROM tidemark.profile_blocklist ORDER BY 1",
+    )
+    .into_iter()
+    .map(|r| {
+        (
+            r[0].clone().unwrap(),
+            r[1].clone().unwrap().parse().unwrap(),
+        )
+    })
+    .collect();
+    let mut want = oracle.blocklist();
+    want.sort();
+    assert_eq!(blocklist, want, "blocklist");
+    let refusals: Vec<(String, u64)> = query_rows(
+        url,
+        "SELECT id, refusals::text FROM tidemark.profile_ids WHERE refusals > 0 ORDER BY id COLLATE \"C\"",
+    )
+    .into_iter()
+    .map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap().parse().unwrap()))
+    .collect();
+    assert_eq!(refusals, oracle.refusals(), "refusals charged");
+}
+
+#[test]
+fn links_merge_persons_as_the_reference_does() {
+    let db = TestDb::new("profiles_links");
+    let mut publisher = Publisher::new();
+    let mut proc = ShardProc::start_profiles(&db, "links", &publisher.endpoint, LINKS);
+    publisher.wait_subscribed("tick", 2);
+    let now = now_ms();
+    let messages = link_stream(now as u64, 2500, now);
+    let mut oracle = Profiles::new(Setup::from_toml(LINKS).unwrap());
+    for (t, m) in &messages {
+        oracle.receive(t.as_bytes(), m.as_bytes(), now, Some(now));
+    }
+    publish(&mut publisher, &messages);
+    fence(&mut publisher, &db.url, "fence5", now);
+    compare_links(&db.url, &oracle, &messages, now);
+    let refused = query_i64(
+        &db.url,
+        "SELECT (counts->>'link_refused')::bigint FROM tidemark.profile_status",
+    );
+    assert_eq!(refused.unwrap_or(0) as u64, oracle.counts()["link_refused"]);
+    assert!(
+        oracle.counts()["link_refused"] > 0,
+        "the stream exercises the cap"
+    );
+    let biggest = query_i64(&db.url, "SELECT max(size)::bigint FROM tidemark.profiles").unwrap();
+    assert!(biggest <= 6, "no person above max_ids");
+    proc.stop();
+}
+
+#[test]
+fn links_survive_kill_9_during_merges() {
+    let db = TestDb::new("profiles_links_kill");
+    let mut publisher = Publisher::new();
+    let mut proc = ShardProc::start_profiles(&db, "linkk", &publisher.endpoint, LINKS);
+    publisher.wait_subscribed("tick", 2);
+    let now = now_ms();
+    let messages = link_stream(now as u64 ^ 0x11, 3000, now);
+    let mut oracle = Profiles::new(Setup::from_toml(LINKS).unwrap());
+    for (t, m) in &messages {
+        oracle.receive(t.as_bytes(), m.as_bytes(), now, Some(now));
+    }
+    let cut = messages.len() / 3 + (now as usize % (messages.len() / 3));
+    publish(&mut publisher, &messages[..cut]);
+    std::thread::sleep(std::time::Duration::from_millis(now as u64 % 200));
+    proc.kill9();
+    proc.restart();
+    publisher.wait_subscribed("tick", 4);
+    publish(&mut publisher, &messages);
+    fence(&mut publisher, &db.url, "fence6", now);
+    compare_links(&db.url, &oracle, &messages, now);
+    proc.stop();
+}

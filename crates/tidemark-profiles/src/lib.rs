@@ -13,9 +13,10 @@
 #![warn(missing_docs)]
 
 pub mod intake;
+mod links;
 mod worker;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -354,15 +355,9 @@ async fn define(c: &Client, config: &Config) -> Result<Layout, ProfilesError> {
     let counters = counters
         .iter()
         .map(|(_, name, event, half_life)| {
-            config
-                .counters
-                .iter()
-                .any(|d| &d.name == name)
-                .then(|| {
-                    let ti = config.types.iter().position(|t| t == event)?;
-                    Some((ti, *half_life))
-                })
-                .flatten()
+            let configured = config.counters.iter().any(|d| &d.name == name);
+            let ti = config.types.iter().position(|t| t == event);
+            (ti.filter(|_| configured), *half_life)
         })
         .collect();
     Ok(Layout {
@@ -374,14 +369,38 @@ async fn define(c: &Client, config: &Config) -> Result<Layout, ProfilesError> {
     })
 }
 
+/// A batch in flight: first its link-carrying events (one transaction on the
+/// coordinator's connection), then the rest, routed by person once the links
+/// are committed, per worker until each part commits.
+struct Inflight {
+    links: Option<Vec<Event>>,
+    rest: Vec<Event>,
+    /// Duplicates within the batch and stale copies, committed with part 0.
+    judged: BTreeMap<&'static str, i64>,
+    parts: Option<Vec<Option<Work>>>,
+    trail_from: Option<i64>,
+}
+
+impl Inflight {
+    fn events(&self) -> impl Iterator<Item = &Event> {
+        let parts = self
+            .parts
+            .iter()
+            .flatten()
+            .flatten()
+            .flat_map(|w| &w.events);
+        self.links.iter().flatten().chain(&self.rest).chain(parts)
+    }
+}
+
 struct Process {
     config: Config,
     layout: Layout,
     workers: Vec<Worker>,
     /// Accepted events not yet in a batch, in arrival order.
     pending: Vec<Event>,
-    /// The batch being applied: per worker, its work until committed.
-    inflight: Option<Vec<Option<Work>>>,
+    /// The batch being applied.
+    inflight: Option<Inflight>,
     /// Clock and reference as they stand (saved every STATUS_EVERY).
     saved: Saved,
     tally: Tally,
@@ -404,36 +423,67 @@ impl Process {
 
     /// Events accepted and not yet committed.
     fn held(&self) -> usize {
-        self.pending.len()
-            + self
-                .inflight
-                .iter()
-                .flatten()
-                .flatten()
-                .map(|w| w.events.len())
-                .sum::<usize>()
+        self.pending.len() + self.inflight.as_ref().map_or(0, |i| i.events().count())
     }
 
-    fn bucket(&self, key: impl Hash) -> usize {
-        (self.hasher.hash_one(key) % self.workers.len() as u64) as usize
-    }
-
-    /// Forms the next batch if none is in flight, then applies every part not
-    /// yet committed, concurrently. A part that fails stays for the retry.
+    /// Forms the next batch if none is in flight; applies its links, then
+    /// routes the rest by person and applies every part not yet committed,
+    /// concurrently. What fails stays for the retry; what committed stays so.
     async fn step(&mut self, main: &mut Client, url: &str) -> Result<(), ProfilesError> {
         if self.inflight.is_none() {
             let n = self.pending.len().min(self.config.batch_events);
             let events: Vec<Event> = self.pending.drain(..n).collect();
-            let works = self.split(events);
-            self.inflight = Some(works.into_iter().map(Some).collect());
+            self.inflight = Some(self.judge(events));
         }
         self.ensure_partitions(main).await?;
+        let inflight = self.inflight.as_mut().expect("formed above");
+        if let Some(links) = &inflight.links {
+            let caps = links::Caps {
+                max_ids: self.config.max_ids,
+                blocklist_after: self.config.blocklist_after.min(i32::MAX as u64) as i32,
+            };
+            let row = self.workers.len() as i16;
+            let counts =
+                links::apply(main, &self.layout, caps, links, inflight.trail_from, row).await?;
+            for (k, v) in counts {
+                *self.run_counts.entry(k.to_owned()).or_default() += v;
+            }
+            inflight.links = None;
+        }
+        if inflight.parts.is_none() {
+            let rest = std::mem::take(&mut inflight.rest);
+            let primaries: Vec<&str> = rest
+                .iter()
+                .filter_map(|e| e.ids.primary().map(|i| i.as_str()))
+                .collect();
+            let person: HashMap<String, i64> = store::persons_of(&*main, &primaries)
+                .await?
+                .into_iter()
+                .collect();
+            let mut works: Vec<Work> = (0..self.workers.len()).map(|_| Work::default()).collect();
+            for e in rest {
+                // By person: two identifiers of one bridged person go to one worker.
+                let w = match e.ids.primary().map(|i| i.as_str()) {
+                    Some(id) => match person.get(id) {
+                        Some(p) => bucket(&self.hasher, self.workers.len(), p),
+                        None => bucket(&self.hasher, self.workers.len(), id),
+                    },
+                    None => bucket(&self.hasher, self.workers.len(), e.txid.as_str()),
+                };
+                works[w].events.push(e);
+            }
+            for w in &mut works {
+                w.trail_from = inflight.trail_from;
+            }
+            works[0].counts = std::mem::take(&mut inflight.judged);
+            inflight.parts = Some(works.into_iter().map(Some).collect());
+        }
         for w in &mut self.workers {
             if w.client.as_ref().is_none_or(|c| c.is_closed()) {
                 w.client = tidemark_store::connect(url).await.ok();
             }
         }
-        let works = self.inflight.as_mut().expect("formed above");
+        let works = inflight.parts.as_mut().expect("routed above");
         let layout = &self.layout;
         let results = futures_util::future::join_all(
             self.workers
@@ -446,9 +496,9 @@ impl Process {
         let mut error = None;
         for (i, r) in results {
             match r {
-                Ok(()) => {
-                    let work = works[i].take().expect("applied once");
-                    for (k, v) in work.counts {
+                Ok(counts) => {
+                    works[i] = None;
+                    for (k, v) in counts {
                         *self.run_counts.entry(k.to_owned()).or_default() += v;
                     }
                 }
@@ -464,17 +514,16 @@ impl Process {
         }
     }
 
-    /// Drops later copies within the batch and stale copies, and routes each
-    /// event to the worker of the person it counts for.
-    fn split(&mut self, events: Vec<Event>) -> Vec<Work> {
-        let mut works: Vec<Work> = (0..self.workers.len()).map(|_| Work::default()).collect();
+    /// Drops later copies within the batch and stale copies, and sets apart
+    /// the events that carry several identifiers (they may link persons).
+    fn judge(&self, events: Vec<Event>) -> Inflight {
         let stale_before = self
             .saved
             .clock_ms
             .map(|c| c - self.config.dedup.as_millis() as i64);
-        let trail_from = self.trail_from();
         let mut seen = HashSet::with_capacity(events.len());
         let (mut duplicate, mut stale) = (0, 0);
+        let (mut links, mut rest) = (Vec::new(), Vec::new());
         for e in events {
             if stale_before.is_some_and(|s| e.created < s) {
                 stale += 1;
@@ -484,18 +533,19 @@ impl Process {
                 duplicate += 1;
                 continue;
             }
-            let w = match e.ids.primary() {
-                Some(id) => self.bucket(id.as_str()),
-                None => self.bucket(e.txid.as_str()),
-            };
-            works[w].events.push(e);
+            if e.ids.ids.len() > 1 {
+                links.push(e);
+            } else {
+                rest.push(e);
+            }
         }
-        for w in &mut works {
-            w.trail_from = trail_from;
+        Inflight {
+            links: (!links.is_empty()).then_some(links),
+            rest,
+            judged: BTreeMap::from([("duplicate", duplicate), ("stale", stale)]),
+            parts: None,
+            trail_from: self.trail_from(),
         }
-        works[0].counts.insert("duplicate", duplicate);
-        works[0].counts.insert("stale", stale);
-        works
     }
 
     /// Events at or after this get trail rows: their day is kept.
@@ -506,12 +556,12 @@ impl Process {
     }
 
     async fn ensure_partitions(&mut self, main: &Client) -> Result<(), ProfilesError> {
-        let Some(works) = &self.inflight else {
+        let Some(inflight) = &self.inflight else {
             return Ok(());
         };
         let mut seen = BTreeSet::new();
         let mut trail = BTreeSet::new();
-        for e in works.iter().flatten().flat_map(|w| &w.events) {
+        for e in inflight.events() {
             seen.insert(day_of(e.created));
             if self.config.trail.is_some() {
                 trail.insert(day_of(e.ts));
@@ -586,6 +636,15 @@ impl Process {
             }
         }
     }
+}
+
+/// The worker of a key (a person, or an identifier or txid without one).
+fn bucket(
+    hasher: &std::collections::hash_map::RandomState,
+    workers: usize,
+    key: impl Hash,
+) -> usize {
+    (hasher.hash_one(key) % workers as u64) as usize
 }
 
 /// The start of the UTC day holding `ms`.

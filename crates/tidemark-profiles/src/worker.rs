@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use tidemark_profile::Decayed;
-use tidemark_store::profiles::{self, StoredPerson, TrailRow};
+use tidemark_store::profiles::{self, StoredId, StoredPerson, TrailRow};
 use tidemark_store::StoreError;
 use tokio_postgres::Client;
 
@@ -21,9 +21,9 @@ pub struct Layout {
     pub type_names: Vec<String>,
     /// Stored types in all (array length).
     pub types: usize,
-    /// Per stored counter position - 1: `(configured type index, half-life)`,
-    /// or `None` for a stored counter this run does not configure.
-    pub counters: Vec<Option<(usize, i64)>>,
+    /// Per stored counter position - 1: the configured type index it counts
+    /// (`None` for a stored counter this run does not configure) and its half-life.
+    pub counters: Vec<(Option<usize>, i64)>,
     /// `1/rate` (SPEC 11).
     pub weight: f64,
 }
@@ -49,8 +49,13 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Applies `work` in one transaction; on error nothing of it is committed.
-    pub async fn apply(&mut self, layout: &Layout, work: &Work) -> Result<(), StoreError> {
+    /// Applies `work` in one transaction; on error nothing of it is
+    /// committed. Returns the counts it committed.
+    pub async fn apply(
+        &mut self,
+        layout: &Layout,
+        work: &Work,
+    ) -> Result<BTreeMap<&'static str, i64>, StoreError> {
         let client = match &mut self.client {
             Some(c) if !c.is_closed() => c,
             _ => {
@@ -95,76 +100,143 @@ impl Worker {
                 .push(e);
         }
 
-        let stored: HashMap<String, (i64, StoredPerson)> = profiles::load(&tx, &order)
+        // Group by person: two identifiers of one (bridged) person share a
+        // row, so they must be folded into one state, never written twice.
+        let stored: HashMap<String, StoredId> = profiles::load(&tx, &order)
             .await?
             .into_iter()
-            .map(|s| (s.id, (s.first_ts, s.person)))
+            .map(|s| (s.id.clone(), s))
             .collect();
+        let mut groups: Vec<(Option<StoredPerson>, Vec<&str>)> = Vec::new();
+        let mut group_of_person: HashMap<i64, usize> = HashMap::new();
+        for id in &order {
+            match stored.get(*id) {
+                Some(s) => {
+                    let g = *group_of_person.entry(s.person.person).or_insert_with(|| {
+                        groups.push((Some(s.person.clone()), Vec::new()));
+                        groups.len() - 1
+                    });
+                    groups[g].1.push(id);
+                }
+                None => groups.push((None, vec![id])),
+            }
+        }
         let (mut new_ids, mut new_first) = (Vec::new(), Vec::new());
         let (mut lowered, mut lowered_first) = (Vec::new(), Vec::new());
-        let mut persons = Vec::with_capacity(order.len());
+        let mut persons = Vec::with_capacity(groups.len());
         let mut trail = Vec::new();
-        for id in &order {
-            let evs = &events[id];
-            let earliest = evs.iter().map(|e| e.ts).min().expect("one event at least");
-            let mut p = match stored.get(*id) {
-                Some((first_ts, p)) => {
-                    if earliest < *first_ts {
+        for (known, ids) in groups {
+            let new = known.is_none();
+            let mut p = known.unwrap_or_default();
+            fit(&mut p, layout);
+            for id in &ids {
+                let evs = &events[id];
+                let earliest = evs.iter().map(|e| e.ts).min().expect("one event at least");
+                match stored.get(*id) {
+                    Some(s) if earliest < s.first_ts => {
                         lowered.push(*id);
                         lowered_first.push(earliest);
+                        see(&mut p, id, earliest);
                     }
-                    p.clone()
-                }
-                None => {
-                    new_ids.push(*id);
-                    new_first.push(earliest);
-                    StoredPerson {
-                        master: id.to_string(),
-                        size: 1,
-                        ..StoredPerson::default()
+                    Some(_) => {}
+                    None => {
+                        new_ids.push(*id);
+                        new_first.push(earliest);
+                        p.master = id.to_string();
+                        p.master_first = earliest;
+                        p.size = 1;
                     }
                 }
-            };
-            fit(&mut p, layout);
-            for e in evs {
-                count(&mut p, layout, e);
-                if work.trail_from.is_some_and(|from| e.ts >= from) {
-                    trail.push(TrailRow {
-                        id: id.to_string(),
-                        ts: e.ts,
-                        type_name: layout.type_names[e.type_index].clone(),
-                        txid: e.txid.as_str().to_owned(),
-                        ids: e
-                            .ids
-                            .sorted()
-                            .iter()
-                            .map(|i| i.as_str().to_owned())
-                            .collect(),
-                    });
+                for e in evs {
+                    count(&mut p, layout, e);
+                    if work.trail_from.is_some_and(|from| e.ts >= from) {
+                        trail.push(trail_row(layout, id, e));
+                    }
                 }
             }
-            persons.push(p);
+            persons.push((new, p));
         }
+        // New identifiers here are each a new person, in `persons` order.
         let numbers = profiles::insert_ids(&tx, &new_ids, &new_first).await?;
         let mut numbers = numbers.into_iter();
-        for (id, p) in order.iter().zip(persons.iter_mut()) {
-            if !stored.contains_key(*id) {
+        for (new, p) in persons.iter_mut() {
+            if *new {
                 p.person = numbers.next().expect("one number per new identifier");
             }
         }
+        let persons: Vec<StoredPerson> = persons.into_iter().map(|(_, p)| p).collect();
         profiles::lower_first_ts(&tx, &lowered, &lowered_first).await?;
         profiles::upsert_persons(&tx, &persons, layout.counters.len(), layout.types).await?;
         profiles::insert_trail(&tx, &trail).await?;
-        let counts: Vec<(String, i64)> =
-            counts.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-        profiles::add_counts(&tx, self.index, &counts).await?;
+        let rows: Vec<(String, i64)> = counts.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        profiles::add_counts(&tx, self.index, &rows).await?;
         tx.commit().await?;
-        Ok(())
+        Ok(counts)
     }
 }
 
+/// A trail row: the event under the identifier it counted for.
+pub(crate) fn trail_row(layout: &Layout, id: &str, e: &Event) -> TrailRow {
+    TrailRow {
+        id: id.to_owned(),
+        ts: e.ts,
+        type_name: layout.type_names[e.type_index].clone(),
+        txid: e.txid.as_str().to_owned(),
+        ids: e
+            .ids
+            .sorted()
+            .iter()
+            .map(|i| i.as_str().to_owned())
+            .collect(),
+    }
+}
+
+/// Notes that identifier `id` of the person was first seen at `first`: the
+/// master is the identifier with the smallest (first ts, identifier).
+pub(crate) fn see(p: &mut StoredPerson, id: &str, first: i64) {
+    if (first, id) < (p.master_first, p.master.as_str()) {
+        p.master = id.to_owned();
+        p.master_first = first;
+    }
+}
+
+/// Adds person `b` into `a` exactly: counters decayed to a common reference
+/// and summed, counts summed, first and last widened, sizes added, master by
+/// the rule (SPEC 11).
+pub(crate) fn merge(a: &mut StoredPerson, b: &StoredPerson, layout: &Layout) {
+    for (i, def) in layout.counters.iter().enumerate() {
+        let x = Decayed {
+            value: a.values[i],
+            reference: a.refs[i],
+        };
+        let y = Decayed {
+            value: b.values[i],
+            reference: b.refs[i],
+        };
+        let m = x.merge(&y, def.1);
+        a.values[i] = m.value;
+        a.refs[i] = m.reference;
+    }
+    for j in 0..layout.types {
+        if b.counts[j] == 0 {
+            continue;
+        }
+        if a.counts[j] == 0 {
+            a.firsts[j] = b.firsts[j];
+            a.lasts[j] = b.lasts[j];
+        } else {
+            a.firsts[j] = a.firsts[j].min(b.firsts[j]);
+            a.lasts[j] = a.lasts[j].max(b.lasts[j]);
+        }
+        a.counts[j] += b.counts[j];
+    }
+    a.size += b.size;
+    let (master, first) = (b.master.clone(), b.master_first);
+    see(a, &master, first);
+}
+
 /// Pads a stored person's arrays to the current definitions.
-fn fit(p: &mut StoredPerson, layout: &Layout) {
+pub(crate) fn fit(p: &mut StoredPerson, layout: &Layout) {
     let k = layout.counters.len();
     p.values.resize(k, 0.0);
     p.refs.resize(k, 0);
@@ -175,7 +247,7 @@ fn fit(p: &mut StoredPerson, layout: &Layout) {
 
 /// Counts one event for a person: its type's count, first and last, and
 /// every counter of its type (SPEC 11).
-fn count(p: &mut StoredPerson, layout: &Layout, e: &Event) {
+pub(crate) fn count(p: &mut StoredPerson, layout: &Layout, e: &Event) {
     let j = layout.type_pos[e.type_index] as usize - 1;
     if p.counts[j] == 0 {
         p.firsts[j] = e.ts;
@@ -186,7 +258,7 @@ fn count(p: &mut StoredPerson, layout: &Layout, e: &Event) {
     }
     p.counts[j] += 1;
     for (i, def) in layout.counters.iter().enumerate() {
-        if let Some((type_index, half_life)) = def {
+        if let (Some(type_index), half_life) = def {
             if *type_index == e.type_index {
                 let mut c = Decayed {
                     value: p.values[i],

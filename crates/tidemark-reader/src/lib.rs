@@ -147,7 +147,8 @@ struct Definitions {
 }
 
 const GET: &str =
-    "SELECT p.master, p.size, p.counter_values, p.counter_refs, p.counts, p.firsts, p.lasts
+    "SELECT p.master, p.size, p.counter_values, p.counter_refs, p.counts, p.firsts, p.lasts,
+            i.blocklisted_at IS NOT NULL
      FROM unnest($1::text[]) WITH ORDINALITY AS q(id, n)
      LEFT JOIN tidemark.profile_ids i ON i.id = q.id
      LEFT JOIN tidemark.profiles p ON p.person = i.person
@@ -325,7 +326,7 @@ fn profile(id: &str, r: &tokio_postgres::Row, defs: &Definitions, at: i64) -> Pr
         id: id.to_owned(),
         master: master.unwrap_or_else(|| id.to_owned()),
         size: size.map_or(1, i64::from),
-        blocklisted: false,
+        blocklisted: r.get::<_, Option<bool>>(7).unwrap_or(false),
         at,
         counters,
         types,

@@ -615,6 +615,11 @@ impl Profiles {
             .collect()
     }
 
+    /// Refusals charged so far, per identifier charged at least once.
+    pub fn refusals(&self) -> Vec<(String, u64)> {
+        self.refusals.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
     /// The identifiers of the person holding `id` (just `id` when unknown), sorted.
     pub fn person(&self, id: &str) -> Vec<String> {
         match self.person_of.get(id) {

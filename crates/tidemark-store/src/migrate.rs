@@ -38,6 +38,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "profiles",
         include_str!("../../../sql/V0007__profiles.sql"),
     ),
+    (
+        8,
+        "bridging",
+        include_str!("../../../sql/V0008__bridging.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.

@@ -332,6 +332,8 @@ pub struct StoredPerson {
     pub firsts: Vec<i64>,
     /// Last `ts` per type (0 when none).
     pub lasts: Vec<i64>,
+    /// The master's first `ts` (loaded, not a column: the master rule).
+    pub master_first: i64,
 }
 
 /// An identifier as stored, with its person.
@@ -341,12 +343,16 @@ pub struct StoredId {
     pub id: String,
     /// Earliest `ts` of an event carrying it.
     pub first_ts: i64,
+    /// Refusals charged to it.
+    pub refusals: i32,
+    /// Whether it is blocklisted.
+    pub blocklisted: bool,
     /// Its person.
     pub person: StoredPerson,
 }
 
-const PERSON_COLUMNS: &str =
-    "p.person, p.master, p.size, p.counter_values, p.counter_refs, p.counts, p.firsts, p.lasts";
+const PERSON_COLUMNS: &str = "p.person, p.master, p.size, p.counter_values, p.counter_refs, \
+     p.counts, p.firsts, p.lasts, m.first_ts";
 
 fn person_from(r: &tokio_postgres::Row, at: usize) -> StoredPerson {
     StoredPerson {
@@ -358,6 +364,7 @@ fn person_from(r: &tokio_postgres::Row, at: usize) -> StoredPerson {
         counts: r.get(at + 5),
         firsts: r.get(at + 6),
         lasts: r.get(at + 7),
+        master_first: r.get(at + 8),
     }
 }
 
@@ -366,8 +373,9 @@ pub async fn load(c: &impl GenericClient, ids: &[&str]) -> Result<Vec<StoredId>,
     let rows = c
         .query(
             &format!(
-                "SELECT i.id, i.first_ts, {PERSON_COLUMNS}
+                "SELECT i.id, i.first_ts, i.refusals, i.blocklisted_at IS NOT NULL, {PERSON_COLUMNS}
                  FROM tidemark.profile_ids i JOIN tidemark.profiles p USING (person)
+                 JOIN tidemark.profile_ids m ON m.id = p.master
                  WHERE i.id = ANY($1)"
             ),
             &[&ids],
@@ -378,9 +386,134 @@ pub async fn load(c: &impl GenericClient, ids: &[&str]) -> Result<Vec<StoredId>,
         .map(|r| StoredId {
             id: r.get(0),
             first_ts: r.get(1),
-            person: person_from(r, 2),
+            refusals: r.get(2),
+            blocklisted: r.get(3),
+            person: person_from(r, 4),
         })
         .collect())
+}
+
+/// The persons of the stored identifiers among `ids`: `(id, person)`.
+pub async fn persons_of(
+    c: &impl GenericClient,
+    ids: &[&str],
+) -> Result<Vec<(String, i64)>, StoreError> {
+    let rows = c
+        .query(
+            "SELECT id, person FROM tidemark.profile_ids WHERE id = ANY($1)",
+            &[&ids],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// `n` fresh person numbers (a sequence: numbers of a rolled-back batch are
+/// skipped, never reused).
+pub async fn new_persons(tx: &Transaction<'_>, n: usize) -> Result<Vec<i64>, StoreError> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let rows = tx
+        .query(
+            "SELECT nextval('tidemark.profile_person_seq') FROM generate_series(1, $1)",
+            &[&(n as i32)],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// An identifier row to write whole (new) or update (known).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdRow {
+    /// The identifier.
+    pub id: String,
+    /// Its person.
+    pub person: i64,
+    /// Earliest `ts` of an event carrying it.
+    pub first_ts: i64,
+    /// Refusals charged to it.
+    pub refusals: i32,
+    /// Whether it is blocklisted (the time is set when it first becomes so).
+    pub blocklisted: bool,
+}
+
+/// Inserts or updates identifier rows.
+pub async fn upsert_ids(tx: &Transaction<'_>, rows: &[IdRow]) -> Result<(), StoreError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let id: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+    let person: Vec<i64> = rows.iter().map(|r| r.person).collect();
+    let first: Vec<i64> = rows.iter().map(|r| r.first_ts).collect();
+    let refusals: Vec<i32> = rows.iter().map(|r| r.refusals).collect();
+    let blocklisted: Vec<bool> = rows.iter().map(|r| r.blocklisted).collect();
+    tx.execute(
+        "INSERT INTO tidemark.profile_ids AS i (id, person, first_ts, refusals, blocklisted_at)
+         SELECT id, person, first_ts, refusals, CASE WHEN b THEN now() END
+         FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::bool[])
+              AS u(id, person, first_ts, refusals, b)
+         ON CONFLICT (id) DO UPDATE SET person = EXCLUDED.person, first_ts = EXCLUDED.first_ts,
+             refusals = EXCLUDED.refusals,
+             blocklisted_at = coalesce(i.blocklisted_at, EXCLUDED.blocklisted_at)",
+        &[&id, &person, &first, &refusals, &blocklisted],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Moves every identifier of each absorbed person to its survivor, and
+/// deletes the absorbed persons' rows: at most `max_ids` rows per merge.
+pub async fn absorb(
+    tx: &Transaction<'_>,
+    absorbed: &[i64],
+    into: &[i64],
+) -> Result<(), StoreError> {
+    if absorbed.is_empty() {
+        return Ok(());
+    }
+    tx.execute(
+        "UPDATE tidemark.profile_ids i SET person = m.w
+         FROM unnest($1::bigint[], $2::bigint[]) AS m(l, w) WHERE i.person = m.l",
+        &[&absorbed, &into],
+    )
+    .await?;
+    tx.execute(
+        "DELETE FROM tidemark.profiles WHERE person = ANY($1)",
+        &[&absorbed],
+    )
+    .await?;
+    Ok(())
+}
+
+/// One merge, for `tidemark.profile_merges`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Merge {
+    /// The causing event's `ts`.
+    pub ts: i64,
+    /// Its txid.
+    pub txid: String,
+    /// The surviving master.
+    pub master: String,
+    /// The absorbed person's master.
+    pub absorbed: String,
+}
+
+/// Appends merges to the log.
+pub async fn log_merges(tx: &Transaction<'_>, merges: &[Merge]) -> Result<(), StoreError> {
+    if merges.is_empty() {
+        return Ok(());
+    }
+    let ts: Vec<i64> = merges.iter().map(|m| m.ts).collect();
+    let txid: Vec<&str> = merges.iter().map(|m| m.txid.as_str()).collect();
+    let master: Vec<&str> = merges.iter().map(|m| m.master.as_str()).collect();
+    let absorbed: Vec<&str> = merges.iter().map(|m| m.absorbed.as_str()).collect();
+    tx.execute(
+        "INSERT INTO tidemark.profile_merges (ts, txid, master, absorbed)
+         SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[])",
+        &[&ts, &txid, &master, &absorbed],
+    )
+    .await?;
+    Ok(())
 }
 
 /// New identifiers, each a new person; returns each one's person number, in order.
