@@ -70,9 +70,23 @@ CREATE TABLE tidemark.profile_trail (
     ts   bigint NOT NULL,
     type text   NOT NULL,
     txid text   NOT NULL,
-    ids  text[] NOT NULL
+    -- NULL when the list is in profile_trail_wide (below).
+    ids  text[]
 ) PARTITION BY RANGE (ts);
 CREATE INDEX profile_trail_id_ts ON tidemark.profile_trail (id, ts) INCLUDE (type, txid, ids);
+
+-- An event may carry more identifiers than one index entry holds (SPEC 11
+-- bounds each, not their number): its trail row then has `ids` NULL and the
+-- list lives here, so a hostile but valid event can never stop the process.
+-- Rows leave with their day.
+CREATE TABLE tidemark.profile_trail_wide (
+    id   text   NOT NULL,
+    ts   bigint NOT NULL,
+    type text   NOT NULL,
+    txid text   NOT NULL,
+    ids  text[] NOT NULL,
+    PRIMARY KEY (id, ts, type, txid)
+);
 
 -- The process that owns the database, its clock and max_future reference.
 CREATE TABLE tidemark.profile_process (

@@ -567,7 +567,8 @@ impl Process {
                 trail.insert(day_of(e.ts));
             }
         }
-        let trail_from = self.trail_from().unwrap_or(i64::MAX);
+        // The batch's own horizon: the clock may have moved since it was judged.
+        let trail_from = inflight.trail_from.unwrap_or(i64::MAX);
         for d in seen {
             if !self.seen_days.contains(&d) {
                 store::create_partition(main, Daily::Seen, d).await?;

@@ -156,8 +156,12 @@ const GET: &str =
 
 /// The identifiers of the person holding `$1` (or `$1` alone), then the
 /// trail: `id = ANY(...)` on the `(id, ts)` index is one range scan per
-/// identifier, in each day's partition the `ts` range keeps.
-pub const TRAIL_QUERY: &str = "SELECT t.type, t.txid, t.ts, t.ids FROM tidemark.profile_trail t
+/// identifier, in each day's partition the `ts` range keeps. Only the rare
+/// row whose identifier list was too long for the index looks elsewhere.
+pub const TRAIL_QUERY: &str = "SELECT t.type, t.txid, t.ts,
+            coalesce(t.ids, (SELECT w.ids FROM tidemark.profile_trail_wide w
+                             WHERE w.id = t.id AND w.ts = t.ts AND w.type = t.type AND w.txid = t.txid))
+     FROM tidemark.profile_trail t
      WHERE t.id = ANY(coalesce(
                (SELECT array_agg(o.id) FROM tidemark.profile_ids me
                 JOIN tidemark.profile_ids o ON o.person = me.person WHERE me.id = $1),

@@ -277,7 +277,8 @@ pub async fn create_partition(c: &Client, which: Daily, day_ms: i64) -> Result<(
     Ok(())
 }
 
-/// Drops the partition of the day starting at `day_ms` (idempotent).
+/// Drops the partition of the day starting at `day_ms` (idempotent), and
+/// for trails that day's wide identifier lists.
 pub async fn drop_partition(c: &Client, which: Daily, day_ms: i64) -> Result<(), StoreError> {
     c.batch_execute(&format!(
         "DROP TABLE IF EXISTS tidemark.{}_{}",
@@ -285,6 +286,13 @@ pub async fn drop_partition(c: &Client, which: Daily, day_ms: i64) -> Result<(),
         day_ms / DAY_MS
     ))
     .await?;
+    if which == Daily::Trail {
+        c.execute(
+            "DELETE FROM tidemark.profile_trail_wide WHERE ts >= $1 AND ts < $2",
+            &[&day_ms, &(day_ms + DAY_MS)],
+        )
+        .await?;
+    }
     Ok(())
 }
 
@@ -623,33 +631,53 @@ pub struct TrailRow {
     pub ids: Vec<String>,
 }
 
+/// Identifier lists longer than this (bytes, with per-element overhead) go
+/// to `profile_trail_wide`: a B-tree entry holds about 2.7 kB.
+const WIDE_IDS_BYTES: usize = 1500;
+
 /// Appends trail rows (their days' partitions exist).
 pub async fn insert_trail(tx: &Transaction<'_>, rows: &[TrailRow]) -> Result<(), StoreError> {
     if rows.is_empty() {
         return Ok(());
     }
-    // The identifiers of all rows, flattened, sliced back per row by offsets.
+    // The identifiers of all rows, flattened, sliced back per row by offsets;
+    // a wide row's slice is empty and its list is written apart (NULL here).
     let mut id = Vec::with_capacity(rows.len());
     let mut ts = Vec::with_capacity(rows.len());
     let mut ty = Vec::with_capacity(rows.len());
     let mut txid = Vec::with_capacity(rows.len());
     let (mut all, mut from, mut to) = (Vec::new(), Vec::new(), Vec::new());
+    let mut wide = Vec::new();
     for r in rows {
         id.push(r.id.as_str());
         ts.push(r.ts);
         ty.push(r.type_name.as_str());
         txid.push(r.txid.as_str());
+        if r.ids.iter().map(|i| i.len() + 8).sum::<usize>() > WIDE_IDS_BYTES {
+            from.push(0);
+            to.push(0);
+            wide.push(r);
+            continue;
+        }
         from.push(all.len() as i32 + 1);
         all.extend(r.ids.iter().map(String::as_str));
         to.push(all.len() as i32);
     }
     tx.execute(
         "INSERT INTO tidemark.profile_trail (id, ts, type, txid, ids)
-         SELECT u.id, u.ts, u.ty, u.txid, ($5::text[])[u.a : u.b]
+         SELECT u.id, u.ts, u.ty, u.txid, CASE WHEN u.a > 0 THEN ($5::text[])[u.a : u.b] END
          FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $6::int[], $7::int[])
               AS u(id, ts, ty, txid, a, b)",
         &[&id, &ts, &ty, &txid, &all, &from, &to],
     )
     .await?;
+    for r in wide {
+        tx.execute(
+            "INSERT INTO tidemark.profile_trail_wide (id, ts, type, txid, ids)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+            &[&r.id, &r.ts, &r.type_name, &r.txid, &r.ids],
+        )
+        .await?;
+    }
     Ok(())
 }
