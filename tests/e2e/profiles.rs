@@ -890,7 +890,7 @@ fn an_event_carrying_many_long_identifiers_never_wedges_the_process() {
         &format!(r#""user": "wide", {ids}"#),
     );
     let single = Txid::new(0x31df, now as u64);
-    publisher.event("click", &single, now, &format!(r#"{ids}"#));
+    publisher.event("click", &single, now, &ids);
     fence(&mut publisher, &db.url, "fence8", now);
     let p = profile_get(&db.url, &["user:wide"], now);
     // The click's identifiers were linked by the impression: one person.
