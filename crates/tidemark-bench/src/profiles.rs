@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tidemark_market::Zipf;
 use tidemark_reader::Reader;
 use tidemark_store::Cluster;
 use tidemark_wire::Txid;
@@ -45,30 +46,6 @@ impl Rng {
     }
     fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// Person ranks drawn with P(rank k) ∝ 1/k^s, by inverse CDF.
-pub struct Zipf {
-    cdf: Vec<f64>,
-}
-
-impl Zipf {
-    pub fn new(persons: usize, s: f64) -> Zipf {
-        let mut cdf = Vec::with_capacity(persons);
-        let mut total = 0.0;
-        for k in 1..=persons {
-            total += 1.0 / (k as f64).powf(s);
-            cdf.push(total);
-        }
-        for c in &mut cdf {
-            *c /= total;
-        }
-        Zipf { cdf }
-    }
-    fn draw(&self, rng: &mut Rng) -> usize {
-        let u = rng.unit();
-        self.cdf.partition_point(|c| *c < u)
     }
 }
 
@@ -112,7 +89,7 @@ fn publisher(
                     u128::from(rng.next()) << 16 | u128::from(n as u16),
                     now as u64,
                 );
-                let person = zipf.draw(&mut rng);
+                let person = zipf.rank(rng.unit());
                 payload.clear();
                 use std::fmt::Write;
                 let _ = write!(
@@ -289,7 +266,7 @@ pub async fn reads(url: &str, samples: usize, persons: usize, label: &str) -> an
         reader.get(&["user:p1"], at).await?;
         for _ in 0..samples {
             let ids: Vec<String> = (0..batch)
-                .map(|_| format!("user:p{}", zipf.draw(&mut rng)))
+                .map(|_| format!("user:p{}", zipf.rank(rng.unit())))
                 .collect();
             let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
             let t = Instant::now();

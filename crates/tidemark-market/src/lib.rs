@@ -12,7 +12,7 @@ pub mod market;
 pub mod proxy;
 pub mod publisher;
 
-pub use market::{Market, MarketConfig, Out};
+pub use market::{Market, MarketConfig, Out, Zipf};
 pub use publisher::{publish, PublishError, PublishOptions, PublishReport, Source};
 
 /// Wall time in milliseconds since the Unix epoch: where a market's event

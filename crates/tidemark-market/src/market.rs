@@ -123,6 +123,39 @@ const EXCHANGES: [&str; 5] = ["adx", "mopub", "unity", "applovin", "inmobi"];
 const OSES: [&str; 3] = ["android", "ios", "other"];
 const SIZES: [&str; 4] = ["320x50", "300x250", "728x90", "interstitial"];
 
+/// Ranks `0..n` drawn with P(rank k) ∝ 1/(k+1)^s, by inverse CDF: who is
+/// active how often (persons, in the market and the benchmarks).
+#[derive(Debug, Clone, Default)]
+pub struct Zipf {
+    cdf: Vec<f64>,
+}
+
+impl Zipf {
+    /// `n` ranks with exponent `s`.
+    pub fn new(n: usize, s: f64) -> Zipf {
+        let mut cdf = Vec::with_capacity(n);
+        let mut total = 0.0;
+        for k in 1..=n {
+            total += (k as f64).powf(-s);
+            cdf.push(total);
+        }
+        cdf.iter_mut().for_each(|c| *c /= total);
+        Zipf { cdf }
+    }
+
+    /// The rank at `u` in `[0, 1)`.
+    pub fn rank(&self, u: f64) -> usize {
+        self.cdf
+            .partition_point(|c| *c < u)
+            .min(self.cdf.len().saturating_sub(1))
+    }
+
+    /// Whether there are no ranks.
+    pub fn is_empty(&self) -> bool {
+        self.cdf.is_empty()
+    }
+}
+
 /// A deterministic generator of transactions' events in send order.
 pub struct Market {
     cfg: MarketConfig,
@@ -134,7 +167,7 @@ pub struct Market {
     app_effect: Vec<f32>,
     campaign_effect: Vec<f32>,
     /// Persons' activity CDF and their click and install logit offsets.
-    person_cdf: Vec<f64>,
+    person_cdf: Zipf,
     person_click: Vec<f32>,
     person_install: Vec<f32>,
     /// Transactions generated so far.
@@ -149,13 +182,7 @@ impl Market {
         let campaign_effect = (0..CAMPAIGNS)
             .map(|_| rng.random_range(-1.0f32..1.0))
             .collect();
-        let mut person_cdf = Vec::with_capacity(cfg.persons as usize);
-        let mut total = 0.0;
-        for k in 1..=cfg.persons {
-            total += f64::from(k).powf(-cfg.person_skew);
-            person_cdf.push(total);
-        }
-        person_cdf.iter_mut().for_each(|c| *c /= total);
+        let person_cdf = Zipf::new(cfg.persons as usize, cfg.person_skew);
         let person_click = (0..cfg.persons)
             .map(|_| rng.random_range(-1.5f32..1.5))
             .collect();
@@ -245,11 +272,7 @@ impl Market {
         let (person, click_bias, install_bias) = if self.person_cdf.is_empty() {
             (u32::MAX, 0.0, 0.0)
         } else {
-            let u: f64 = self.rng.random();
-            let k = self
-                .person_cdf
-                .partition_point(|c| *c < u)
-                .min(self.person_cdf.len() - 1);
+            let k = self.person_cdf.rank(self.rng.random());
             (
                 k as u32,
                 f64::from(self.person_click[k]),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tidemark_profile::{Config, Identities};
 use tidemark_shard::clock::{EventClock, Socket};
-use tidemark_shard::intake::{subscriptions, wall_ms};
+use tidemark_shard::intake::{read_rest, subscriptions, wall_ms, RejectLog};
 use tidemark_wire::{Decoder, Message, Reject, Txid};
 use tokio::sync::mpsc;
 
@@ -120,7 +120,7 @@ pub fn spawn(
         chunk: Chunk::default(),
         started: Instant::now(),
         out,
-        logged: Vec::new(),
+        log: RejectLog::default(),
     };
     std::thread::Builder::new()
         .name("profile-intake".into())
@@ -144,7 +144,7 @@ struct Intake {
     chunk: Chunk,
     started: Instant,
     out: mpsc::Sender<Chunk>,
-    logged: Vec<(&'static str, Instant)>,
+    log: RejectLog,
 }
 
 impl Intake {
@@ -216,7 +216,8 @@ impl Intake {
                 let limit = self.reference() + self.max_future;
                 if created > limit || e.ts > limit {
                     self.count("future");
-                    self.log_reason("future", topic, "txid or ts beyond max_future");
+                    self.log
+                        .log("future", topic, "txid or ts beyond max_future");
                     return;
                 }
                 self.chunk.events.push(Event {
@@ -230,7 +231,7 @@ impl Intake {
             Ok(Message::Tick(t)) => {
                 if t.ts > self.reference() + self.max_future {
                     self.count("future_tick");
-                    self.log_reason("future_tick", topic, "a tick too far ahead");
+                    self.log.log("future_tick", topic, "a tick too far ahead");
                     return;
                 }
                 if self.newest_tick.is_none_or(|n| t.ts > n) {
@@ -245,7 +246,7 @@ impl Intake {
             }
             Err(r) => {
                 self.count(&format!("rejected_{}", r.reason()));
-                self.log_reason(r.reason(), topic, &r.to_string());
+                self.log.log(r.reason(), topic, &r.to_string());
             }
         }
     }
@@ -290,43 +291,4 @@ impl Intake {
             }
         }
     }
-
-    fn log_reason(&mut self, reason: &'static str, topic: &[u8], what: &str) {
-        let now = Instant::now();
-        match self.logged.iter_mut().find(|(n, _)| *n == reason) {
-            Some((_, at)) if now.duration_since(*at) < Duration::from_secs(10) => return,
-            Some((_, at)) => *at = now,
-            None => self.logged.push((reason, now)),
-        }
-        let shown = String::from_utf8_lossy(&topic[..topic.len().min(64)]).into_owned();
-        tracing::warn!(
-            reason,
-            "rejected a message ({what}), topic {shown:?}; repeats of this reason are logged at most every 10s"
-        );
-    }
-}
-
-/// Reads the remaining frames of a message; returns how many it had.
-fn read_rest(
-    sock: &zmq::Socket,
-    topic: &zmq::Message,
-    payload: &mut zmq::Message,
-    extra: &mut zmq::Message,
-) -> usize {
-    if !topic.get_more() {
-        return 1;
-    }
-    if sock.recv(payload, 0).is_err() {
-        return 1;
-    }
-    let mut frames = 2;
-    let mut more = payload.get_more();
-    while more {
-        if sock.recv(extra, 0).is_err() {
-            break;
-        }
-        frames += 1;
-        more = extra.get_more();
-    }
-    frames
 }

@@ -167,7 +167,7 @@ pub fn spawn(
         loss: LossEstimator::new(config.types.clone(), &config.prefixes),
         reported_loss: 0,
         out,
-        logged: Vec::new(),
+        log: RejectLog::default(),
     };
     std::thread::Builder::new()
         .name("intake".into())
@@ -221,8 +221,7 @@ struct Intake {
     /// The loss estimate already added to the `lost_estimate` counter.
     reported_loss: u64,
     out: mpsc::Sender<Chunk>,
-    /// When each rejection reason was last logged, so bad input cannot flood the log.
-    logged: Vec<(&'static str, Instant)>,
+    log: RejectLog,
 }
 
 impl Intake {
@@ -328,7 +327,7 @@ impl Intake {
                 // and sweep every window: refuse it like a future event.
                 if t.ts > self.reference() + self.max_future {
                     self.counters.add(Counter::FutureTick, 1);
-                    self.log_reason(
+                    self.log.log(
                         "future_tick",
                         topic,
                         "a tick too far ahead of the newest one heard",
@@ -355,7 +354,7 @@ impl Intake {
             }
             Err(r) => {
                 self.counters.rejected(&r);
-                self.log_reason(r.reason(), topic, &r.to_string());
+                self.log.log(r.reason(), topic, &r.to_string());
             }
         }
     }
@@ -406,15 +405,25 @@ impl Intake {
             Err(mpsc::error::TrySendError::Closed(_)) => {}
         }
     }
+}
 
-    fn log_reason(&mut self, reason: &'static str, topic: &[u8], what: &str) {
+/// Logs rejected messages, each reason at most every 10 s, so bad input
+/// cannot flood the log (the counters have every one).
+#[derive(Debug, Default)]
+pub struct RejectLog {
+    logged: Vec<(&'static str, Instant)>,
+}
+
+impl RejectLog {
+    /// Logs a rejection of `reason` unless that reason was logged in the last 10 s.
+    pub fn log(&mut self, reason: &'static str, topic: &[u8], what: &str) {
         let now = Instant::now();
         match self.logged.iter_mut().find(|(n, _)| *n == reason) {
             Some((_, at)) if now.duration_since(*at) < Duration::from_secs(10) => return,
             Some((_, at)) => *at = now,
             None => self.logged.push((reason, now)),
         }
-        let shown: String = String::from_utf8_lossy(&topic[..topic.len().min(64)]).into_owned();
+        let shown = String::from_utf8_lossy(&topic[..topic.len().min(64)]).into_owned();
         tracing::warn!(
             reason,
             "rejected a message ({what}), topic {shown:?}; repeats of this reason are logged at most every 10s"
@@ -423,7 +432,7 @@ impl Intake {
 }
 
 /// Reads the remaining frames of a message; returns how many it had in all.
-fn read_rest(
+pub fn read_rest(
     sock: &zmq::Socket,
     topic: &zmq::Message,
     payload: &mut zmq::Message,
