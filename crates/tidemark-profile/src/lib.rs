@@ -3,23 +3,22 @@
 //!
 //! Owns: the decayed counter (forward decay, rescaled so no half-life over
 //! any span overflows, exact in any arrival order, 16 bytes of state),
-//! identifiers (`kind:value`, validated, compared bytewise), a person
-//! (identifiers with their first `ts`, counters, counts, first and last per
-//! type, and the master rule), first-copy-wins deduplication, and the profile
-//! process's configuration. Knows nothing of sockets, databases or runtimes.
+//! identifiers (`kind:value`, validated, compared bytewise) and an event's
+//! identities, a person (counters and per-type count, first and last by
+//! stored position, size, and the master rule, with exact counting and
+//! merging: the code the profile process runs), and the profile process's
+//! configuration. Knows nothing of sockets, databases or runtimes.
 
 #![warn(missing_docs)]
 
 mod config;
 mod counter;
-mod dedup;
 mod identifier;
 mod identity;
 mod person;
 
 pub use config::{Config, ConfigError, CounterDef};
 pub use counter::Decayed;
-pub use dedup::{Dedup, Verdict};
 pub use identifier::{BadIdentifier, Identifier};
 pub use identity::Identities;
-pub use person::{Person, TypeStats};
+pub use person::{CounterSlot, Person, TypeStats};

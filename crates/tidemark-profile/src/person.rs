@@ -1,103 +1,110 @@
-//! A person (SPEC 11): identifiers with the first `ts` of an event carrying
-//! each, decayed counters, and per event type the count and first and last
-//! `ts`; merged exactly, with the master recomputed.
+//! A person (SPEC 11) as the profile process keeps and bidders read it:
+//! decayed counters and per-type count, first and last `ts`, by position
+//! (the stored arrays' order), with its size and master. Counting and
+//! merging are exact, whatever the order.
 
-use std::collections::BTreeMap;
+use crate::Decayed;
 
-use crate::{CounterDef, Decayed, Identifier};
-
-/// Count, first and last `ts` of one event type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Count, first and last `ts` of one event type (`count` 0: none yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TypeStats {
     /// Events counted (unweighted).
-    pub count: u64,
+    pub count: i64,
     /// The earliest `ts`, ms.
     pub first: i64,
     /// The latest `ts`, ms.
     pub last: i64,
 }
 
+/// What feeds one counter position and how fast it decays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CounterSlot {
+    /// The type position it counts (`None`: a counter no longer configured,
+    /// kept and merged but fed no more).
+    pub type_slot: Option<usize>,
+    /// Its half-life, ms.
+    pub half_life_ms: i64,
+}
+
 /// What is known of one person.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Person {
-    /// Its identifiers, each with the earliest `ts` of an event carrying it.
-    pub ids: BTreeMap<Identifier, i64>,
-    /// One counter per definition, in configuration order.
+    /// Its identifier with the smallest (first ts, identifier).
+    pub master: String,
+    /// The master's first `ts`.
+    pub master_first: i64,
+    /// Identifiers it holds.
+    pub size: i64,
+    /// One counter per position.
     pub counters: Vec<Decayed>,
-    /// Per event type name.
-    pub types: BTreeMap<String, TypeStats>,
+    /// One entry per type position.
+    pub types: Vec<TypeStats>,
 }
 
 impl Person {
-    /// Notes that an event at `ts` carried `id` (which belongs to this person).
-    pub fn see(&mut self, id: &Identifier, ts: i64) {
-        self.ids
-            .entry(id.clone())
-            .and_modify(|first| *first = (*first).min(ts))
-            .or_insert(ts);
+    /// A person of one identifier, first seen at `first`.
+    pub fn new(id: &str, first: i64) -> Person {
+        Person {
+            master: id.to_owned(),
+            master_first: first,
+            size: 1,
+            ..Person::default()
+        }
     }
 
-    /// Counts an event of `type_name` at `ts` with weight `w` (`1/rate`).
-    pub fn count(&mut self, defs: &[CounterDef], type_name: &str, ts: i64, w: f64) {
-        self.counters.resize(defs.len(), Decayed::default());
-        for (c, d) in self.counters.iter_mut().zip(defs) {
-            if d.event == type_name {
-                c.add(ts, w, d.half_life_ms);
+    /// Pads to `counters` counter and `types` type positions (new ones empty).
+    pub fn fit(&mut self, counters: usize, types: usize) {
+        self.counters.resize(counters, Decayed::default());
+        self.types.resize(types, TypeStats::default());
+    }
+
+    /// Notes that identifier `id` of this person was first seen at `first`:
+    /// it becomes the master if (first, id) is the smallest.
+    pub fn see(&mut self, id: &str, first: i64) {
+        if (first, id) < (self.master_first, self.master.as_str()) {
+            self.master = id.to_owned();
+            self.master_first = first;
+        }
+    }
+
+    /// Counts an event of type position `type_slot` at `ts` with weight `w`
+    /// (`1/rate`): its type's count, first and last, and every counter fed
+    /// by that type.
+    pub fn count(&mut self, slots: &[CounterSlot], type_slot: usize, ts: i64, w: f64) {
+        let t = &mut self.types[type_slot];
+        if t.count == 0 {
+            (t.first, t.last) = (ts, ts);
+        } else {
+            (t.first, t.last) = (t.first.min(ts), t.last.max(ts));
+        }
+        t.count += 1;
+        for (c, s) in self.counters.iter_mut().zip(slots) {
+            if s.type_slot == Some(type_slot) {
+                c.add(ts, w, s.half_life_ms);
             }
         }
-        self.types
-            .entry(type_name.to_owned())
-            .and_modify(|s| {
-                s.count += 1;
-                s.first = s.first.min(ts);
-                s.last = s.last.max(ts);
-            })
-            .or_insert(TypeStats {
-                count: 1,
-                first: ts,
-                last: ts,
-            });
     }
 
-    /// Absorbs `other`: identifiers, counters (exactly), counts, first and last.
-    pub fn merge(&mut self, other: &Person, defs: &[CounterDef]) {
-        for (id, ts) in &other.ids {
-            self.see(id, *ts);
+    /// Absorbs `other` exactly: counters decayed to a common reference and
+    /// summed, counts summed, first and last widened, sizes added, the master
+    /// by the rule (it may come from either side).
+    pub fn merge(&mut self, other: &Person, slots: &[CounterSlot]) {
+        for ((c, o), s) in self.counters.iter_mut().zip(&other.counters).zip(slots) {
+            *c = c.merge(o, s.half_life_ms);
         }
-        self.counters.resize(defs.len(), Decayed::default());
-        for (i, d) in defs.iter().enumerate() {
-            let theirs = other.counters.get(i).copied().unwrap_or_default();
-            self.counters[i] = self.counters[i].merge(&theirs, d.half_life_ms);
+        for (t, o) in self.types.iter_mut().zip(&other.types) {
+            if o.count == 0 {
+                continue;
+            }
+            if t.count == 0 {
+                *t = *o;
+            } else {
+                (t.first, t.last) = (t.first.min(o.first), t.last.max(o.last));
+                t.count += o.count;
+            }
         }
-        for (t, s) in &other.types {
-            self.types
-                .entry(t.clone())
-                .and_modify(|m| {
-                    m.count += s.count;
-                    m.first = m.first.min(s.first);
-                    m.last = m.last.max(s.last);
-                })
-                .or_insert(*s);
-        }
-    }
-
-    /// The master: the identifier with the smallest (first ts, identifier).
-    pub fn master(&self) -> Option<&Identifier> {
-        self.ids
-            .iter()
-            .min_by(|a, b| (a.1, a.0).cmp(&(b.1, b.0)))
-            .map(|(id, _)| id)
-    }
-
-    /// Each counter's value at `t`, by name.
-    pub fn counters_at<'a>(&self, defs: &'a [CounterDef], t: i64) -> Vec<(&'a str, f64)> {
-        defs.iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let c = self.counters.get(i).copied().unwrap_or_default();
-                (d.name.as_str(), c.at(t, d.half_life_ms))
-            })
-            .collect()
+        self.size += other.size;
+        self.see(&other.master, other.master_first);
     }
 }
 
@@ -108,43 +115,42 @@ mod tests {
 
     const DAY: i64 = 86_400_000;
 
-    fn defs() -> Vec<CounterDef> {
+    /// Type positions: click 0, impression 1, install 2.
+    fn slots() -> Vec<CounterSlot> {
         vec![
-            CounterDef {
-                name: "clk_7d".into(),
-                event: "click".into(),
+            CounterSlot {
+                type_slot: Some(0),
                 half_life_ms: 7 * DAY,
             },
-            CounterDef {
-                name: "imp_1h".into(),
-                event: "impression".into(),
+            CounterSlot {
+                type_slot: Some(1),
                 half_life_ms: 3_600_000,
             },
         ]
     }
 
-    fn id(s: &str) -> Identifier {
-        Identifier::parse(s).unwrap()
+    fn empty(id: &str, first: i64) -> Person {
+        let mut p = Person::new(id, first);
+        p.fit(2, 3);
+        p
     }
 
     #[test]
     fn the_master_is_the_earliest_then_the_smallest() {
-        let mut p = Person::default();
-        p.see(&id("user:b"), 100);
-        p.see(&id("device:z"), 50);
-        assert_eq!(p.master(), Some(&id("device:z")));
-        p.see(&id("user:a"), 50);
+        let mut p = empty("user:b", 100);
+        p.see("device:z", 50);
+        assert_eq!(p.master, "device:z");
+        p.see("user:a", 50);
+        assert_eq!(p.master, "device:z", "tie on ts: bytewise smaller");
+        p.see("user:b", 10);
+        assert_eq!(p.master, "user:b", "an earlier event moves it");
+        let q = empty("email:x", 5);
+        p.merge(&q, &slots());
         assert_eq!(
-            p.master(),
-            Some(&id("device:z")),
-            "tie on ts: bytewise smaller"
+            (p.master.as_str(), p.size),
+            ("email:x", 2),
+            "from the absorbed side"
         );
-        p.see(&id("user:b"), 10);
-        assert_eq!(p.master(), Some(&id("user:b")), "an earlier event moves it");
-        let mut q = Person::default();
-        q.see(&id("email:x"), 5);
-        p.merge(&q, &defs());
-        assert_eq!(p.master(), Some(&id("email:x")), "from the absorbed side");
     }
 
     proptest! {
@@ -152,22 +158,20 @@ mod tests {
         /// built from the whole stream (counters to 1e-12 relative).
         #[test]
         fn a_merge_equals_one_person_from_both_streams(
-            events in prop::collection::vec(
-                (prop::sample::select(vec!["click", "impression", "install"]), 0i64..20 * DAY, any::<bool>()),
-                1..100,
-            ),
+            events in prop::collection::vec((0usize..3, 0i64..20 * DAY, any::<bool>()), 1..100),
         ) {
-            let defs = defs();
-            let (mut a, mut b, mut whole) = (Person::default(), Person::default(), Person::default());
+            let slots = slots();
+            let (mut a, mut b, mut whole) = (empty("a:1", 0), empty("b:1", 0), empty("a:1", 0));
             for (t, ts, side) in &events {
                 let part = if *side { &mut a } else { &mut b };
-                part.count(&defs, t, *ts, 2.0);
-                whole.count(&defs, t, *ts, 2.0);
+                part.count(&slots, *t, *ts, 2.0);
+                whole.count(&slots, *t, *ts, 2.0);
             }
-            a.merge(&b, &defs);
+            a.merge(&b, &slots);
             prop_assert_eq!(&a.types, &whole.types);
             let t = events.iter().map(|e| e.1).max().unwrap();
-            for ((_, x), (_, y)) in a.counters_at(&defs, t).iter().zip(whole.counters_at(&defs, t)) {
+            for ((x, y), s) in a.counters.iter().zip(&whole.counters).zip(&slots) {
+                let (x, y) = (x.at(t, s.half_life_ms), y.at(t, s.half_life_ms));
                 prop_assert!((x - y).abs() <= 1e-12 * x.abs().max(y.abs()), "{} vs {}", x, y);
             }
         }

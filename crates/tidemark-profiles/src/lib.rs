@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tidemark_profile::Config;
+use tidemark_profile::{Config, CounterSlot};
 use tidemark_shard::Backoff;
 use tidemark_store::profiles::{self as store, Daily, Saved, DAY_MS};
 use tidemark_store::StoreError;
@@ -356,8 +356,14 @@ async fn define(c: &Client, config: &Config) -> Result<Layout, ProfilesError> {
         .iter()
         .map(|(_, name, event, half_life)| {
             let configured = config.counters.iter().any(|d| &d.name == name);
-            let ti = config.types.iter().position(|t| t == event);
-            (ti.filter(|_| configured), *half_life)
+            let fed_by = types
+                .iter()
+                .find(|(_, n)| n == event)
+                .map(|(pos, _)| *pos as usize - 1);
+            CounterSlot {
+                type_slot: fed_by.filter(|_| configured),
+                half_life_ms: *half_life,
+            }
         })
         .collect();
     Ok(Layout {

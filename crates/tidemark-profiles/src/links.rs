@@ -10,12 +10,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use tidemark_profile::Person;
 use tidemark_store::profiles::{self, IdRow, Merge, StoredPerson, TrailRow};
 use tidemark_store::StoreError;
 use tokio_postgres::Client;
 
 use crate::intake::Event;
-use crate::worker::{count, fit, merge, see, trail_row, Layout};
+use crate::worker::{trail_row, Layout};
 
 /// `max_ids` and `blocklist_after`.
 #[derive(Debug, Clone, Copy)]
@@ -97,7 +98,7 @@ pub async fn apply(
         );
         persons.entry(s.person.person).or_insert_with(|| {
             let mut p = s.person;
-            fit(&mut p, layout);
+            p.profile.fit(layout.counters.len(), layout.types);
             p
         });
     }
@@ -121,7 +122,7 @@ pub async fn apply(
                         s.first_ts = e.ts;
                         s.dirty = true;
                         let p = persons.get_mut(&s.person).expect("loaded");
-                        see(p, id, e.ts);
+                        p.profile.see(id, e.ts);
                         dirty.insert(s.person);
                     }
                 }
@@ -129,12 +130,9 @@ pub async fn apply(
                     let person = fresh.next().expect("a number per new identifier");
                     let mut p = StoredPerson {
                         person,
-                        master: id.clone(),
-                        master_first: e.ts,
-                        size: 1,
-                        ..StoredPerson::default()
+                        profile: Person::new(id, e.ts),
                     };
-                    fit(&mut p, layout);
+                    p.profile.fit(layout.counters.len(), layout.types);
                     persons.insert(person, p);
                     members.insert(person, vec![id.clone()]);
                     dirty.insert(person);
@@ -165,22 +163,22 @@ pub async fn apply(
             if p == q {
                 continue;
             }
-            let (size_p, size_q) = (persons[&p].size as usize, persons[&q].size as usize);
+            let (size_p, size_q) = (
+                persons[&p].profile.size as usize,
+                persons[&q].profile.size as usize,
+            );
             if size_p + size_q <= caps.max_ids {
                 // The smaller side is absorbed: fewer identifier rows to move.
                 let (keep, gone) = if size_q > size_p { (q, p) } else { (p, q) };
                 let g = persons.remove(&gone).expect("alive");
                 let k = persons.get_mut(&keep).expect("alive");
+                k.profile.merge(&g.profile, &layout.counters);
                 merges.push(Merge {
                     ts: e.ts,
                     txid: e.txid.as_str().to_owned(),
-                    master: k.master.clone(),
-                    absorbed: g.master.clone(),
+                    master: k.profile.master.clone(),
+                    absorbed: g.profile.master.clone(),
                 });
-                merge(k, &g, layout);
-                if let Some(m) = merges.last_mut() {
-                    m.master = k.master.clone();
-                }
                 for id in members.remove(&gone).unwrap_or_default() {
                     ids.get_mut(&id).expect("member").person = keep;
                     members.entry(keep).or_default().push(id);
@@ -214,7 +212,7 @@ pub async fn apply(
         }
         let primary = e.ids.primary().expect("not empty").as_str();
         let person = ids[primary].person;
-        count(persons.get_mut(&person).expect("alive"), layout, e);
+        layout.count(&mut persons.get_mut(&person).expect("alive").profile, e);
         dirty.insert(person);
         if trail_from.is_some_and(|from| e.ts >= from) {
             trail.push(trail_row(layout, primary, e));

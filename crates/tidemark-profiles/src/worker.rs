@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use tidemark_profile::Decayed;
+use tidemark_profile::{CounterSlot, Person};
 use tidemark_store::profiles::{self, StoredId, StoredPerson, TrailRow};
 use tidemark_store::StoreError;
 use tokio_postgres::Client;
@@ -21,11 +21,19 @@ pub struct Layout {
     pub type_names: Vec<String>,
     /// Stored types in all (array length).
     pub types: usize,
-    /// Per stored counter position - 1: the configured type index it counts
+    /// Per stored counter position - 1: the type position - 1 feeding it
     /// (`None` for a stored counter this run does not configure) and its half-life.
-    pub counters: Vec<(Option<usize>, i64)>,
+    pub counters: Vec<CounterSlot>,
     /// `1/rate` (SPEC 11).
     pub weight: f64,
+}
+
+impl Layout {
+    /// Counts one event for a person (SPEC 11).
+    pub fn count(&self, p: &mut Person, e: &Event) {
+        let slot = self.type_pos[e.type_index] as usize - 1;
+        p.count(&self.counters, slot, e.ts, self.weight);
+    }
 }
 
 /// The events of one worker's share of a batch, plus counts the coordinator
@@ -128,7 +136,7 @@ impl Worker {
         for (known, ids) in groups {
             let new = known.is_none();
             let mut p = known.unwrap_or_default();
-            fit(&mut p, layout);
+            p.profile.fit(layout.counters.len(), layout.types);
             for id in &ids {
                 let evs = &events[id];
                 let earliest = evs.iter().map(|e| e.ts).min().expect("one event at least");
@@ -136,19 +144,19 @@ impl Worker {
                     Some(s) if earliest < s.first_ts => {
                         lowered.push(*id);
                         lowered_first.push(earliest);
-                        see(&mut p, id, earliest);
+                        p.profile.see(id, earliest);
                     }
                     Some(_) => {}
                     None => {
                         new_ids.push(*id);
                         new_first.push(earliest);
-                        p.master = id.to_string();
-                        p.master_first = earliest;
-                        p.size = 1;
+                        // A new identifier's group holds it alone, nothing counted yet.
+                        p.profile = Person::new(id, earliest);
+                        p.profile.fit(layout.counters.len(), layout.types);
                     }
                 }
                 for e in evs {
-                    count(&mut p, layout, e);
+                    layout.count(&mut p.profile, e);
                     if work.trail_from.is_some_and(|from| e.ts >= from) {
                         trail.push(trail_row(layout, id, e));
                     }
@@ -188,86 +196,5 @@ pub(crate) fn trail_row(layout: &Layout, id: &str, e: &Event) -> TrailRow {
             .iter()
             .map(|i| i.as_str().to_owned())
             .collect(),
-    }
-}
-
-/// Notes that identifier `id` of the person was first seen at `first`: the
-/// master is the identifier with the smallest (first ts, identifier).
-pub(crate) fn see(p: &mut StoredPerson, id: &str, first: i64) {
-    if (first, id) < (p.master_first, p.master.as_str()) {
-        p.master = id.to_owned();
-        p.master_first = first;
-    }
-}
-
-/// Adds person `b` into `a` exactly: counters decayed to a common reference
-/// and summed, counts summed, first and last widened, sizes added, master by
-/// the rule (SPEC 11).
-pub(crate) fn merge(a: &mut StoredPerson, b: &StoredPerson, layout: &Layout) {
-    for (i, def) in layout.counters.iter().enumerate() {
-        let x = Decayed {
-            value: a.values[i],
-            reference: a.refs[i],
-        };
-        let y = Decayed {
-            value: b.values[i],
-            reference: b.refs[i],
-        };
-        let m = x.merge(&y, def.1);
-        a.values[i] = m.value;
-        a.refs[i] = m.reference;
-    }
-    for j in 0..layout.types {
-        if b.counts[j] == 0 {
-            continue;
-        }
-        if a.counts[j] == 0 {
-            a.firsts[j] = b.firsts[j];
-            a.lasts[j] = b.lasts[j];
-        } else {
-            a.firsts[j] = a.firsts[j].min(b.firsts[j]);
-            a.lasts[j] = a.lasts[j].max(b.lasts[j]);
-        }
-        a.counts[j] += b.counts[j];
-    }
-    a.size += b.size;
-    let (master, first) = (b.master.clone(), b.master_first);
-    see(a, &master, first);
-}
-
-/// Pads a stored person's arrays to the current definitions.
-pub(crate) fn fit(p: &mut StoredPerson, layout: &Layout) {
-    let k = layout.counters.len();
-    p.values.resize(k, 0.0);
-    p.refs.resize(k, 0);
-    p.counts.resize(layout.types, 0);
-    p.firsts.resize(layout.types, 0);
-    p.lasts.resize(layout.types, 0);
-}
-
-/// Counts one event for a person: its type's count, first and last, and
-/// every counter of its type (SPEC 11).
-pub(crate) fn count(p: &mut StoredPerson, layout: &Layout, e: &Event) {
-    let j = layout.type_pos[e.type_index] as usize - 1;
-    if p.counts[j] == 0 {
-        p.firsts[j] = e.ts;
-        p.lasts[j] = e.ts;
-    } else {
-        p.firsts[j] = p.firsts[j].min(e.ts);
-        p.lasts[j] = p.lasts[j].max(e.ts);
-    }
-    p.counts[j] += 1;
-    for (i, def) in layout.counters.iter().enumerate() {
-        if let (Some(type_index), half_life) = def {
-            if *type_index == e.type_index {
-                let mut c = Decayed {
-                    value: p.values[i],
-                    reference: p.refs[i],
-                };
-                c.add(e.ts, layout.weight, *half_life);
-                p.values[i] = c.value;
-                p.refs[i] = c.reference;
-            }
-        }
     }
 }

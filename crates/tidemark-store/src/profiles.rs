@@ -7,6 +7,7 @@
 //! connection that holds the lock, since DDL on a partitioned table waits for
 //! every writer.
 
+use tidemark_profile::{Decayed, Person, TypeStats};
 use tokio_postgres::{Client, GenericClient, Transaction};
 
 use crate::StoreError;
@@ -321,27 +322,14 @@ pub async fn record_seen(
     Ok(pairs.iter().map(|p| new.contains(p)).collect())
 }
 
-/// A person as stored. Arrays are by position (index 0 = position 1).
+/// A person as stored: its number and its profile (arrays by position:
+/// element i of each array is position i + 1).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StoredPerson {
     /// Its number.
     pub person: i64,
-    /// Its master identifier.
-    pub master: String,
-    /// Identifiers it holds.
-    pub size: i32,
-    /// Counter values at their references.
-    pub values: Vec<f64>,
-    /// Counter references (ms).
-    pub refs: Vec<i64>,
-    /// Events per type.
-    pub counts: Vec<i64>,
-    /// First `ts` per type (0 when none).
-    pub firsts: Vec<i64>,
-    /// Last `ts` per type (0 when none).
-    pub lasts: Vec<i64>,
-    /// The master's first `ts` (loaded, not a column: the master rule).
-    pub master_first: i64,
+    /// What is known of it.
+    pub profile: Person,
 }
 
 /// An identifier as stored, with its person.
@@ -363,16 +351,29 @@ const PERSON_COLUMNS: &str = "p.person, p.master, p.size, p.counter_values, p.co
      p.counts, p.firsts, p.lasts, m.first_ts";
 
 fn person_from(r: &tokio_postgres::Row, at: usize) -> StoredPerson {
+    let values: Vec<f64> = r.get(at + 3);
+    let refs: Vec<i64> = r.get(at + 4);
+    let counts: Vec<i64> = r.get(at + 5);
+    let firsts: Vec<i64> = r.get(at + 6);
+    let lasts: Vec<i64> = r.get(at + 7);
     StoredPerson {
         person: r.get(at),
-        master: r.get(at + 1),
-        size: r.get(at + 2),
-        values: r.get(at + 3),
-        refs: r.get(at + 4),
-        counts: r.get(at + 5),
-        firsts: r.get(at + 6),
-        lasts: r.get(at + 7),
-        master_first: r.get(at + 8),
+        profile: Person {
+            master: r.get(at + 1),
+            size: i64::from(r.get::<_, i32>(at + 2)),
+            master_first: r.get(at + 8),
+            counters: values
+                .into_iter()
+                .zip(refs)
+                .map(|(value, reference)| Decayed { value, reference })
+                .collect(),
+            types: counts
+                .into_iter()
+                .zip(firsts)
+                .zip(lasts)
+                .map(|((count, first), last)| TypeStats { count, first, last })
+                .collect(),
+        },
     }
 }
 
@@ -583,16 +584,17 @@ pub async fn upsert_persons(
     let mut size = Vec::with_capacity(persons.len());
     let (mut values, mut refs) = (Vec::new(), Vec::new());
     let (mut counts, mut firsts, mut lasts) = (Vec::new(), Vec::new(), Vec::new());
-    for p in persons {
-        assert!(p.values.len() == counters && p.counts.len() == types);
-        person.push(p.person);
+    for sp in persons {
+        let p = &sp.profile;
+        assert!(p.counters.len() == counters && p.types.len() == types);
+        person.push(sp.person);
         master.push(p.master.as_str());
-        size.push(p.size);
-        values.extend_from_slice(&p.values);
-        refs.extend_from_slice(&p.refs);
-        counts.extend_from_slice(&p.counts);
-        firsts.extend_from_slice(&p.firsts);
-        lasts.extend_from_slice(&p.lasts);
+        size.push(p.size as i32);
+        values.extend(p.counters.iter().map(|c| c.value));
+        refs.extend(p.counters.iter().map(|c| c.reference));
+        counts.extend(p.types.iter().map(|t| t.count));
+        firsts.extend(p.types.iter().map(|t| t.first));
+        lasts.extend(p.types.iter().map(|t| t.last));
     }
     let (k, t) = (counters as i64, types as i64);
     tx.execute(
