@@ -104,8 +104,15 @@ fn stream(seed: u64, events: usize, now: i64) -> Vec<(String, String)> {
     out
 }
 
-fn setup() -> Setup {
-    Setup::from_toml(CONFIG).expect("the oracle reads the test configuration")
+/// What the process must end with after receiving `messages` in order, all
+/// at wall time `now` (its clock and reference).
+fn oracle(config: &str, messages: &[(String, String)], now: i64) -> Profiles {
+    let setup = Setup::from_toml(config).expect("the oracle reads the test configuration");
+    let mut oracle = Profiles::new(setup);
+    for (t, m) in messages {
+        oracle.receive(t.as_bytes(), m.as_bytes(), now, Some(now));
+    }
+    oracle
 }
 
 fn publish(p: &mut Publisher, messages: &[(String, String)]) {
@@ -259,10 +266,7 @@ fn profiles_match_the_reference_row_by_row() {
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = stream(now as u64, 3000, now);
-    let mut oracle = Profiles::new(setup());
-    for (t, m) in &messages {
-        oracle.receive(t.as_bytes(), m.as_bytes(), now, Some(now));
-    }
+    let oracle = oracle(CONFIG, &messages, now);
     publish(&mut publisher, &messages);
     fence(&mut publisher, &db.url, "fence1", now);
     compare(&db.url, &oracle, &messages, now);
@@ -323,10 +327,7 @@ fn a_kill_9_loses_nothing_committed_and_never_double_counts() {
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = stream(now as u64 ^ 0x5eed, 4000, now);
-    let mut oracle = Profiles::new(setup());
-    for (t, m) in &messages {
-        oracle.receive(t.as_bytes(), m.as_bytes(), now, Some(now));
-    }
+    let oracle = oracle(CONFIG, &messages, now);
     // Kill somewhere in the middle of intake, with batches in flight.
     let cut = messages.len() / 3 + (now as usize % (messages.len() / 3));
     publish(&mut publisher, &messages[..cut]);
@@ -615,10 +616,7 @@ fn a_postgresql_crash_under_ingest_loses_nothing_committed() {
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = stream(now as u64 ^ 0xc0ffee, 3000, now);
-    let mut oracle = Profiles::new(setup());
-    for (t, m) in &messages {
-        oracle.receive(t.as_bytes(), m.as_bytes(), now, Some(now));
-    }
+    let oracle = oracle(CONFIG, &messages, now);
     let half = messages.len() / 2;
     publish(&mut publisher, &messages[..half]);
     cluster.crash().unwrap();
@@ -818,10 +816,7 @@ fn links_merge_persons_as_the_reference_does() {
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = link_stream(now as u64, 2500, now);
-    let mut oracle = Profiles::new(Setup::from_toml(LINKS).unwrap());
-    for (t, m) in &messages {
-        oracle.receive(t.as_bytes(), m.as_bytes(), now, Some(now));
-    }
+    let oracle = oracle(LINKS, &messages, now);
     publish(&mut publisher, &messages);
     fence(&mut publisher, &db.url, "fence5", now);
     compare_links(&db.url, &oracle, &messages, now);
@@ -847,10 +842,7 @@ fn links_survive_kill_9_during_merges() {
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = link_stream(now as u64 ^ 0x11, 3000, now);
-    let mut oracle = Profiles::new(Setup::from_toml(LINKS).unwrap());
-    for (t, m) in &messages {
-        oracle.receive(t.as_bytes(), m.as_bytes(), now, Some(now));
-    }
+    let oracle = oracle(LINKS, &messages, now);
     let cut = messages.len() / 3 + (now as usize % (messages.len() / 3));
     publish(&mut publisher, &messages[..cut]);
     std::thread::sleep(std::time::Duration::from_millis(now as u64 % 200));

@@ -333,21 +333,25 @@ impl ShardProc {
 
     /// Starts a shard connecting to several endpoints.
     pub fn start_multi(db: &TestDb, name: &str, endpoints: &[&str], extra: &str) -> ShardProc {
-        let endpoint = endpoints.join("\", \"");
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("shards");
-        std::fs::create_dir_all(&dir).unwrap();
-        let config = dir.join(format!("{}_{name}.toml", db.name));
-        let toml = format!(
-            "name = \"{name}\"\nendpoints = [\"{endpoint}\"]\ndatabase_url = \"{}\"\n{extra}\n",
-            db.url
-        );
-        std::fs::write(&config, toml).unwrap();
-        ShardProc::spawn(config, name, "shard")
+        ShardProc::start_command("shard", db, name, endpoints, extra)
     }
 
     /// Starts `tidemark profiles` (SPEC 11) against `db`; `extra` is more TOML.
     pub fn start_profiles(db: &TestDb, name: &str, endpoint: &str, extra: &str) -> ShardProc {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("profiles");
+        ShardProc::start_command("profiles", db, name, &[endpoint], extra)
+    }
+
+    /// Writes a configuration (name, endpoints, the test database, `extra`)
+    /// under `target/tmp/<command>` and starts `tidemark <command> --config`.
+    fn start_command(
+        command: &'static str,
+        db: &TestDb,
+        name: &str,
+        endpoints: &[&str],
+        extra: &str,
+    ) -> ShardProc {
+        let endpoint = endpoints.join("\", \"");
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(command);
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join(format!("{}_{name}.toml", db.name));
         let toml = format!(
@@ -355,7 +359,7 @@ impl ShardProc {
             db.url
         );
         std::fs::write(&config, toml).unwrap();
-        ShardProc::spawn(config, name, "profiles")
+        ShardProc::spawn(config, name, command)
     }
 
     fn spawn(config: PathBuf, name: &str, command: &'static str) -> ShardProc {

@@ -221,27 +221,27 @@ impl Daily {
 
 /// The smallest seen key of a day: its creation time as the first 12 hex digits.
 fn seen_key_prefix(day_ms: i64) -> String {
-    let h = format!("{:012x}{}", day_ms, "0".repeat(20));
-    hyphenate(&h)
+    hyphenate(&format!("{day_ms:012x}"), &"0".repeat(20))
 }
 
-/// `8-4-4-4-12`: how PostgreSQL prints a uuid.
-fn hyphenate(h: &str) -> String {
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+/// `8-4-4-4-12`: how PostgreSQL prints a uuid, of 32 hex digits given in
+/// two parts. One allocation: a key is made for every event.
+fn hyphenate(a: &str, b: &str) -> String {
+    let mut out = String::with_capacity(36);
+    for (i, c) in a.chars().chain(b.chars()).enumerate() {
+        if matches!(i, 8 | 12 | 16 | 20) {
+            out.push('-');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The `profile_seen` key of a txid (32 lowercase hex digits): its creation
 /// time first, as PostgreSQL prints the uuid.
 pub fn seen_key(txid: &str) -> String {
-    let rotated = format!("{}{}", &txid[20..], &txid[..20]);
-    hyphenate(&rotated)
+    let (random, created) = txid.split_at(20);
+    hyphenate(created, random)
 }
 
 /// The days (start, ms) that have a partition.
@@ -682,4 +682,19 @@ pub async fn insert_trail(tx: &Transaction<'_>, rows: &[TrailRow]) -> Result<(),
         .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seen_keys_put_creation_time_first_as_postgresql_prints_a_uuid() {
+        let txid = "0123456789abcdef0123456789abcdef";
+        assert_eq!(seen_key(txid), "456789ab-cdef-0123-4567-89abcdef0123");
+        assert_eq!(
+            seen_key_prefix(0x18b_cafe_0000),
+            "018bcafe-0000-0000-0000-000000000000"
+        );
+    }
 }
