@@ -70,14 +70,14 @@ CREATE TABLE tidemark.profile_trail (
     ts   bigint NOT NULL,
     type text   NOT NULL,
     txid text   NOT NULL,
-    -- NULL when the list is in profile_trail_wide (below).
-    ids  text[]
+    -- Empty when the list is in profile_trail_wide (below).
+    ids  text[] NOT NULL
 ) PARTITION BY RANGE (ts);
 CREATE INDEX profile_trail_id_ts ON tidemark.profile_trail (id, ts) INCLUDE (type, txid, ids);
 
 -- An event may carry more identifiers than one index entry holds (SPEC 11
--- bounds each, not their number): its trail row then has `ids` NULL and the
--- list lives here, so a hostile but valid event can never stop the process.
+-- bounds each, not their number): its trail row then has `ids` empty (no
+-- event carries none) and the list lives here, so a hostile but valid event can never stop the process.
 -- Rows leave with their day.
 CREATE TABLE tidemark.profile_trail_wide (
     id   text   NOT NULL,

@@ -156,18 +156,23 @@ const GET: &str =
 
 /// The identifiers of the person holding `$1` (or `$1` alone), then the
 /// trail: `id = ANY(...)` on the `(id, ts)` index is one range scan per
-/// identifier, in each day's partition the `ts` range keeps. Only the rare
-/// row whose identifier list was too long for the index looks elsewhere.
-pub const TRAIL_QUERY: &str = "SELECT t.type, t.txid, t.ts,
-            coalesce(t.ids, (SELECT w.ids FROM tidemark.profile_trail_wide w
-                             WHERE w.id = t.id AND w.ts = t.ts AND w.type = t.type AND w.txid = t.txid))
-     FROM tidemark.profile_trail t
+/// identifier, in each day's partition the `ts` range keeps. The rare row
+/// whose identifier list was too long for the index costs one more query.
+pub const TRAIL_QUERY: &str =
+    "SELECT t.type, t.txid, t.ts, t.ids, t.id FROM tidemark.profile_trail t
      WHERE t.id = ANY(coalesce(
                (SELECT array_agg(o.id) FROM tidemark.profile_ids me
                 JOIN tidemark.profile_ids o ON o.person = me.person WHERE me.id = $1),
                ARRAY[$1]))
        AND t.ts >= $2 AND t.ts < $3 AND ($4::text[] IS NULL OR t.type = ANY($4))
      ORDER BY t.ts, t.type COLLATE \"C\", t.txid COLLATE \"C\"";
+
+/// The identifier lists too long for the trail index (their rows' `ids` is
+/// empty: no event carries none).
+const WIDE_QUERY: &str =
+    "SELECT w.id, w.ts, w.type, w.txid, w.ids FROM tidemark.profile_trail_wide w
+     JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS u(id, ts, type, txid)
+       ON (w.id, w.ts, w.type, w.txid) = (u.id, u.ts, u.type, u.txid)";
 
 /// A pool of connections to a profile database.
 #[derive(Clone)]
@@ -267,7 +272,7 @@ impl Reader {
         let stmt = c.prepare_cached(TRAIL_QUERY).await?;
         let types: Option<Vec<&str>> = types.map(|t| t.iter().map(String::as_str).collect());
         let rows = c.query(&stmt, &[&id, &from, &to, &types]).await?;
-        Ok(rows
+        let mut events: Vec<TrailEvent> = rows
             .iter()
             .map(|r| TrailEvent {
                 type_name: r.get(0),
@@ -275,7 +280,27 @@ impl Reader {
                 ts: r.get(2),
                 ids: r.get(3),
             })
-            .collect())
+            .collect();
+        let wide: Vec<usize> = (0..events.len())
+            .filter(|i| events[*i].ids.is_empty())
+            .collect();
+        if !wide.is_empty() {
+            let under: Vec<String> = wide.iter().map(|i| rows[*i].get(4)).collect();
+            let ts: Vec<i64> = wide.iter().map(|i| events[*i].ts).collect();
+            let ty: Vec<&str> = wide.iter().map(|i| events[*i].type_name.as_str()).collect();
+            let tx: Vec<&str> = wide.iter().map(|i| events[*i].txid.as_str()).collect();
+            let lists = c.query(WIDE_QUERY, &[&under, &ts, &ty, &tx]).await?;
+            let mut by_key: std::collections::HashMap<(i64, String, String), Vec<String>> = lists
+                .iter()
+                .map(|r| ((r.get(1), r.get(2), r.get(3)), r.get(4)))
+                .collect();
+            for i in wide {
+                let e = &mut events[i];
+                let key = (e.ts, e.type_name.clone(), e.txid.clone());
+                e.ids = by_key.remove(&key).unwrap_or_default();
+            }
+        }
+        Ok(events)
     }
 
     /// The profile process's clock as saved (the default `at`), if any.

@@ -643,7 +643,7 @@ pub async fn insert_trail(tx: &Transaction<'_>, rows: &[TrailRow]) -> Result<(),
         return Ok(());
     }
     // The identifiers of all rows, flattened, sliced back per row by offsets;
-    // a wide row's slice is empty and its list is written apart (NULL here).
+    // a wide row's slice is empty and its list is written apart.
     let mut id = Vec::with_capacity(rows.len());
     let mut ts = Vec::with_capacity(rows.len());
     let mut ty = Vec::with_capacity(rows.len());
@@ -667,7 +667,7 @@ pub async fn insert_trail(tx: &Transaction<'_>, rows: &[TrailRow]) -> Result<(),
     }
     tx.execute(
         "INSERT INTO tidemark.profile_trail (id, ts, type, txid, ids)
-         SELECT u.id, u.ts, u.ty, u.txid, CASE WHEN u.a > 0 THEN ($5::text[])[u.a : u.b] END
+         SELECT u.id, u.ts, u.ty, u.txid, CASE WHEN u.a > 0 THEN ($5::text[])[u.a : u.b] ELSE '{}' END
          FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $6::int[], $7::int[])
               AS u(id, ts, ty, txid, a, b)",
         &[&id, &ts, &ty, &txid, &all, &from, &to],
