@@ -68,3 +68,11 @@ bench-profiles seconds="300":
     target/release/tidemark-bench profile-ingest --rate 55000 --seconds {{seconds}}
     target/release/tidemark-bench profile-read
     target/release/tidemark-bench trail-read
+
+# Issue 11: chain, tree and star link shapes (longest transaction each), linked ingest
+# (persons with several devices and a member login), reads under linked load
+bench-links seconds="120":
+    cargo build --release --workspace
+    target/release/tidemark-bench link-shapes
+    target/release/tidemark-bench profile-ingest --linked --rate 25000 --seconds {{seconds}}
+    target/release/tidemark-bench profile-read --linked

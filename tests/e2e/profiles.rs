@@ -822,11 +822,14 @@ fn links_merge_persons_as_the_reference_does() {
     compare_links(&db.url, &oracle, &messages, now);
     let refused = query_i64(
         &db.url,
-        "SELECT (counts->>'link_refused')::bigint FROM tidemark.profile_status",
+        "SELECT (counts->>'links_refused')::bigint FROM tidemark.profile_status",
     );
-    assert_eq!(refused.unwrap_or(0) as u64, oracle.counts()["link_refused"]);
+    assert_eq!(
+        refused.unwrap_or(0) as u64,
+        oracle.counts()["links_refused"]
+    );
     assert!(
-        oracle.counts()["link_refused"] > 0,
+        oracle.counts()["links_refused"] > 0,
         "the stream exercises the cap"
     );
     let biggest = query_i64(&db.url, "SELECT max(size)::bigint FROM tidemark.profiles").unwrap();

@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod e2e;
+mod links;
 mod profiles;
 
 use anyhow::{bail, Context};
@@ -71,7 +72,13 @@ enum Bench {
         /// Keep trails (7 days) too
         #[arg(long)]
         trail: bool,
+        /// Every event links a device to a member id (issue 11)
+        #[arg(long)]
+        linked: bool,
     },
+    /// Link shapes (issue 11): a chain and a tree of merges up to max_ids 2000,
+    /// a 10,000-identifier star; time and longest transaction of each
+    LinkShapes,
     /// Profile reads through tidemark-reader, idle and under ingest at --load-rate
     ProfileRead {
         #[arg(long, default_value_t = 100_000)]
@@ -80,6 +87,9 @@ enum Bench {
         persons: usize,
         #[arg(long, default_value_t = 45_000.0)]
         load_rate: f64,
+        /// Ingest (before and during the reads) links devices to member ids
+        #[arg(long)]
+        linked: bool,
     },
     /// Trail reads of 7 days over a trail table of --rows events
     TrailRead {
@@ -129,17 +139,20 @@ fn main() -> anyhow::Result<()> {
             warmup,
             persons,
             trail,
+            linked,
         } => rt
             .block_on(profiles::ingest(
-                &bin, &cluster, rate, seconds, warmup, persons, trail,
+                &bin, &cluster, rate, seconds, warmup, persons, trail, linked,
             ))
             .map(drop),
+        Bench::LinkShapes => rt.block_on(links::run(&bin, &cluster)),
         Bench::ProfileRead {
             samples,
             persons,
             load_rate,
+            linked,
         } => rt.block_on(profiles::read_bench(
-            &bin, &cluster, samples, persons, load_rate,
+            &bin, &cluster, samples, persons, load_rate, linked,
         )),
         Bench::TrailRead {
             rows,

@@ -2,6 +2,7 @@
 //! tables, sustained), reads through `tidemark-reader` idle and under load,
 //! and trail reads over a large trail table.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,12 +50,21 @@ impl Rng {
     }
 }
 
+/// Devices of person `k` in the linked shape: one, two for every third
+/// person, three for every seventh (about 1.5 on average).
+fn devices(k: usize) -> u64 {
+    1 + u64::from(k % 3 == 0) + u64::from(k % 7 == 0)
+}
+
 /// Publishes impressions, clicks and installs (70/20/10) of Zipf persons at
-/// `rate` events/s until `stop`; counts what it sent in `sent`.
+/// `rate` events/s until `stop`; counts what it sent in `sent`. With `linked`
+/// every event links: its `user` is one of the person's devices (`p<k>` or
+/// `p<k>.<j>`) and it carries `"ids": {"member": "m<k>"}`.
 fn publisher(
     endpoint: String,
     rate: f64,
     persons: usize,
+    linked: bool,
     stop: Arc<AtomicBool>,
     sent: Arc<AtomicU64>,
 ) -> std::thread::JoinHandle<()> {
@@ -94,9 +104,20 @@ fn publisher(
                 use std::fmt::Write;
                 let _ = write!(
                     payload,
-                    r#"{{"type":"{t}","txid":"{}","ts":{now},"user":"p{person}"}}"#,
+                    r#"{{"type":"{t}","txid":"{}","ts":{now},"user":"p{person}"#,
                     txid.as_str()
                 );
+                if linked {
+                    match rng.next() % devices(person) {
+                        0 => {}
+                        j => {
+                            let _ = write!(payload, ".{j}");
+                        }
+                    }
+                    let _ = write!(payload, r#"","ids":{{"member":"m{person}"}}}}"#);
+                } else {
+                    payload.push_str("\"}");
+                }
                 let topic = format!("{t}-{}", txid.as_str());
                 sock.send_multipart([topic.as_bytes(), payload.as_bytes()], 0)
                     .expect("send");
@@ -107,7 +128,7 @@ fn publisher(
     })
 }
 
-fn spawn_profiles(
+pub(crate) fn spawn_profiles(
     bin: &Path,
     dir: &Path,
     url: &str,
@@ -132,12 +153,75 @@ fn spawn_profiles(
         .spawn()?)
 }
 
-async fn applied(c: &tokio_postgres::Client) -> anyhow::Result<i64> {
+pub(crate) async fn applied(c: &tokio_postgres::Client) -> anyhow::Result<i64> {
     Ok(
         c.query_opt("SELECT events_applied FROM tidemark.profile_status", &[])
             .await?
             .map_or(0, |r| r.get(0)),
     )
+}
+
+/// The profile process's transactions as seen from `pg_stat_activity`,
+/// sampled every 5 ms: a row lock is held no longer than the transaction
+/// that took it, so the longest transaction bounds every lock.
+pub struct Xacts {
+    stop: Arc<AtomicBool>,
+    handle: tokio::task::JoinHandle<anyhow::Result<BTreeMap<(i32, u64), (f64, bool)>>>,
+}
+
+impl Xacts {
+    /// Starts sampling the other client backends of `url`'s database.
+    pub async fn watch(url: &str) -> anyhow::Result<Xacts> {
+        let c = tidemark_store::connect(url).await?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = tokio::spawn(async move {
+            let q = c
+                .prepare(
+                    "SELECT pid, (extract(epoch FROM xact_start) * 1e6)::bigint,
+                            extract(epoch FROM clock_timestamp() - xact_start)::float8 * 1e3,
+                            coalesce(wait_event_type = 'Lock', false)
+                     FROM pg_stat_activity
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()
+                       AND xact_start IS NOT NULL AND backend_type = 'client backend'",
+                )
+                .await?;
+            // (pid, start µs) -> (longest age seen in ms, waited on a lock).
+            let mut seen: BTreeMap<(i32, u64), (f64, bool)> = BTreeMap::new();
+            while !flag.load(Ordering::Relaxed) {
+                for r in c.query(&q, &[]).await? {
+                    let key = (r.get::<_, i32>(0), r.get::<_, i64>(1) as u64);
+                    let e = seen.entry(key).or_insert((0.0, false));
+                    e.0 = e.0.max(r.get(2));
+                    e.1 |= r.get::<_, bool>(3);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Ok(seen)
+        });
+        Ok(Xacts { stop, handle })
+    }
+
+    /// Stops sampling; a line on the transactions seen.
+    pub async fn report(self) -> anyhow::Result<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        let seen = self.handle.await??;
+        let mut ages: Vec<f64> = seen.values().map(|v| v.0).collect();
+        ages.sort_by(f64::total_cmp);
+        let q = |p: f64| {
+            ages.get(((ages.len() as f64 * p) as usize).min(ages.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        Ok(format!(
+            "{} transactions seen (sampled every 5 ms): longest {:.0} ms, p99 {:.0} ms, {} over 100 ms, {} waited on a lock",
+            ages.len(),
+            q(1.0),
+            q(0.99),
+            ages.iter().filter(|a| **a > 100.0).count(),
+            seen.values().filter(|v| v.1).count()
+        ))
+    }
 }
 
 /// CPU seconds of every PostgreSQL process of the cluster.
@@ -165,6 +249,7 @@ pub async fn ingest(
     warmup: u64,
     persons: usize,
     trail: bool,
+    linked: bool,
 ) -> anyhow::Result<String> {
     let url = fresh_db(cluster, "bench_profiles").await?;
     let dir = PathBuf::from("target/bench-home/profiles");
@@ -175,12 +260,18 @@ pub async fn ingest(
     let c = tidemark_store::connect(&url).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
-    let publisher = publisher(endpoint, rate, persons, stop.clone(), sent.clone());
+    let publisher = publisher(endpoint, rate, persons, linked, stop.clone(), sent.clone());
     println!(
-        "profile ingest: offered {rate:.0} events/s, {persons} persons (Zipf s=1.1), trail {}, warm-up {warmup}s, measured {seconds}s",
+        "profile ingest: offered {rate:.0} events/s, {persons} persons (Zipf s=1.1), {}, trail {}, warm-up {warmup}s, measured {seconds}s",
+        if linked {
+            "every event links a device (1-3 per person) to a member id"
+        } else {
+            "one identifier per event"
+        },
         if trail { "7d" } else { "off" }
     );
     tokio::time::sleep(Duration::from_secs(warmup)).await;
+    let xacts = Xacts::watch(&url).await?;
     let (a0, t0, cpu0, pg0) = (
         applied(&c).await?,
         Instant::now(),
@@ -204,6 +295,7 @@ pub async fn ingest(
     }
     let (a1, el) = (applied(&c).await?, t0.elapsed().as_secs_f64());
     let (cpu1, pg1) = (proc_usage(child.id()).0, postgres_cpu());
+    let xacts = xacts.report().await?;
     stop.store(true, Ordering::Relaxed);
     let _ = publisher.join();
     let total = sent.load(Ordering::Relaxed) as i64;
@@ -214,25 +306,28 @@ pub async fn ingest(
     let final_applied = applied(&c).await?;
     terminate(&mut child);
     let sustained = (a1 - a0) as f64 / el;
-    let size: (f64, i64, i64) = {
+    let size: (f64, i64, i64, i64, i64) = {
         let r = c
             .query_one(
-                "SELECT avg(pg_column_size(p.*))::float8, count(*), pg_total_relation_size('tidemark.profiles')
+                "SELECT avg(pg_column_size(p.*))::float8, count(*), pg_total_relation_size('tidemark.profiles'),
+                        (SELECT count(*) FROM tidemark.profile_ids), (SELECT count(*) FROM tidemark.profile_merges)
                  FROM tidemark.profiles p",
                 &[],
             )
             .await?;
-        (r.get(0), r.get(1), r.get(2))
+        (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))
     };
     let summary = format!(
         "sustained {sustained:.0} events/s over {el:.0}s (worst 10s interval {worst:.0}/s); published {total}, applied {final_applied} ({} missing after catch-up {:.1}s); \
          CPU over the measured window: profile process {:.0}%, PostgreSQL {:.0}% (of one core); \
-         {} persons, profile row {:.0} bytes avg, profiles table {:.0} MB",
+         {} persons of {} identifiers ({} merges), profile row {:.0} bytes avg, profiles table {:.0} MB; {xacts}",
         total - final_applied,
         caught.elapsed().as_secs_f64(),
         100.0 * (cpu1 - cpu0) / el,
         100.0 * (pg1 - pg0) / el,
         size.1,
+        size.3,
+        size.4,
         size.0,
         size.2 as f64 / 1e6
     );
@@ -286,8 +381,9 @@ pub async fn read_bench(
     samples: usize,
     persons: usize,
     load_rate: f64,
+    linked: bool,
 ) -> anyhow::Result<()> {
-    let url = ingest(bin, cluster, load_rate, 30, 5, persons, false).await?;
+    let url = ingest(bin, cluster, load_rate, 30, 5, persons, false, linked).await?;
     println!("profile reads through tidemark-reader ({samples} samples each):");
     reads(&url, samples, persons, "idle").await?;
     let dir = PathBuf::from("target/bench-home/profiles");
@@ -295,7 +391,14 @@ pub async fn read_bench(
     let mut child = spawn_profiles(bin, &dir, &url, &endpoint, "")?;
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
-    let publisher = publisher(endpoint, load_rate, persons, stop.clone(), sent.clone());
+    let publisher = publisher(
+        endpoint,
+        load_rate,
+        persons,
+        linked,
+        stop.clone(),
+        sent.clone(),
+    );
     tokio::time::sleep(Duration::from_secs(5)).await;
     reads(
         &url,

@@ -81,6 +81,8 @@ pub struct Summary {
 /// the clock retired (a check of two small sets; DDL only when a day ends).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 const REPORT_EVERY: Duration = Duration::from_secs(10);
+/// Linking events per link-stage transaction.
+const LINK_CHUNK: usize = 1000;
 
 /// Runs the profile process until `shutdown` completes; then stops reading,
 /// applies what it holds and returns.
@@ -379,7 +381,8 @@ async fn define(c: &Client, config: &Config) -> Result<Layout, ProfilesError> {
 /// coordinator's connection), then the rest, routed by person once the links
 /// are committed, per worker until each part commits.
 struct Inflight {
-    links: Option<Vec<Event>>,
+    /// Linking events not yet committed, in arrival order.
+    links: Vec<Event>,
     rest: Vec<Event>,
     /// Duplicates within the batch and stale copies, committed with part 0.
     judged: BTreeMap<&'static str, i64>,
@@ -395,7 +398,7 @@ impl Inflight {
             .flatten()
             .flatten()
             .flat_map(|w| &w.events);
-        self.links.iter().flatten().chain(&self.rest).chain(parts)
+        self.links.iter().chain(&self.rest).chain(parts)
     }
 }
 
@@ -443,18 +446,22 @@ impl Process {
         }
         self.ensure_partitions(main).await?;
         let inflight = self.inflight.as_mut().expect("formed above");
-        if let Some(links) = &inflight.links {
-            let caps = links::Caps {
-                max_ids: self.config.max_ids,
-                blocklist_after: self.config.blocklist_after.min(i32::MAX as u64) as i32,
-            };
+        let caps = links::Caps {
+            max_ids: self.config.max_ids,
+            blocklist_after: self.config.blocklist_after.min(i32::MAX as u64) as i32,
+        };
+        while !inflight.links.is_empty() {
+            // In chunks, each its own transaction, so no row lock is held
+            // long (about 25 ms per chunk here, however many persons merge).
+            let n = inflight.links.len().min(LINK_CHUNK);
             let row = self.workers.len() as i16;
+            let chunk = &inflight.links[..n];
             let counts =
-                links::apply(main, &self.layout, caps, links, inflight.trail_from, row).await?;
+                links::apply(main, &self.layout, caps, chunk, inflight.trail_from, row).await?;
             for (k, v) in counts {
                 *self.run_counts.entry(k.to_owned()).or_default() += v;
             }
-            inflight.links = None;
+            inflight.links.drain(..n);
         }
         if inflight.parts.is_none() {
             let rest = std::mem::take(&mut inflight.rest);
@@ -546,7 +553,7 @@ impl Process {
             }
         }
         Inflight {
-            links: (!links.is_empty()).then_some(links),
+            links,
             rest,
             judged: BTreeMap::from([("duplicate", duplicate), ("stale", stale)]),
             parts: None,

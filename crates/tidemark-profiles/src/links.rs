@@ -218,7 +218,7 @@ pub async fn apply(
             trail.push(trail_row(layout, primary, e));
         }
     }
-    *counts.entry("link_refused").or_default() += refused;
+    *counts.entry("links_refused").or_default() += refused;
     *counts.entry("merges").or_default() += merges.len() as i64;
 
     // Persons that existed before this batch and were absorbed: their rows

@@ -36,7 +36,7 @@
 //!   blocklisted identifier links nothing but the others still link together.
 //! * **Refusal**: a link between two distinct persons of sizes `a` and `b` is
 //!   refused when `a + b > max_ids`; each refused step counts one
-//!   `link_refused`. "The person at the cap" is the larger of the two (both
+//!   `links_refused`. "The person at the cap" is the larger of the two (both
 //!   when they are the same size). The refusal is charged (one refusal each)
 //!   to every identifier of the event (blocklisted or not) that is in that
 //!   person at that moment, at most once per (identifier, other person)
@@ -73,7 +73,7 @@ const REASONS: [&str; 8] = [
     "stale",
     "bad_identifier",
     "no_identifier",
-    "link_refused",
+    "links_refused",
     "rejected",
     "future",
 ];
@@ -501,7 +501,7 @@ impl Profiles {
                 self.persons[p].extend(absorbed);
                 continue;
             }
-            self.count("link_refused");
+            self.count("links_refused");
             let mut capped = Vec::new();
             if size_p >= size_q {
                 capped.push((p, q));
@@ -602,7 +602,7 @@ impl Profiles {
     }
 
     /// Counts by reason so far: at least "applied" (events counted for a person), "duplicate", "stale",
-    /// "bad_identifier", "no_identifier", "link_refused", "rejected" (wire-level rejects, any reason), "future".
+    /// "bad_identifier", "no_identifier", "links_refused", "rejected" (wire-level rejects, any reason), "future".
     pub fn counts(&self) -> BTreeMap<String, u64> {
         self.counts.clone()
     }
@@ -974,7 +974,7 @@ mod tests {
             T0,
             json!({"ids": {"a": "x", "a1": "z"}}),
         );
-        assert_eq!(count(&p, "link_refused"), 1);
+        assert_eq!(count(&p, "links_refused"), 1);
         assert_eq!(p.get("a1:z", T0)["counts"], json!({"click": 1}));
         assert_eq!(p.get("a:x", T0)["counts"], json!({"click": 1}));
         assert_eq!(p.get("a1:z", T0)["size"], json!(1));
@@ -1009,7 +1009,7 @@ mod tests {
             &mut p,
             json!({"user": "shared", "ids": {"member": "m3", "idfa": "i3"}}),
         );
-        assert_eq!(count(&p, "link_refused"), 2);
+        assert_eq!(count(&p, "links_refused"), 2);
         assert!(p.blocklist().is_empty());
         assert_eq!(p.get("user:shared", T0)["counts"], json!({"click": 3}));
         assert_eq!(p.get("member:m3", T0)["counts"], json!({"click": 1}));
@@ -1018,7 +1018,7 @@ mod tests {
             &mut p,
             json!({"user": "shared", "ids": {"member": "m1", "idfa": "i4"}}),
         );
-        assert_eq!(count(&p, "link_refused"), 3);
+        assert_eq!(count(&p, "links_refused"), 3);
         assert!(p.blocklist().is_empty());
         event(&mut p, json!({"user": "shared", "ids": {"idfa": "i5"}}));
         assert_eq!(p.blocklist(), vec![("user:shared".to_string(), 3)]);
@@ -1029,14 +1029,14 @@ mod tests {
             &mut p,
             json!({"user": "shared", "ids": {"member": "m6", "idfa": "i6"}}),
         );
-        assert_eq!(count(&p, "link_refused"), 4);
+        assert_eq!(count(&p, "links_refused"), 4);
         assert_eq!(p.person("idfa:i6"), vec!["idfa:i6", "member:m6"]);
         assert_eq!(p.get("user:shared", T0)["counts"], json!({"click": 6}));
         assert_eq!(p.get("user:shared", T0)["size"], json!(3));
         assert_eq!(p.blocklist(), vec![("user:shared".to_string(), 3)]);
         // Linking nothing, it meets no cap: no refusal.
         event(&mut p, json!({"user": "shared", "ids": {"idfa": "i7"}}));
-        assert_eq!(count(&p, "link_refused"), 4);
+        assert_eq!(count(&p, "links_refused"), 4);
         assert_eq!(p.person("idfa:i7"), vec!["idfa:i7"]);
     }
 
@@ -1067,7 +1067,7 @@ mod tests {
             T0,
             json!({"ids": {"b": "1", "c": "1"}}),
         );
-        assert_eq!(count(&p, "link_refused"), 1);
+        assert_eq!(count(&p, "links_refused"), 1);
         let blocked = vec![("b:1".to_string(), 1), ("c:1".to_string(), 1)];
         assert_eq!(p.blocklist(), blocked);
         assert_eq!(p.get("a:1", T0)["counts"], json!({"click": 2}));
