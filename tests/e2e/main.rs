@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bridging;
 mod cli;
 mod db;
 mod exact;

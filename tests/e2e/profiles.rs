@@ -30,20 +30,20 @@ event = "install"
 half_life = "7d"
 "#;
 
-const HOUR: i64 = 3_600_000;
-const DAY: i64 = 24 * HOUR;
+pub(crate) const HOUR: i64 = 3_600_000;
+pub(crate) const DAY: i64 = 24 * HOUR;
 
 /// A small deterministic generator (xorshift64*), so a failing run can be replayed.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
@@ -115,7 +115,7 @@ fn oracle(config: &str, messages: &[(String, String)], now: i64) -> Profiles {
     oracle
 }
 
-fn publish(p: &mut Publisher, messages: &[(String, String)]) {
+pub(crate) fn publish(p: &mut Publisher, messages: &[(String, String)]) {
     for (i, (t, m)) in messages.iter().enumerate() {
         p.raw(&[t.as_bytes(), m.as_bytes()]);
         if i % 500 == 499 {
@@ -126,7 +126,7 @@ fn publish(p: &mut Publisher, messages: &[(String, String)]) {
 
 /// Sends one impression and one click for `user:<name>` (one per socket) and
 /// waits until both are counted: everything sent before on either socket is in.
-fn fence(p: &mut Publisher, url: &str, name: &str, now: i64) {
+pub(crate) fn fence(p: &mut Publisher, url: &str, name: &str, now: i64) {
     for (i, t) in ["impression", "click"].iter().enumerate() {
         let tx = Txid::new(
             0xfe_0000 + i as u128 + u128::from(name.len() as u32) * 7,
@@ -142,7 +142,7 @@ fn fence(p: &mut Publisher, url: &str, name: &str, now: i64) {
     });
 }
 
-fn profile_get(url: &str, ids: &[&str], at: i64) -> Vec<Value> {
+pub(crate) fn profile_get(url: &str, ids: &[&str], at: i64) -> Vec<Value> {
     let mut args = vec!["profile", "get"];
     args.extend_from_slice(ids);
     let at = at.to_string();
@@ -634,7 +634,7 @@ fn a_postgresql_crash_under_ingest_loses_nothing_committed() {
     cluster.down().unwrap();
 }
 
-const LINKS: &str = r#"
+pub(crate) const LINKS: &str = r#"
 clock = "wall"
 trail = "7d"
 batch_delay = "50ms"
@@ -743,7 +743,7 @@ fn link_ids(messages: &[(String, String)]) -> Vec<String> {
     ids.into_iter().collect()
 }
 
-fn compare_links(url: &str, oracle: &Profiles, messages: &[(String, String)], now: i64) {
+pub(crate) fn compare_links(url: &str, oracle: &Profiles, messages: &[(String, String)], now: i64) {
     // Invariants first: every identifier in exactly one existing person,
     // sizes true, masters among the identifiers.
     let broken = query_rows(

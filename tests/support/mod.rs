@@ -341,6 +341,16 @@ impl ShardProc {
         ShardProc::start_command("profiles", db, name, &[endpoint], extra)
     }
 
+    /// Starts `tidemark profiles` connecting to several endpoints.
+    pub fn start_profiles_multi(
+        db: &TestDb,
+        name: &str,
+        endpoints: &[&str],
+        extra: &str,
+    ) -> ShardProc {
+        ShardProc::start_command("profiles", db, name, endpoints, extra)
+    }
+
     /// Writes a configuration (name, endpoints, the test database, `extra`)
     /// under `target/tmp/<command>` and starts `tidemark <command> --config`.
     fn start_command(
