@@ -82,6 +82,11 @@ pub struct Args {
     /// activity and click and install propensities; events carry `user`)
     #[arg(long, default_value_t = 10_000)]
     persons: u32,
+    /// Synthetic market: persons use one to three devices (`user` p<k>, p<k>.1,
+    /// p<k>.2), members log in (`ids.member`), and a few events carry a shared
+    /// carrier IP or come from a QA test device (SPEC 11 bridging)
+    #[arg(long)]
+    linked: bool,
     /// Synthetic market: read each bid's person's counters from this profile
     /// database before publishing it, and add them to its features (SPEC 11)
     #[arg(long)]
@@ -124,6 +129,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             disorder_ms: args.disorder.as_millis() as i64,
             duplicate_shift_ms: args.duplicate_shift.as_millis() as i64,
             persons: args.persons,
+            linked: args.linked,
             ..MarketConfig::default()
         }),
     };

@@ -298,3 +298,133 @@ fn links_from_several_publishers_keep_the_invariants() {
     );
     assert!(wrong.is_empty(), "{wrong:?}");
 }
+
+/// `tidemark publish --linked` with `args`, written to a file; its lines.
+fn linked_market(name: &str, args: &[&str]) -> Vec<String> {
+    let file = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let mut all = vec!["publish", "--linked", "--speed", "0"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--write", file.to_str().unwrap()]);
+    run_ok(&all);
+    let text = std::fs::read_to_string(&file).unwrap();
+    text.lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn the_linked_market_is_bridged_exactly_and_scored_against_its_true_persons() {
+    let db = TestDb::new("profiles_market");
+    let mut publisher = Publisher::new();
+    let mut proc = ShardProc::start_profiles(&db, "market", &publisher.endpoint, LINKS);
+    publisher.wait_subscribed("tick", 2);
+    let now = now_ms();
+    let lines = linked_market(
+        "linked_history.jsonl",
+        &[
+            "--persons",
+            "200",
+            "--tps",
+            "100",
+            "--span",
+            "10m",
+            "--seed",
+            "11",
+        ],
+    );
+    // Impressions, then (after a fence) clicks and installs: the two sockets'
+    // order is then known, and the reference receives the same order.
+    let mut messages = Vec::new();
+    for socket in [&["impression"][..], &["click", "install"]] {
+        let part: Vec<(String, String)> = lines
+            .iter()
+            .filter_map(|line| {
+                let v: Value = serde_json::from_str(line).unwrap();
+                let t = v["type"].as_str().unwrap();
+                socket.contains(&t).then(|| {
+                    let topic = format!("{t}-{}", v["txid"].as_str().unwrap());
+                    (topic, line.clone())
+                })
+            })
+            .collect();
+        crate::profiles::publish(&mut publisher, &part);
+        fence(
+            &mut publisher,
+            &db.url,
+            ["fm", "fence_m"][socket.len() - 1],
+            now,
+        );
+        messages.extend(part);
+    }
+    let oracle = crate::profiles::oracle(LINKS, &messages, now);
+    crate::profiles::compare_links(&db.url, &oracle, &messages, now);
+
+    // Purity and completeness, from the database's bridging and the
+    // market's knowledge of who is who.
+    let url = db.url.clone();
+    let rows = block_on(async move {
+        let c = tidemark_store::connect(&url).await.unwrap();
+        tidemark_store::profiles::identifiers(&c).await.unwrap()
+    });
+    let q = tidemark_market::Quality::measure(rows.iter().map(|(id, p)| (id.as_str(), *p)));
+    eprintln!("{q}");
+    // What gets blocklisted is the shared identifiers, not the genuine
+    // devices and members seen through them.
+    let blocklist: Vec<String> = query_rows(
+        &db.url,
+        "SELECT identifier FROM tidemark.profile_blocklist ORDER BY 1",
+    )
+    .into_iter()
+    .map(|r| r[0].clone().unwrap())
+    .collect();
+    assert_eq!(
+        blocklist,
+        [
+            "ip:carrier1",
+            "ip:carrier2",
+            "ip:carrier3",
+            "user:qa-device"
+        ]
+    );
+    assert!(q.bridged > 50 && q.multi > 50, "{q}");
+    assert!(q.mixed > 0, "shared identifiers glue some persons: {q}");
+    assert!(q.purity() > 0.8, "{q}");
+    // Non-members' devices never meet: some persons stay split.
+    assert!(q.completeness() > 0.3 && q.completeness() < 1.0, "{q}");
+    proc.stop();
+
+    // The bidder reads the device it sees and gets the whole person.
+    let bids = linked_market(
+        "linked_bids.jsonl",
+        &[
+            "--persons",
+            "200",
+            "--tps",
+            "30",
+            "--span",
+            "10s",
+            "--seed",
+            "12",
+            "--profiles",
+            &db.url,
+        ],
+    );
+    let (mut enriched, mut whole) = (0, 0);
+    for line in bids.iter().filter(|l| l.starts_with(r#"{"type":"bid""#)) {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let user = format!("user:{}", v["user"].as_str().unwrap());
+        let want = profile_get(&db.url, &[user.as_str()], v["ts"].as_i64().unwrap());
+        for name in ["imp_1h", "clk_1d"] {
+            let got = v["features"][name].as_f64().unwrap();
+            let w = want[0]["counters"][name].as_f64().unwrap();
+            assert!(
+                (got - w).abs() <= 1e-9 * w.abs().max(1e-300),
+                "{name} of {user}: bid says {got}, profile {w}"
+            );
+        }
+        enriched += 1;
+        whole += usize::from(want[0]["size"].as_u64().unwrap() > 1);
+    }
+    assert!(
+        enriched > 100 && whole > 50,
+        "{enriched} bids, {whole} of bridged persons"
+    );
+}

@@ -106,7 +106,7 @@ fn stream(seed: u64, events: usize, now: i64) -> Vec<(String, String)> {
 
 /// What the process must end with after receiving `messages` in order, all
 /// at wall time `now` (its clock and reference).
-fn oracle(config: &str, messages: &[(String, String)], now: i64) -> Profiles {
+pub(crate) fn oracle(config: &str, messages: &[(String, String)], now: i64) -> Profiles {
     let setup = Setup::from_toml(config).expect("the oracle reads the test configuration");
     let mut oracle = Profiles::new(setup);
     for (t, m) in messages {

@@ -50,12 +50,6 @@ impl Rng {
     }
 }
 
-/// Devices of person `k` in the linked shape: one, two for every third
-/// person, three for every seventh (about 1.5 on average).
-fn devices(k: usize) -> u64 {
-    1 + u64::from(k % 3 == 0) + u64::from(k % 7 == 0)
-}
-
 /// Publishes impressions, clicks and installs (70/20/10) of Zipf persons at
 /// `rate` events/s until `stop`; counts what it sent in `sent`. With `linked`
 /// every event links: its `user` is one of the person's devices (`p<k>` or
@@ -108,7 +102,7 @@ fn publisher(
                     txid.as_str()
                 );
                 if linked {
-                    match rng.next() % devices(person) {
+                    match rng.next() % u64::from(tidemark_market::persons::devices(person as u32)) {
                         0 => {}
                         j => {
                             let _ = write!(payload, ".{j}");

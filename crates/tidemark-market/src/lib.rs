@@ -9,10 +9,12 @@
 #![warn(missing_docs)]
 
 pub mod market;
+pub mod persons;
 pub mod proxy;
 pub mod publisher;
 
 pub use market::{Market, MarketConfig, Out, Zipf};
+pub use persons::{true_person, Quality};
 pub use publisher::{publish, PublishError, PublishOptions, PublishReport, Source};
 
 /// Wall time in milliseconds since the Unix epoch: where a market's event

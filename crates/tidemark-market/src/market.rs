@@ -12,6 +12,8 @@ use rand::{RngExt, SeedableRng};
 use tidemark_features::sigmoid;
 use tidemark_wire::Txid;
 
+use crate::persons::Seen;
+
 /// Shape of the market. Times are milliseconds of event time.
 #[derive(Debug, Clone)]
 pub struct MarketConfig {
@@ -48,6 +50,9 @@ pub struct MarketConfig {
     pub persons: u32,
     /// Zipf exponent of persons' activity.
     pub person_skew: f64,
+    /// Persons use several devices and log in, and a few identifiers are
+    /// shared across persons (`crate::persons`); else `user` is `p<k>`.
+    pub linked: bool,
 }
 
 impl Default for MarketConfig {
@@ -67,6 +72,7 @@ impl Default for MarketConfig {
             duplicate_shift_ms: 2000,
             persons: 0,
             person_skew: 1.1,
+            linked: false,
         }
     }
 }
@@ -85,8 +91,10 @@ pub struct Out {
     pub send_at: i64,
     /// `"key":value` pairs beyond type, txid and ts.
     pub extra: String,
-    /// The person it is about (its `user` is `p<person>`), if persons are on.
+    /// The true person it is about, if persons are on.
     pub person: Option<u32>,
+    /// Its `user` (the device it was seen on), empty if none.
+    pub user: String,
     /// A bid's: where in `extra` more features may be inserted (just before
     /// the features object's closing brace).
     pub features_end: Option<usize>,
@@ -114,6 +122,7 @@ struct Pending {
     score_milli: i32,
     retry: bool,
     person: u32,
+    seen: Seen,
 }
 
 const APPS: u32 = 2000;
@@ -226,7 +235,7 @@ impl Market {
         true
     }
 
-    fn push(&mut self, ts: i64, kind: u8, txid: Txid, score_milli: i32, person: u32) {
+    fn push(&mut self, ts: i64, kind: u8, txid: Txid, score_milli: i32, person: (u32, Seen)) {
         self.push_copy(ts, kind, txid, score_milli, false, person);
         if self.rng.random_bool(self.cfg.duplicate_rate) {
             let shift = self.cfg.duplicate_shift_ms;
@@ -243,7 +252,7 @@ impl Market {
         txid: Txid,
         score_milli: i32,
         retry: bool,
-        person: u32,
+        (person, seen): (u32, Seen),
     ) {
         self.order += 1;
         let delay = if self.cfg.disorder_ms > 0 {
@@ -260,6 +269,7 @@ impl Market {
             score_milli,
             retry,
             person,
+            seen,
         }));
     }
 
@@ -270,11 +280,16 @@ impl Market {
         let score = self.click_score(&txid);
         let score_milli = (score * 1000.0) as i32;
         let (person, click_bias, install_bias) = if self.person_cdf.is_empty() {
-            (u32::MAX, 0.0, 0.0)
+            ((u32::MAX, Seen::default()), 0.0, 0.0)
         } else {
             let k = self.person_cdf.rank(self.rng.random());
+            let seen = if self.cfg.linked {
+                Seen::draw(&mut self.rng, k as u32)
+            } else {
+                Seen::default()
+            };
             (
-                k as u32,
+                (k as u32, seen),
                 f64::from(self.person_click[k]),
                 f64::from(self.person_install[k]),
             )
@@ -344,6 +359,7 @@ impl Market {
         out.type_name.clear();
         out.features_end = None;
         out.person = (p.person != u32::MAX).then_some(p.person);
+        out.user.clear();
         match p.kind {
             KIND_BID => {
                 out.type_name.push_str("bid");
@@ -377,8 +393,10 @@ impl Market {
                 .push_str(&self.cfg.custom_types[usize::from(k - KIND_CUSTOM)]),
         }
         if let Some(person) = out.person {
+            p.seen.write_user(person, &mut out.user);
             let sep = if out.extra.is_empty() { "" } else { "," };
-            let _ = write!(out.extra, r#"{sep}"user":"p{person}""#);
+            let _ = write!(out.extra, r#"{sep}"user":"{}""#, out.user);
+            p.seen.write_ids(person, &mut out.extra);
         }
     }
 
@@ -411,6 +429,7 @@ impl Default for Out {
             send_at: 0,
             extra: String::new(),
             person: None,
+            user: String::new(),
             features_end: None,
         }
     }

@@ -90,7 +90,8 @@ impl ProfileReads {
         let users: Vec<String> = batch
             .iter()
             .filter(|o| o.features_end.is_some())
-            .filter_map(|o| o.person.map(|p| format!("user:p{p}")))
+            .filter(|o| o.person.is_some())
+            .map(|o| format!("user:{}", o.user))
             .collect();
         if users.is_empty() {
             return Ok(());

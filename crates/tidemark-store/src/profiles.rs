@@ -135,6 +135,18 @@ pub async fn counts(c: &impl GenericClient) -> Result<Vec<(String, i64)>, StoreE
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
+/// Every identifier with its person, `(id, person)` in identifier order: how
+/// the database bridged them, for scoring against a market's true persons.
+pub async fn identifiers(c: &impl GenericClient) -> Result<Vec<(String, i64)>, StoreError> {
+    let rows = c
+        .query(
+            "SELECT id, person FROM tidemark.profile_ids ORDER BY id COLLATE \"C\"",
+            &[],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
 /// A counter as stored: `(position, name, event, half_life_ms)`.
 pub type StoredCounter = (i16, String, String, i64);
 
