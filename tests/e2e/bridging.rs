@@ -355,7 +355,7 @@ fn the_linked_market_is_bridged_exactly_and_scored_against_its_true_persons() {
         messages.extend(part);
     }
     let oracle = crate::profiles::oracle(LINKS, &messages, now);
-    crate::profiles::compare_links(&db.url, &oracle, &messages, now);
+    crate::profiles::compare_links(&db.url, &oracle, &messages, now, true);
 
     // Purity and completeness, from the database's bridging and the
     // market's knowledge of who is who.

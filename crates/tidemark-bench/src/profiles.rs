@@ -160,7 +160,7 @@ pub(crate) async fn applied(c: &tokio_postgres::Client) -> anyhow::Result<i64> {
 /// that took it, so the longest transaction bounds every lock.
 pub struct Xacts {
     stop: Arc<AtomicBool>,
-    handle: tokio::task::JoinHandle<anyhow::Result<BTreeMap<(i32, u64), (f64, bool)>>>,
+    handle: tokio::task::JoinHandle<anyhow::Result<BTreeMap<(i32, u64), (f64, Option<String>)>>>,
 }
 
 impl Xacts {
@@ -174,20 +174,22 @@ impl Xacts {
                 .prepare(
                     "SELECT pid, (extract(epoch FROM xact_start) * 1e6)::bigint,
                             extract(epoch FROM clock_timestamp() - xact_start)::float8 * 1e3,
-                            coalesce(wait_event_type = 'Lock', false)
+                            CASE WHEN wait_event_type = 'Lock' THEN wait_event END
                      FROM pg_stat_activity
                      WHERE datname = current_database() AND pid <> pg_backend_pid()
                        AND xact_start IS NOT NULL AND backend_type = 'client backend'",
                 )
                 .await?;
-            // (pid, start µs) -> (longest age seen in ms, waited on a lock).
-            let mut seen: BTreeMap<(i32, u64), (f64, bool)> = BTreeMap::new();
+            // (pid, start µs) -> (longest age seen in ms, the lock it waited on).
+            let mut seen: BTreeMap<(i32, u64), (f64, Option<String>)> = BTreeMap::new();
             while !flag.load(Ordering::Relaxed) {
                 for r in c.query(&q, &[]).await? {
                     let key = (r.get::<_, i32>(0), r.get::<_, i64>(1) as u64);
-                    let e = seen.entry(key).or_insert((0.0, false));
+                    let e = seen.entry(key).or_insert((0.0, None));
                     e.0 = e.0.max(r.get(2));
-                    e.1 |= r.get::<_, bool>(3);
+                    if let Some(lock) = r.get::<_, Option<String>>(3) {
+                        e.1 = Some(lock);
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
@@ -207,13 +209,18 @@ impl Xacts {
                 .copied()
                 .unwrap_or(0.0)
         };
+        // Which locks were waited on (`extend`: two backends growing one table).
+        let mut locks: BTreeMap<&str, usize> = BTreeMap::new();
+        for lock in seen.values().filter_map(|v| v.1.as_deref()) {
+            *locks.entry(lock).or_default() += 1;
+        }
         Ok(format!(
-            "{} transactions seen (sampled every 5 ms): longest {:.0} ms, p99 {:.0} ms, {} over 100 ms, {} waited on a lock",
+            "{} transactions seen (sampled every 5 ms): longest {:.0} ms, p99 {:.0} ms, {} over 100 ms, {} waited on a lock {locks:?}",
             ages.len(),
             q(1.0),
             q(0.99),
             ages.iter().filter(|a| **a > 100.0).count(),
-            seen.values().filter(|v| v.1).count()
+            locks.values().sum::<usize>()
         ))
     }
 }

@@ -377,12 +377,90 @@ async fn define(c: &Client, config: &Config) -> Result<Layout, ProfilesError> {
     })
 }
 
+/// Splits a batch (arrival order, in `rest`) between the link stage and
+/// the workers. An event carrying several identifiers that all sit in one
+/// stored person already links nothing wherever it falls (links are never
+/// undone), so the workers count it in parallel with the rest; the serial
+/// link stage keeps only events that may create identifiers or merge (a
+/// person's devices seen again, the common case, never reach it).
+///
+/// Riders: an event left to the workers that arrived before the batch's
+/// last link and brings an identifier of a person that may merge an earlier
+/// first ts (or creates an identifier a link will carry) is also given to
+/// the link stage, which places it in order, so every merge sees the
+/// masters as they stood in arrival order.
+async fn settle(main: &Client, inflight: &mut Inflight) -> Result<(), StoreError> {
+    inflight.settled = true;
+    if inflight.rest.iter().all(|e| e.ids.ids.len() < 2) {
+        return Ok(());
+    }
+    let events = std::mem::take(&mut inflight.rest);
+    let ids: BTreeSet<&str> = events
+        .iter()
+        .flat_map(|e| e.ids.ids.iter().map(|i| i.as_str()))
+        .collect();
+    let ids: Vec<&str> = ids.into_iter().collect();
+    let placed: HashMap<String, (i64, i64)> = store::placed(main, &ids)
+        .await?
+        .into_iter()
+        .map(|(id, person, first_ts)| (id, (person, first_ts)))
+        .collect();
+    let links: Vec<bool> = events
+        .iter()
+        .map(|e| {
+            let mut of = e
+                .ids
+                .ids
+                .iter()
+                .map(|i| placed.get(i.as_str()).map(|p| p.0));
+            let first = of.next().flatten();
+            e.ids.ids.len() > 1 && !(first.is_some() && of.all(|p| p == first))
+        })
+        .collect();
+    let linked: HashSet<String> = events
+        .iter()
+        .zip(&links)
+        .filter(|(_, l)| **l)
+        .flat_map(|(e, _)| e.ids.ids.iter().map(|i| i.as_str().to_owned()))
+        .collect();
+    let merging: HashSet<i64> = linked
+        .iter()
+        .filter_map(|id| placed.get(id).map(|p| p.0))
+        .collect();
+    let last = links.iter().rposition(|l| *l).unwrap_or(0);
+    for (i, (e, link)) in events.into_iter().zip(links).enumerate() {
+        if link {
+            inflight.links.push(links::Entry {
+                event: e,
+                rider: false,
+            });
+            continue;
+        }
+        let rides = i < last
+            && e.ids.ids.iter().any(|id| match placed.get(id.as_str()) {
+                Some((person, first_ts)) => e.ts < *first_ts && merging.contains(person),
+                None => linked.contains(id.as_str()),
+            });
+        if rides {
+            inflight.links.push(links::Entry {
+                event: e.clone(),
+                rider: true,
+            });
+        }
+        inflight.rest.push(e);
+    }
+    Ok(())
+}
+
 /// A batch in flight: first its link-carrying events (one transaction on the
 /// coordinator's connection), then the rest, routed by person once the links
 /// are committed, per worker until each part commits.
 struct Inflight {
-    /// Linking events not yet committed, in arrival order.
-    links: Vec<Event>,
+    /// The link stage's entries not yet committed, in arrival order.
+    links: Vec<links::Entry>,
+    /// Whether the batch was split (`settle`); until then `rest` holds it
+    /// all in arrival order.
+    settled: bool,
     rest: Vec<Event>,
     /// Duplicates within the batch and stale copies, committed with part 0.
     judged: BTreeMap<&'static str, i64>,
@@ -398,7 +476,8 @@ impl Inflight {
             .flatten()
             .flatten()
             .flat_map(|w| &w.events);
-        self.links.iter().chain(&self.rest).chain(parts)
+        let links = self.links.iter().filter(|e| !e.rider).map(|e| &e.event);
+        links.chain(&self.rest).chain(parts)
     }
 }
 
@@ -450,6 +529,9 @@ impl Process {
             max_ids: self.config.max_ids,
             blocklist_after: self.config.blocklist_after.min(i32::MAX as u64) as i32,
         };
+        if !inflight.settled {
+            settle(main, inflight).await?;
+        }
         while !inflight.links.is_empty() {
             // In chunks, each its own transaction, so no row lock is held
             // long (about 25 ms per chunk here, however many persons merge).
@@ -527,8 +609,8 @@ impl Process {
         }
     }
 
-    /// Drops later copies within the batch and stale copies, and sets apart
-    /// the events that carry several identifiers (they may link persons).
+    /// Drops later copies within the batch and stale copies; the rest stays
+    /// in arrival order for `settle`.
     fn judge(&self, events: Vec<Event>) -> Inflight {
         let stale_before = self
             .saved
@@ -536,7 +618,7 @@ impl Process {
             .map(|c| c - self.config.dedup.as_millis() as i64);
         let mut seen = HashSet::with_capacity(events.len());
         let (mut duplicate, mut stale) = (0, 0);
-        let (mut links, mut rest) = (Vec::new(), Vec::new());
+        let mut rest = Vec::with_capacity(events.len());
         for e in events {
             if stale_before.is_some_and(|s| e.created < s) {
                 stale += 1;
@@ -546,14 +628,11 @@ impl Process {
                 duplicate += 1;
                 continue;
             }
-            if e.ids.ids.len() > 1 {
-                links.push(e);
-            } else {
-                rest.push(e);
-            }
+            rest.push(e);
         }
         Inflight {
-            links,
+            links: Vec::new(),
+            settled: false,
             rest,
             judged: BTreeMap::from([("duplicate", duplicate), ("stale", stale)]),
             parts: None,

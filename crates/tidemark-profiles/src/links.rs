@@ -7,6 +7,11 @@
 //! in parallel, start only after it committed and are routed by the persons
 //! it left. A merge rewrites the absorbed person's identifier rows (at most
 //! `max_ids`) and deletes its profile row; the survivor's row takes the sum.
+//!
+//! Riders make the merge log exact: an event counted by a worker that
+//! arrived before a link and lowers the first ts of an identifier in a
+//! person about to merge is placed here first (its first ts, not its count),
+//! so each merge sees the masters as they stood in arrival order.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -35,31 +40,50 @@ struct IdState {
     dirty: bool,
 }
 
-/// Applies `events` (arrival order) in one transaction; returns the counts
+/// An event for the link stage, in arrival order.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The event.
+    pub event: Event,
+    /// Only places its identifiers (new ones, earlier first ts); a worker
+    /// records and counts it.
+    pub rider: bool,
+}
+
+/// Applies `entries` (arrival order) in one transaction; returns the counts
 /// by reason to report.
 pub async fn apply(
     client: &mut Client,
     layout: &Layout,
     caps: Caps,
-    events: &[Event],
+    entries: &[Entry],
     trail_from: Option<i64>,
     counts_row: i16,
 ) -> Result<BTreeMap<&'static str, i64>, StoreError> {
     let tx = client.transaction().await?;
-    let pairs: Vec<(String, i16)> = events
-        .iter()
-        .map(|e| {
-            (
-                profiles::seen_key(e.txid.as_str()),
-                layout.type_pos[e.type_index],
-            )
-        })
-        .collect();
-    let first = profiles::record_seen(&tx, &pairs).await?;
+    let key = |e: &Event| {
+        (
+            profiles::seen_key(e.txid.as_str()),
+            layout.type_pos[e.type_index],
+        )
+    };
+    let (riders, links): (Vec<&Entry>, Vec<&Entry>) = entries.iter().partition(|e| e.rider);
+    let pairs: Vec<(String, i16)> = links.iter().map(|e| key(&e.event)).collect();
+    let mut first = profiles::record_seen(&tx, &pairs).await?.into_iter();
+    // A rider that is a later copy changes nothing: looked at, not taken.
+    let pairs: Vec<(String, i16)> = riders.iter().map(|e| key(&e.event)).collect();
+    let mut old = profiles::already_seen(&tx, &pairs).await?.into_iter();
     let mut counts: BTreeMap<&'static str, i64> = BTreeMap::new();
-    let mut firsts: Vec<&Event> = Vec::new();
-    for (e, first) in events.iter().zip(first) {
-        if !first {
+    let mut firsts: Vec<&Entry> = Vec::new();
+    for entry in entries {
+        let e = &entry.event;
+        if entry.rider {
+            if !old.next().expect("one answer per rider") {
+                firsts.push(entry);
+            }
+            continue;
+        }
+        if !first.next().expect("one answer per link") {
             *counts.entry("duplicate").or_default() += 1;
             continue;
         }
@@ -69,12 +93,12 @@ pub async fn apply(
             continue;
         }
         *counts.entry("applied").or_default() += 1;
-        firsts.push(e);
+        firsts.push(entry);
     }
 
     let all: BTreeSet<&str> = firsts
         .iter()
-        .flat_map(|e| e.ids.ids.iter().map(|i| i.as_str()))
+        .flat_map(|e| e.event.ids.ids.iter().map(|i| i.as_str()))
         .collect();
     let all: Vec<&str> = all.into_iter().collect();
     let mut ids: HashMap<String, IdState> = HashMap::new();
@@ -113,7 +137,8 @@ pub async fn apply(
     let mut dirty: BTreeSet<i64> = BTreeSet::new();
     let mut refused = 0;
 
-    for e in firsts {
+    for entry in firsts {
+        let e = &entry.event;
         let l: Vec<String> = e.ids.ids.iter().map(|i| i.as_str().to_owned()).collect();
         for id in &l {
             match ids.get_mut(id) {
@@ -149,6 +174,9 @@ pub async fn apply(
                 }
             }
         }
+        if entry.rider {
+            continue;
+        }
         // Link steps: each identifier to the first one before it that is
         // not blocklisted, in link order (user, then ids by kind).
         let mut charged: BTreeSet<(String, i64)> = BTreeSet::new();
@@ -172,12 +200,20 @@ pub async fn apply(
                 let (keep, gone) = if size_q > size_p { (q, p) } else { (p, q) };
                 let g = persons.remove(&gone).expect("alive");
                 let k = persons.get_mut(&keep).expect("alive");
+                let kept_master = k.profile.master.clone();
                 k.profile.merge(&g.profile, &layout.counters);
+                // The log names both sides by their masters as they stood:
+                // the merged person's master first, whichever side it came from.
+                let absorbed = if k.profile.master == kept_master {
+                    g.profile.master.clone()
+                } else {
+                    kept_master
+                };
                 merges.push(Merge {
                     ts: e.ts,
                     txid: e.txid.as_str().to_owned(),
                     master: k.profile.master.clone(),
-                    absorbed: g.profile.master.clone(),
+                    absorbed,
                 });
                 for id in members.remove(&gone).unwrap_or_default() {
                     ids.get_mut(&id).expect("member").person = keep;

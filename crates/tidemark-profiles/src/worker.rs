@@ -108,16 +108,32 @@ impl Worker {
                 .push(e);
         }
 
+        // The earliest ts of every identifier carried. An event with several
+        // reaches a worker only when they all sat in one person already
+        // (`settle`): its other identifiers can lower their first ts, never link.
+        let mut earliest: HashMap<&str, i64> = HashMap::new();
+        for e in events.values().flatten() {
+            for id in &e.ids.ids {
+                let t = earliest.entry(id.as_str()).or_insert(e.ts);
+                *t = (*t).min(e.ts);
+            }
+        }
+        let others: Vec<&str> = earliest
+            .keys()
+            .copied()
+            .filter(|id| !events.contains_key(id))
+            .collect();
+        let all: Vec<&str> = order.iter().chain(&others).copied().collect();
         // Group by person: two identifiers of one (bridged) person share a
         // row, so they must be folded into one state, never written twice.
-        let stored: HashMap<String, StoredId> = profiles::load(&tx, &order)
+        let stored: HashMap<String, StoredId> = profiles::load(&tx, &all)
             .await?
             .into_iter()
             .map(|s| (s.id.clone(), s))
             .collect();
         let mut groups: Vec<(Option<StoredPerson>, Vec<&str>)> = Vec::new();
         let mut group_of_person: HashMap<i64, usize> = HashMap::new();
-        for id in &order {
+        for id in &all {
             match stored.get(*id) {
                 Some(s) => {
                     let g = *group_of_person.entry(s.person.person).or_insert_with(|| {
@@ -126,7 +142,9 @@ impl Worker {
                     });
                     groups[g].1.push(id);
                 }
-                None => groups.push((None, vec![id])),
+                None if events.contains_key(id) => groups.push((None, vec![id])),
+                // Never: an event's other identifiers were all stored.
+                None => {}
             }
         }
         let (mut new_ids, mut new_first) = (Vec::new(), Vec::new());
@@ -138,8 +156,7 @@ impl Worker {
             let mut p = known.unwrap_or_default();
             p.profile.fit(layout.counters.len(), layout.types);
             for id in &ids {
-                let evs = &events[id];
-                let earliest = evs.iter().map(|e| e.ts).min().expect("one event at least");
+                let earliest = earliest[id];
                 match stored.get(*id) {
                     Some(s) if earliest < s.first_ts => {
                         lowered.push(*id);
@@ -155,7 +172,7 @@ impl Worker {
                         p.profile.fit(layout.counters.len(), layout.types);
                     }
                 }
-                for e in evs {
+                for e in events.get(id).into_iter().flatten() {
                     layout.count(&mut p.profile, e);
                     if work.trail_from.is_some_and(|from| e.ts >= from) {
                         trail.push(trail_row(layout, id, e));

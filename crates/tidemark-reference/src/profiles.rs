@@ -253,6 +253,8 @@ pub struct Profiles {
     blocklisted: BTreeSet<String>,
     /// Every counted event, in receive order.
     events: Vec<Counted>,
+    /// Every merge: `(ts, txid, master, absorbed)`.
+    merges: Vec<(i64, String, String, String)>,
 }
 
 /// The outcome of the wire checks (SPEC 1-3) for one message.
@@ -304,6 +306,7 @@ impl Profiles {
             refusals: BTreeMap::new(),
             blocklisted: BTreeSet::new(),
             events: Vec::new(),
+            merges: Vec::new(),
         }
     }
 
@@ -457,7 +460,7 @@ impl Profiles {
             let first = self.first_ts.entry(id.clone()).or_insert(ts);
             *first = (*first).min(ts);
         }
-        self.link(&ids);
+        self.link(&ids, ts, &txid);
 
         let counted_for = if ids[0].starts_with("user:") {
             // Only `user` gives a `user:` identifier (a `user` kind in `ids` is refused).
@@ -478,7 +481,7 @@ impl Profiles {
     }
 
     /// Applies an event's links, one step at a time (see the module docs).
-    fn link(&mut self, ids: &[String]) {
+    fn link(&mut self, ids: &[String], ts: i64, txid: &str) {
         let mut charged: BTreeSet<(String, usize)> = BTreeSet::new();
         for i in 1..ids.len() {
             if self.blocklisted.contains(&ids[i]) {
@@ -494,11 +497,17 @@ impl Profiles {
             }
             let (size_p, size_q) = (self.persons[p].len(), self.persons[q].len());
             if size_p + size_q <= self.setup.max_ids {
+                // Logged: the merged person's master, and the other side's
+                // master as it stood (whichever side the master came from).
+                let (mp, mq) = (self.master_of(p), self.master_of(q));
                 let absorbed = std::mem::take(&mut self.persons[q]);
                 for id in &absorbed {
                     self.person_of.insert(id.clone(), p);
                 }
                 self.persons[p].extend(absorbed);
+                let master = self.master_of(p);
+                let other = if master == mp { mq } else { mp };
+                self.merges.push((ts, txid.to_string(), master, other));
                 continue;
             }
             self.count("links_refused");
@@ -523,6 +532,15 @@ impl Profiles {
         }
     }
 
+    /// The identifier of person `p` with the smallest (first ts, identifier).
+    fn master_of(&self, p: usize) -> String {
+        self.persons[p]
+            .iter()
+            .min_by_key(|m| (self.first_ts[*m], m.as_str()))
+            .expect("a person is never empty")
+            .clone()
+    }
+
     /// The events counted for the person holding `id`, ordered by (ts, type, txid).
     fn events_of(&self, id: &str) -> Vec<&Counted> {
         let Some(&person) = self.person_of.get(id) else {
@@ -544,15 +562,7 @@ impl Profiles {
     pub fn get(&self, id: &str, at_ms: i64) -> Value {
         let (master, size) = match self.person_of.get(id) {
             None => (id.to_string(), 1),
-            Some(&person) => {
-                let members = &self.persons[person];
-                let master = members
-                    .iter()
-                    .min_by_key(|m| (self.first_ts[*m], m.as_str()))
-                    .expect("a person is never empty")
-                    .clone();
-                (master, members.len())
-            }
+            Some(&person) => (self.master_of(person), self.persons[person].len()),
         };
         let events = self.events_of(id);
         let weight = self.setup.weight();
@@ -613,6 +623,13 @@ impl Profiles {
             .iter()
             .map(|id| (id.clone(), self.refusals[id]))
             .collect()
+    }
+
+    /// Every merge so far, `(ts, txid, master, absorbed)`: the event that
+    /// caused it, the merged person's master, and the other side's master as
+    /// it stood before.
+    pub fn merges(&self) -> &[(i64, String, String, String)] {
+        &self.merges
     }
 
     /// Refusals charged so far, per identifier charged at least once.
@@ -926,6 +943,20 @@ mod tests {
             .map(|ts| 2f64.powf(-((300 - ts) as f64) / HOUR as f64))
             .sum();
         assert!(close(got["counters"]["clk_1h"].as_f64().unwrap(), merged));
+        // The log names the merged person's master first, whichever side it
+        // came from (here b's, the side that joined), then the other side's.
+        let log: Vec<(i64, &str, &str)> = p
+            .merges()
+            .iter()
+            .map(|m| (m.0, m.2.as_str(), m.3.as_str()))
+            .collect();
+        assert_eq!(
+            log,
+            [
+                (T0 + 200, "user:a", "member:m"),
+                (T0 + 300, "user:b", "user:a")
+            ]
+        );
         // An earlier event changes the master; a tie on first ts goes bytewise.
         send(
             &mut p,

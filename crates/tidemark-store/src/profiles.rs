@@ -334,6 +334,27 @@ pub async fn record_seen(
     Ok(pairs.iter().map(|p| new.contains(p)).collect())
 }
 
+/// Which `(key, type)` pairs a first copy already took, without taking any.
+pub async fn already_seen(
+    c: &impl GenericClient,
+    pairs: &[(String, i16)],
+) -> Result<Vec<bool>, StoreError> {
+    if pairs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (keys, types): (Vec<&str>, Vec<i16>) = pairs.iter().map(|(k, t)| (k.as_str(), *t)).unzip();
+    let rows = c
+        .query(
+            "SELECT s.key::text, s.type FROM tidemark.profile_seen s
+             JOIN unnest($1::text[], $2::smallint[]) AS u(k, t) ON s.key = u.k::uuid AND s.type = u.t",
+            &[&keys, &types],
+        )
+        .await?;
+    let old: std::collections::HashSet<(String, i16)> =
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    Ok(pairs.iter().map(|p| old.contains(p)).collect())
+}
+
 /// A person as stored: its number and its profile (arrays by position:
 /// element i of each array is position i + 1).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -426,6 +447,23 @@ pub async fn persons_of(
         )
         .await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Stored identifiers among `ids`, with their person and first ts.
+pub async fn placed(
+    c: &impl GenericClient,
+    ids: &[&str],
+) -> Result<Vec<(String, i64, i64)>, StoreError> {
+    let rows = c
+        .query(
+            "SELECT id, person, first_ts FROM tidemark.profile_ids WHERE id = ANY($1)",
+            &[&ids],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
 }
 
 /// `n` fresh person numbers (a sequence: numbers of a rolled-back batch are
