@@ -82,9 +82,8 @@ pub struct Args {
     /// activity and click and install propensities; events carry `user`)
     #[arg(long, default_value_t = 10_000)]
     persons: u32,
-    /// Synthetic market: persons use one to three devices (`user` p<k>, p<k>.1,
-    /// p<k>.2), members log in (`ids.member`), and a few events carry a shared
-    /// carrier IP or come from a QA test device (SPEC 11 bridging)
+    /// Synthetic market: persons use 1-3 devices (`user` p<k>, p<k>.1, p<k>.2), members log
+    /// in (`ids.member`), a few events share a carrier IP or a QA test device (SPEC 11)
     #[arg(long)]
     linked: bool,
     /// Synthetic market: read each bid's person's counters from this profile
