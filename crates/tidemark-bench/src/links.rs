@@ -76,7 +76,7 @@ fn shapes(t: i64) -> Vec<Shape> {
         .collect();
     vec![
         Shape {
-            name: "chain of 999 merges into 2,000 identifiers (max_ids = 2000)",
+            name: "chain: 1,000 pairs, then 999 links growing one person to 2,000 identifiers (max_ids = 2000)",
             config: "max_ids = 2000",
             events: chain,
             expect: ("user:a0", 2000, "device:b999".into(), false),

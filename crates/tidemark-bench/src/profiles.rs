@@ -157,10 +157,20 @@ pub(crate) async fn applied(c: &tokio_postgres::Client) -> anyhow::Result<i64> {
 
 /// The profile process's transactions as seen from `pg_stat_activity`,
 /// sampled every 5 ms: a row lock is held no longer than the transaction
-/// that took it, so the longest transaction bounds every lock.
+/// that took it, so the longest transaction bounds every lock. Told apart by
+/// connection (`application_name`): the link stage's and the workers'.
 pub struct Xacts {
     stop: Arc<AtomicBool>,
-    handle: tokio::task::JoinHandle<anyhow::Result<BTreeMap<(i32, u64), (f64, Option<String>)>>>,
+    handle: tokio::task::JoinHandle<anyhow::Result<BTreeMap<(i32, u64), Xact>>>,
+}
+
+/// One transaction seen: its connection's role, the longest age seen (ms),
+/// and the lock it was seen waiting on.
+#[derive(Default)]
+struct Xact {
+    role: String,
+    age: f64,
+    lock: Option<String>,
 }
 
 impl Xacts {
@@ -174,21 +184,30 @@ impl Xacts {
                 .prepare(
                     "SELECT pid, (extract(epoch FROM xact_start) * 1e6)::bigint,
                             extract(epoch FROM clock_timestamp() - xact_start)::float8 * 1e3,
-                            CASE WHEN wait_event_type = 'Lock' THEN wait_event END
+                            CASE WHEN wait_event_type = 'Lock' THEN wait_event END,
+                            application_name
                      FROM pg_stat_activity
                      WHERE datname = current_database() AND pid <> pg_backend_pid()
                        AND xact_start IS NOT NULL AND backend_type = 'client backend'",
                 )
                 .await?;
-            // (pid, start µs) -> (longest age seen in ms, the lock it waited on).
-            let mut seen: BTreeMap<(i32, u64), (f64, Option<String>)> = BTreeMap::new();
+            let mut seen: BTreeMap<(i32, u64), Xact> = BTreeMap::new();
             while !flag.load(Ordering::Relaxed) {
                 for r in c.query(&q, &[]).await? {
                     let key = (r.get::<_, i32>(0), r.get::<_, i64>(1) as u64);
-                    let e = seen.entry(key).or_insert((0.0, None));
-                    e.0 = e.0.max(r.get(2));
+                    let x = seen.entry(key).or_insert_with(|| {
+                        // "tidemark profiles NAME: worker 1" -> "worker"
+                        let app: String = r.get(4);
+                        let role = app.rsplit(": ").next().unwrap_or("");
+                        let role = role.split(' ').next().unwrap_or("");
+                        Xact {
+                            role: if role.is_empty() { "other" } else { role }.to_string(),
+                            ..Xact::default()
+                        }
+                    });
+                    x.age = x.age.max(r.get(2));
                     if let Some(lock) = r.get::<_, Option<String>>(3) {
-                        e.1 = Some(lock);
+                        x.lock = Some(lock);
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -198,30 +217,37 @@ impl Xacts {
         Ok(Xacts { stop, handle })
     }
 
-    /// Stops sampling; a line on the transactions seen.
+    /// Stops sampling; a line per role on the transactions seen.
     pub async fn report(self) -> anyhow::Result<String> {
         self.stop.store(true, Ordering::Relaxed);
         let seen = self.handle.await??;
-        let mut ages: Vec<f64> = seen.values().map(|v| v.0).collect();
-        ages.sort_by(f64::total_cmp);
-        let q = |p: f64| {
-            ages.get(((ages.len() as f64 * p) as usize).min(ages.len().saturating_sub(1)))
-                .copied()
-                .unwrap_or(0.0)
-        };
-        // Which locks were waited on (`extend`: two backends growing one table).
-        let mut locks: BTreeMap<&str, usize> = BTreeMap::new();
-        for lock in seen.values().filter_map(|v| v.1.as_deref()) {
-            *locks.entry(lock).or_default() += 1;
+        let mut by_role: BTreeMap<&str, Vec<&Xact>> = BTreeMap::new();
+        for x in seen.values() {
+            by_role.entry(x.role.as_str()).or_default().push(x);
         }
-        Ok(format!(
-            "{} transactions seen (sampled every 5 ms): longest {:.0} ms, p99 {:.0} ms, {} over 100 ms, {} waited on a lock {locks:?}",
-            ages.len(),
-            q(1.0),
-            q(0.99),
-            ages.iter().filter(|a| **a > 100.0).count(),
-            locks.values().sum::<usize>()
-        ))
+        let mut lines = Vec::new();
+        for (role, xs) in by_role {
+            let mut ages: Vec<f64> = xs.iter().map(|x| x.age).collect();
+            ages.sort_by(f64::total_cmp);
+            let q = |p: f64| ages[((ages.len() as f64 * p) as usize).min(ages.len() - 1)];
+            // Which locks were waited on (`extend`: two backends growing one table).
+            let mut locks: BTreeMap<&str, usize> = BTreeMap::new();
+            for lock in xs.iter().filter_map(|x| x.lock.as_deref()) {
+                *locks.entry(lock).or_default() += 1;
+            }
+            lines.push(format!(
+                "{role}: {} transactions seen (sampled every 5 ms), longest {:.0} ms, p99 {:.0} ms, {} over 100 ms, {} waited on a lock {locks:?}",
+                ages.len(),
+                q(1.0),
+                q(0.99),
+                ages.iter().filter(|a| **a > 100.0).count(),
+                locks.values().sum::<usize>()
+            ));
+        }
+        if lines.is_empty() {
+            lines.push("no transactions seen".into());
+        }
+        Ok(lines.join("\n  "))
     }
 }
 
@@ -321,7 +347,7 @@ pub async fn ingest(
     let summary = format!(
         "sustained {sustained:.0} events/s over {el:.0}s (worst 10s interval {worst:.0}/s); published {total}, applied {final_applied} ({} missing after catch-up {:.1}s); \
          CPU over the measured window: profile process {:.0}%, PostgreSQL {:.0}% (of one core); \
-         {} persons of {} identifiers ({} merges), profile row {:.0} bytes avg, profiles table {:.0} MB; {xacts}",
+         {} persons of {} identifiers ({} merges), profile row {:.0} bytes avg, profiles table {:.0} MB\n  {xacts}",
         total - final_applied,
         caught.elapsed().as_secs_f64(),
         100.0 * (cpu1 - cpu0) / el,

@@ -91,14 +91,14 @@ pub async fn run(
     url: &str,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Summary, ProfilesError> {
-    let mut main = open_main(url).await?;
+    let mut main = open_main(url, &config.name).await?;
     let saved = store::register(&main, &config.name, &describe(&config)).await?;
     let layout = define(&main, &config).await?;
     let mut workers = Vec::new();
     for i in 0..config.workers {
         workers.push(Worker {
             index: i as i16,
-            client: Some(tidemark_store::connect(url).await?),
+            client: Some(tidemark_store::connect_as(url, &worker_name(&config.name, i)).await?),
         });
     }
     let tally: Tally = Default::default();
@@ -218,7 +218,7 @@ pub async fn run(
                     .or_default() += 1;
                 retry_at = Some(Instant::now() + wait);
                 if main.is_closed() {
-                    match reopen_main(url).await {
+                    match reopen_main(url, &p.config.name).await {
                         Ok(c) => main = c,
                         Err(ProfilesError::Store(_)) => {}
                         Err(other) => return Err(other),
@@ -250,7 +250,7 @@ pub async fn run(
     loop {
         let result = async {
             if main.is_closed() {
-                main = reopen_main(url).await?;
+                main = reopen_main(url, &p.config.name).await?;
             }
             while p.held() > 0 {
                 p.step(&mut main, url).await?;
@@ -285,9 +285,16 @@ pub async fn run(
     })
 }
 
-/// Connects, migrates and takes the database's profile lock.
-async fn open_main(url: &str) -> Result<Client, ProfilesError> {
-    let mut c = tidemark_store::connect(url).await?;
+/// A worker connection's `application_name`.
+fn worker_name(process: &str, index: usize) -> String {
+    format!("tidemark profiles {process}: worker {index}")
+}
+
+/// Connects (as `tidemark profiles NAME: links`), migrates and takes the
+/// database's profile lock.
+async fn open_main(url: &str, name: &str) -> Result<Client, ProfilesError> {
+    let mut c =
+        tidemark_store::connect_as(url, &format!("tidemark profiles {name}: links")).await?;
     tidemark_store::migrate(&mut c).await?;
     if !store::try_lock(&c).await? {
         let pid = store::lock_holder(&c).await?.map_or(0, |h| h.0);
@@ -297,8 +304,8 @@ async fn open_main(url: &str) -> Result<Client, ProfilesError> {
 }
 
 /// Reconnects after the database came back; the lock must still be free.
-async fn reopen_main(url: &str) -> Result<Client, ProfilesError> {
-    match open_main(url).await {
+async fn reopen_main(url: &str, name: &str) -> Result<Client, ProfilesError> {
+    match open_main(url, name).await {
         Err(ProfilesError::AlreadyRunning(_)) => Err(ProfilesError::LockLost),
         other => other,
     }
@@ -575,7 +582,8 @@ impl Process {
         }
         for w in &mut self.workers {
             if w.client.as_ref().is_none_or(|c| c.is_closed()) {
-                w.client = tidemark_store::connect(url).await.ok();
+                let name = worker_name(&self.config.name, w.index as usize);
+                w.client = tidemark_store::connect_as(url, &name).await.ok();
             }
         }
         let works = inflight.parts.as_mut().expect("routed above");

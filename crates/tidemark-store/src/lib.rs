@@ -146,8 +146,21 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
 
 /// Opens one connection and drives it on the current tokio runtime.
 pub async fn connect(url: &str) -> Result<Client, StoreError> {
-    let config: tokio_postgres::Config =
+    open(url, None).await
+}
+
+/// [`connect`], naming the connection in `pg_stat_activity.application_name`
+/// so an operator (or a benchmark) can tell a process's connections apart.
+pub async fn connect_as(url: &str, name: &str) -> Result<Client, StoreError> {
+    open(url, Some(name)).await
+}
+
+async fn open(url: &str, name: Option<&str>) -> Result<Client, StoreError> {
+    let mut config: tokio_postgres::Config =
         url.parse().map_err(|e| StoreError::Url(format!("{e}")))?;
+    if let Some(name) = name {
+        config.application_name(name);
+    }
     let (client, conn) = config.connect(NoTls).await?;
     tokio::spawn(async move {
         if let Err(e) = conn.await {
