@@ -654,7 +654,8 @@ half_life = "1d"
 
 /// Events of 60 true persons, each with a user, up to three devices and a
 /// member id, linked at random; some carry a shared carrier IP or the test
-/// device, which would glue unrelated persons into super-nodes.
+/// device, which would glue unrelated persons into super-nodes, or a link
+/// of a chain that grows past `max_ids`.
 ///
 /// Links depend on arrival order, which is known only within one socket:
 /// every event that may link is an impression (the high-frequency socket);
@@ -712,6 +713,11 @@ fn link_stream(seed: u64, events: usize, now: i64) -> Vec<(String, String)> {
         match rng.below(25) {
             0 => ids.push(format!(r#""ip": "10.0.0.{}""#, rng.below(2))),
             1 => ids.push(r#""test": "device""#.to_string()),
+            // A chain x:c0 – y:c0 – x:c1 – y:c1 – … that grows past max_ids.
+            2 => {
+                let c = rng.below(12);
+                ids.push(format!(r#""x": "c{}", "y": "c{c}""#, c + rng.below(2)));
+            }
             _ => {}
         }
         let user = if rng.below(4) > 0 {

@@ -165,12 +165,14 @@ pub struct Xacts {
 }
 
 /// One transaction seen: its connection's role, the longest age seen (ms),
-/// and the lock it was seen waiting on.
+/// the lock it was seen waiting on, and whether it wrote (had a
+/// transaction id: only then can it hold row locks).
 #[derive(Default)]
 struct Xact {
     role: String,
     age: f64,
     lock: Option<String>,
+    wrote: bool,
 }
 
 impl Xacts {
@@ -185,7 +187,7 @@ impl Xacts {
                     "SELECT pid, (extract(epoch FROM xact_start) * 1e6)::bigint,
                             extract(epoch FROM clock_timestamp() - xact_start)::float8 * 1e3,
                             CASE WHEN wait_event_type = 'Lock' THEN wait_event END,
-                            application_name
+                            application_name, backend_xid IS NOT NULL
                      FROM pg_stat_activity
                      WHERE datname = current_database() AND pid <> pg_backend_pid()
                        AND xact_start IS NOT NULL AND backend_type = 'client backend'",
@@ -206,6 +208,7 @@ impl Xacts {
                         }
                     });
                     x.age = x.age.max(r.get(2));
+                    x.wrote |= r.get::<_, bool>(5);
                     if let Some(lock) = r.get::<_, Option<String>>(3) {
                         x.lock = Some(lock);
                     }
@@ -221,9 +224,13 @@ impl Xacts {
     pub async fn report(self) -> anyhow::Result<String> {
         self.stop.store(true, Ordering::Relaxed);
         let seen = self.handle.await??;
-        let mut by_role: BTreeMap<&str, Vec<&Xact>> = BTreeMap::new();
+        let mut by_role: BTreeMap<String, Vec<&Xact>> = BTreeMap::new();
         for x in seen.values() {
-            by_role.entry(x.role.as_str()).or_default().push(x);
+            let kind = if x.wrote { "writing" } else { "read-only" };
+            by_role
+                .entry(format!("{} {kind}", x.role))
+                .or_default()
+                .push(x);
         }
         let mut lines = Vec::new();
         for (role, xs) in by_role {
