@@ -74,5 +74,5 @@ bench-profiles seconds="300":
 bench-links seconds="120":
     cargo build --release --workspace
     target/release/tidemark-bench link-shapes
-    target/release/tidemark-bench profile-ingest --linked --rate 25000 --seconds {{seconds}}
+    target/release/tidemark-bench profile-ingest --linked --rate 40000 --seconds {{seconds}} --warmup 10
     target/release/tidemark-bench profile-read --linked
