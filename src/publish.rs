@@ -82,7 +82,7 @@ pub struct Args {
     /// activity and click and install propensities; events carry `user`)
     #[arg(long, default_value_t = 10_000)]
     persons: u32,
-    /// Synthetic market: persons use 1-3 devices (`user` p<k>, p<k>.1, p<k>.2), members log
+    /// Synthetic market: persons use 1-3 devices (`user` `p<k>`, `p<k>.1`, `p<k>.2`), members log
     /// in (`ids.member`), a few events share a carrier IP or a QA test device (SPEC 11)
     #[arg(long)]
     linked: bool,

@@ -142,7 +142,16 @@ fn main() -> anyhow::Result<()> {
             linked,
         } => rt
             .block_on(profiles::ingest(
-                &bin, &cluster, rate, seconds, warmup, persons, trail, linked,
+                &bin,
+                &cluster,
+                profiles::Offer {
+                    rate,
+                    persons,
+                    linked,
+                },
+                seconds,
+                warmup,
+                trail,
             ))
             .map(drop),
         Bench::LinkShapes => rt.block_on(links::run(&bin, &cluster)),

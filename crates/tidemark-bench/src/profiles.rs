@@ -273,18 +273,33 @@ fn postgres_cpu() -> f64 {
     total
 }
 
-/// Sustained ingest: publishes at `rate` for `seconds` (after `warmup`),
+/// What the benchmark publisher offers: events/s, Zipf persons, and
+/// whether every event links a device to a member id.
+#[derive(Debug, Clone, Copy)]
+pub struct Offer {
+    /// Events per second.
+    pub rate: f64,
+    /// Distinct persons.
+    pub persons: usize,
+    /// Devices linked to member ids.
+    pub linked: bool,
+}
+
+/// Sustained ingest: publishes `offer` for `seconds` (after `warmup`),
 /// prints applied events/s per interval, lag and CPU.
 pub async fn ingest(
     bin: &Path,
     cluster: &Cluster,
-    rate: f64,
+    offer: Offer,
     seconds: u64,
     warmup: u64,
-    persons: usize,
     trail: bool,
-    linked: bool,
 ) -> anyhow::Result<String> {
+    let Offer {
+        rate,
+        persons,
+        linked,
+    } = offer;
     let url = fresh_db(cluster, "bench_profiles").await?;
     let dir = PathBuf::from("target/bench-home/profiles");
     std::fs::create_dir_all(&dir)?;
@@ -417,7 +432,12 @@ pub async fn read_bench(
     load_rate: f64,
     linked: bool,
 ) -> anyhow::Result<()> {
-    let url = ingest(bin, cluster, load_rate, 30, 5, persons, false, linked).await?;
+    let offer = Offer {
+        rate: load_rate,
+        persons,
+        linked,
+    };
+    let url = ingest(bin, cluster, offer, 30, 5, false).await?;
     println!("profile reads through tidemark-reader ({samples} samples each):");
     reads(&url, samples, persons, "idle").await?;
     let dir = PathBuf::from("target/bench-home/profiles");
