@@ -3,7 +3,7 @@
 #[derive(clap::Args)]
 pub struct Args {
     /// Share of all transactions the shards sample
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 1.0)]
     rate: f64,
     /// Number of shards
     #[arg(long, default_value_t = 2)]
@@ -17,6 +17,9 @@ pub struct Args {
     /// Event time per wall time
     #[arg(long, default_value_t = 60.0)]
     speed: f64,
+    /// Persons behind the transactions (each with its own propensities)
+    #[arg(long, default_value_t = 2_000)]
+    persons: u32,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -28,6 +31,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         seconds: args.seconds,
         tps: args.tps,
         speed: args.speed,
+        persons: args.persons,
+        home: tidemark_store::Cluster::default_home(),
     };
-    tidemark_demo::run(opts, &std::env::current_exe()?, stop)
+    tidemark_demo::run(opts, &std::env::current_exe()?, stop)?;
+    Ok(())
 }

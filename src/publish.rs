@@ -90,6 +90,10 @@ pub struct Args {
     /// database before publishing it, and add them to its features (SPEC 11)
     #[arg(long)]
     profiles: Option<String>,
+    /// Synthetic market: write each transaction's true label probabilities
+    /// and delays (those with an impression) to FILE, tab-separated
+    #[arg(long)]
+    truth: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -151,6 +155,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         write: args.write,
         sndhwm: args.sndhwm,
         profiles: args.profiles,
+        truth: args.truth,
     };
     let stop = Arc::new(AtomicBool::new(false));
     crate::stop_on_signal(stop.clone());

@@ -1,28 +1,43 @@
-//! The demo (`tidemark demo`): the whole pipeline on the embedded default. A synthetic
-//! market publishes through ZeroMQ into two shards planned by `tidemark plan`,
-//! each with its buffer in the embedded PostgreSQL; a learner trains on their
-//! observations as they come and writes checkpoints. Event time runs 60×
-//! faster than wall time and the windows are minutes, so every phase is seen
-//! within a minute. Ends with a report read back from the database and the
-//! last checkpoint, and a few bids scored with it.
+//! The demo (`tidemark demo`): the whole pipeline on the embedded default,
+//! and the proof that it is right. A synthetic market with a known truth
+//! publishes through ZeroMQ into two shards planned by `tidemark plan` and a
+//! profile process, all writing to the embedded PostgreSQL; the market's
+//! bidder reads each bid's person from the profile database into the bid;
+//! a learner trains on the shards' observations as they come and writes
+//! checkpoints. Event time runs 60× faster than wall time and the windows
+//! are minutes, so every phase is seen within a minute. The report
+//! (`$TIDEMARK_HOME/report/index.html` and `report.json`) scores the learner
+//! against the market's truth, with and without the profile counters.
 //!
-//! Owns: the demo's orchestration (configurations, child processes of the
-//! `tidemark` binary for shards and learner, the publisher, progress and the
-//! report). Its SQL is `tidemark-store`'s.
+//! Owns: the demo's orchestration (configurations, child processes,
+//! progress, Ctrl-C), its evaluation and its report. Its SQL is
+//! `tidemark-store`'s.
 
 #![warn(missing_docs)]
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::AtomicBool;
+mod evaluate;
+mod html;
+mod procs;
+mod progress;
+mod report;
+mod svg;
+
+pub use evaluate::{deciles, logloss, Decile, TargetEval};
+pub use report::at;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tidemark_checkpoint::Checkpoint;
-use tidemark_market::{MarketConfig, PublishOptions, Source};
+use tidemark_market::{MarketConfig, PublishOptions, PublishReport, Source};
 use tidemark_store::telemetry::{Counter, Family};
 use tidemark_store::Cluster;
+
+use crate::procs::Proc;
+use crate::progress::{Display, Sample};
 
 /// The shape of a demo run.
 #[derive(Debug, Clone)]
@@ -37,10 +52,31 @@ pub struct Options {
     pub tps: f64,
     /// Event time per wall time.
     pub speed: f64,
+    /// Persons behind the transactions.
+    pub persons: u32,
+    /// Where the embedded cluster, the configurations, logs, checkpoints
+    /// and the report go.
+    pub home: PathBuf,
 }
 
-const DATABASE: &str = "tidemark_demo";
+/// What a run left behind.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The database it wrote.
+    pub url: String,
+    /// `report.json`'s value.
+    pub report: serde_json::Value,
+    /// The report's directory (`index.html`, `report.json`).
+    pub report_dir: PathBuf,
+    /// The learner's checkpoints.
+    pub checkpoints: PathBuf,
+}
+
+/// The database the demo writes (recreated by each run).
+pub const DATABASE: &str = "tidemark_demo";
 const ENDPOINT: &str = "tcp://127.0.0.1:5599";
+/// Windows (ms): impression, click, install_short, install_long.
+const WINDOW_MS: [i64; 4] = [30_000, 5 * 60_000, 10 * 60_000, 30 * 60_000];
 const WINDOWS: &str = r#"clock = "event"
 lateness = "2s"
 period = "500ms"
@@ -55,13 +91,17 @@ click = "30s"
 install_short = "1m"
 install_long = "1m"
 "#;
+/// The profile counters the bidder copies into bids (SPEC 11).
+const COUNTERS: [(&str, &str, &str); 2] = [("clk_1h", "click", "1h"), ("clk_10m", "click", "10m")];
 
-/// Runs the demo, printing progress on stderr and the report on stdout.
-/// `exe` is the `tidemark` binary the shards and the learner run as; `stop`
-/// set (by a signal) ends publishing early.
-pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+/// Runs the demo, progress on stderr, the report on stdout and in
+/// `home/report/`. `exe` is the `tidemark` binary the shards, the profile
+/// process and the learner run as; `stop` set (by a signal) ends the run
+/// early, and the report covers what ran.
+pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<Outcome> {
     let started = Instant::now();
-    let cluster = Cluster::new(&Cluster::default_home())?;
+    let t0_ms = tidemark_market::now_ms();
+    let cluster = Cluster::new(&args.home)?;
     eprintln!(
         "[1/6] embedded PostgreSQL under {} …",
         cluster.home().display()
@@ -80,13 +120,13 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<(
     eprintln!("      {url}");
 
     eprintln!(
-        "[2/6] planning {} shards sampling {} of transactions …",
+        "[2/6] starting {} shards sampling {} of transactions, a profile process and a learner …",
         args.shards, args.rate
     );
-    let plan = tidemark_plan::plan(args.rate, args.shards)?;
     let dir = cluster.home().join("demo");
     std::fs::create_dir_all(&dir)?;
-    let mut shards: Vec<(String, Child)> = Vec::new();
+    let plan = tidemark_plan::plan(args.rate, args.shards)?;
+    let mut shards: Vec<Proc> = Vec::new();
     for s in &plan.shards {
         let name = format!("demo{}", &s.name[1..]);
         let prefixes: Vec<String> = s.prefixes.iter().map(|p| format!("{p:?}")).collect();
@@ -98,54 +138,71 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<(
                 prefixes.join(", ")
             ),
         )?;
-        let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
-        let child = Command::new(exe)
-            .args(["shard", "--config"])
-            .arg(&config)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("starting a shard")?;
+        shards.push(Proc::start(
+            exe,
+            &dir,
+            &name,
+            &["shard", "--config", &path(&config)],
+        )?);
         eprintln!(
             "      {name}: {} prefixes, share {:.4} (config {})",
             s.prefixes.len(),
             s.rate,
             config.display()
         );
-        shards.push((name, child));
     }
-
+    let profile_cfg = dir.join("profiles.toml");
+    let mut text = format!(
+        "name = \"demo_profiles\"\nendpoints = [\"{ENDPOINT}\"]\ndatabase_url = \"{url}\"\nclock = \"event\"\nlateness = \"2s\"\ntrail = \"1d\"\nmax_ids = 6\nblocklist_after = 20\nbatch_delay = \"100ms\"\n"
+    );
+    for (name, event, half_life) in COUNTERS {
+        text += &format!(
+            "[[counters]]\nname = \"{name}\"\nevent = \"{event}\"\nhalf_life = \"{half_life}\"\n"
+        );
+    }
+    std::fs::write(&profile_cfg, text)?;
+    let mut profiles = Proc::start(
+        exe,
+        &dir,
+        "profiles",
+        &["profiles", "--config", &path(&profile_cfg)],
+    )?;
+    eprintln!(
+        "      profiles: counters {:?} (config {})",
+        COUNTERS.map(|c| c.0),
+        profile_cfg.display()
+    );
     let ckpt = dir.join("checkpoints");
     let _ = std::fs::remove_dir_all(&ckpt);
     let learn_cfg = dir.join("learn.toml");
-    std::fs::write(
-        &learn_cfg,
-        format!(
-            "checkpoint_dir = \"{}\"\ncheckpoint_interval = \"3s\"\nbits = 20\npoll = \"200ms\"\ncrosses = [[\"app\", \"os\"]]\n\n[[sources]]\nname = \"demo\"\ndatabase_url = \"{url}\"\n",
-            ckpt.display()
-        ),
-    )?;
-    let mut learner = Command::new(exe)
-        .args(["learn", "--config"])
-        .arg(&learn_cfg)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("learn.log"))?)
-        .spawn()
-        .context("starting the learner")?;
-    eprintln!("      learner: checkpoints in {}", ckpt.display());
-    eprintln!(
-        "[3/6] publishing the synthetic market for {}s: {} transactions per event-second, event time ×{} …",
-        args.seconds, args.tps, args.speed
+    let learn_text = format!(
+        "checkpoint_dir = \"{}\"\ncheckpoint_interval = \"3s\"\nbits = 20\nalpha = 0.2\npoll = \"200ms\"\ncrosses = [[\"country\", \"exchange\"]]\n\n[[sources]]\nname = \"demo\"\ndatabase_url = \"{url}\"\n",
+        ckpt.display()
     );
+    std::fs::write(&learn_cfg, &learn_text)?;
+    let mut learner = Proc::start(
+        exe,
+        &dir,
+        "learner",
+        &["learn", "--config", &path(&learn_cfg)],
+    )?;
+    eprintln!("      learner: checkpoints in {}", ckpt.display());
+
+    eprintln!(
+        "[3/6] publishing the market for {}s: {} transactions per event-second, event time ×{}, {} persons …",
+        args.seconds, args.tps, args.speed, args.persons
+    );
+    let span_ms = (args.seconds as f64 * 1000.0 * args.speed) as i64;
+    let truth_file = dir.join("truth.tsv");
     let opts = PublishOptions {
-        profiles: None,
+        profiles: Some(url.clone()),
+        truth: Some(truth_file.clone()),
         bind: vec![ENDPOINT.to_owned()],
         connect: Vec::new(),
         publisher: "demo-market".into(),
         speed: args.speed,
-        start_ms: tidemark_market::now_ms(),
+        // Event time ends near wall time, so profiles read "now" afterwards.
+        start_ms: t0_ms + 2000 - span_ms,
         duration: Some(Duration::from_secs(args.seconds)),
         warmup: Duration::from_secs(2),
         span_ms: None,
@@ -156,129 +213,193 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<(
     };
     let market = MarketConfig {
         tps: args.tps,
-        click_window_ms: 5 * 60_000,
-        install_short_ms: 10 * 60_000,
+        click_window_ms: WINDOW_MS[1],
+        install_short_ms: WINDOW_MS[2],
+        install_long_ms: WINDOW_MS[3],
+        persons: args.persons,
+        // Activity spread out enough that counters stay in the range a
+        // linear model takes as numbers; propensities strong enough to show.
+        person_skew: 0.0,
+        person_effect: 0.8,
+        linked: true,
         ..MarketConfig::default()
     };
+    let pub_stop = stop.clone();
     let publisher = std::thread::spawn(move || {
-        tidemark_market::publish(&opts, Source::Synthetic(market), &stop)
+        tidemark_market::publish(&opts, Source::Synthetic(market), &pub_stop)
     });
-    let names: Vec<String> = shards.iter().map(|(n, _)| n.clone()).collect();
+    let names: Vec<String> = shards.iter().map(|p| p.name.clone()).collect();
+    let mut display = Display::new();
+    let mut samples: Vec<Sample> = Vec::new();
+    let watch = |samples: &mut Vec<Sample>, display: &mut Display, market: &str| {
+        let t = started.elapsed().as_secs_f64();
+        match rt.block_on(sample_once(&url, t, &names, &ckpt)) {
+            Ok(s) => {
+                let rate = samples.last().map_or(0.0, |p| {
+                    (s.received - p.received) as f64 / (s.t - p.t).max(1e-3)
+                });
+                display.show(&s, rate, market);
+                samples.push(s);
+            }
+            Err(e) => display.println(&format!("      (progress unavailable: {e:#})")),
+        }
+    };
     while !publisher.is_finished() {
-        std::thread::sleep(Duration::from_secs(5));
-        let line = rt
-            .block_on(progress(&url, &names))
-            .unwrap_or_else(|e| format!("(progress unavailable: {e})"));
-        eprintln!("      {:>4.0}s {line}", started.elapsed().as_secs_f64());
+        std::thread::sleep(Duration::from_secs(1));
+        let p = started.elapsed().as_secs_f64();
+        watch(
+            &mut samples,
+            &mut display,
+            &format!("publishing, {p:.0}s of {}s", args.seconds + 2),
+        );
     }
-    let report = publisher.join().expect("publisher thread")?;
+    let published = publisher.join().expect("publisher thread");
+    let interrupted = stop.load(Ordering::Relaxed);
+    let report = match published {
+        Ok(r) => r,
+        Err(e) if interrupted => {
+            display.println(&format!("      the market stopped: {e}"));
+            PublishReport::default()
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let market_line = format!(
+        "published {} events in {:.1}s",
+        report.events,
+        report.elapsed.as_secs_f64()
+    );
 
-    eprintln!("[4/6] letting the shards sweep what the last ticks allow, then stopping them …");
-    std::thread::sleep(Duration::from_secs(3));
-    for (name, child) in &mut shards {
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let status = child.wait()?;
-        if !status.success() {
-            anyhow::bail!(
-                "shard {name} exited with {status}; see {}",
-                dir.join(format!("{name}.log")).display()
-            );
+    display.println("[4/6] letting the shards sweep what the last ticks allow, then stopping them and the profile process …");
+    for _ in 0..3 {
+        if !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_secs(1));
+            watch(&mut samples, &mut display, &market_line);
         }
     }
+    let signalled = stop.load(Ordering::Relaxed);
+    for p in shards.iter_mut().chain([&mut profiles]) {
+        p.stop(signalled, Duration::from_secs(10))?;
+    }
 
-    eprintln!("[5/6] letting the learner catch up, then stopping it …");
+    display.println("[5/6] letting the learner catch up, then stopping it …");
     let total: i64 = rt.block_on(async {
         let c = tidemark_store::connect(&url).await?;
         tidemark_store::observations::count(&c).await
     })?;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        let learned = tidemark_checkpoint::latest(&ckpt)
-            .and_then(|p| Checkpoint::read(&p, false).ok())
-            .map_or(0, |c| c.targets.iter().map(|t| t.trained).sum::<u64>());
-        if learned as i64 >= total {
+    while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_secs(1));
+        watch(&mut samples, &mut display, &market_line);
+        if samples.last().is_some_and(|s| s.learned as i64 >= total) {
             break;
         }
-        std::thread::sleep(Duration::from_millis(500));
     }
-    let _ = Command::new("kill")
-        .args(["-TERM", &learner.id().to_string()])
-        .status();
-    if !learner.wait()?.success() {
-        anyhow::bail!(
-            "the learner failed; see {}",
-            dir.join("learn.log").display()
-        );
-    }
+    learner.stop(stop.load(Ordering::Relaxed), Duration::from_secs(10))?;
+    display.finish();
 
-    eprintln!("[6/6] report");
-    let text = rt.block_on(final_report(&url, &names))?;
+    eprintln!("[6/6] scoring the run against the market's truth …");
+    let interrupted = stop.load(Ordering::Relaxed);
+    let online: BTreeMap<String, f64> = tidemark_checkpoint::latest(&ckpt)
+        .and_then(|p| Checkpoint::read(&p, false).ok())
+        .map(|c| {
+            c.targets
+                .iter()
+                .filter_map(|t| Some((t.name.clone(), t.metrics["logloss"].as_f64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let config = tidemark_trainer::Config::from_toml(&learn_text)?;
+    let features: Vec<String> = COUNTERS.iter().map(|c| c.0.to_owned()).collect();
+    let (targets, delays, bridging) = rt.block_on(async {
+        let c = tidemark_store::connect(&url).await?;
+        let tsv = std::fs::read(&truth_file).with_context(|| truth_file.display().to_string())?;
+        tidemark_store::demo::load_truth(&c, tsv).await?;
+        let rows = tidemark_store::demo::scored(&c).await?;
+        let targets = evaluate::evaluate(&rows, &config, &features, t0_ms)?;
+        let delays = tidemark_store::demo::delays(&c).await?;
+        let ids = tidemark_store::profiles::identifiers(&c).await?;
+        let persons = ids
+            .iter()
+            .map(|r| r.1)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let q = tidemark_market::Quality::measure(ids.iter().map(|(id, p)| (id.as_str(), *p)));
+        anyhow::Ok((targets, delays, (q, persons)))
+    })?;
+    let value = report::build(&report::Inputs {
+        events: report.events,
+        by_type: &report.by_type,
+        seconds: started.elapsed().as_secs_f64(),
+        interrupted,
+        database: &url,
+        targets: &targets,
+        online: &online,
+        bridging: Some(bridging),
+        samples: &samples,
+        delays: &delays,
+        windows: WINDOW_MS,
+        profile_features: &features,
+    });
+    let report_dir = cluster.home().join("report");
+    std::fs::create_dir_all(&report_dir)?;
+    std::fs::write(
+        report_dir.join("report.json"),
+        serde_json::to_string_pretty(&value)?,
+    )?;
+    std::fs::write(report_dir.join("index.html"), html::page(&value))?;
+
     println!(
         "published     {} events in {:.1}s ({:.0}/s), event time through {}",
         report.events,
         report.elapsed.as_secs_f64(),
-        report.events as f64 / report.elapsed.as_secs_f64(),
+        report.events as f64 / report.elapsed.as_secs_f64().max(1e-9),
         report.through_ms
     );
     for (t, n) in &report.by_type {
         println!("  {t:<12} {n}");
     }
-    print!("{text}");
-    println!("database      {url}");
-    println!("inspect       psql \"{url}\" -c 'select * from tidemark.shard_status'");
-    println!("elapsed       {:.1}s", started.elapsed().as_secs_f64());
-    let latest = tidemark_checkpoint::latest(&ckpt).context("the learner wrote no checkpoint")?;
-    let c = Checkpoint::read(&latest, false)?;
+    print!("{}", rt.block_on(final_report(&url, &names))?);
     println!(
-        "checkpoint    {} ({} observations learned)",
-        latest.display(),
-        c.targets.iter().map(|t| t.trained).sum::<u64>()
+        "against the market's truth (progressive logloss; gap = share of baseline→truth closed):"
     );
-    println!(
-        "  {:<10} {:>9} {:>9} {:>9} {:>7} {:>11}",
-        "target", "learned", "weights", "logloss", "auc", "calibration"
-    );
-    for t in &c.targets {
-        let m = &t.metrics;
+    print!("{}", report::text(&value));
+    if let Some(c) = tidemark_checkpoint::latest(&ckpt) {
+        println!("checkpoint    {}", c.display());
+        let scorer = tidemark_checkpoint::Scorer::open(&ckpt)?;
+        let bid = r#"{"app":"app1","campaign":"c3","country":"us","exchange":"adx","os":"android","size":"320x50","user_clicks":9,"wifi":true,"imp_1h":4.2,"clk_1h":1.1,"clk_10m":0.6}"#;
+        let features: serde_json::Map<String, serde_json::Value> = serde_json::from_str(bid)?;
         println!(
-            "  {:<10} {:>9} {:>9} {:>9.5} {:>7.4} {:>11.3}",
-            t.name,
-            t.trained,
-            t.weights.len(),
-            m["logloss"].as_f64().unwrap_or(f64::NAN),
-            m["auc"].as_f64().unwrap_or(f64::NAN),
-            m["calibration"].as_f64().unwrap_or(f64::NAN)
+            "scored        {bid}\n           → {}",
+            scorer.score(&features).to_json()
         );
     }
-    let scorer = tidemark_checkpoint::Scorer::open(&ckpt)?;
+    println!("database      {url}");
+    println!("inspect       psql \"{url}\" -c 'select * from tidemark.shard_status'");
+    println!("report        {}", report_dir.join("index.html").display());
     println!(
-        "scored        (tidemark score --checkpoint {})",
-        ckpt.display()
+        "elapsed       {:.1}s{}",
+        started.elapsed().as_secs_f64(),
+        if interrupted {
+            " (stopped early by a signal)"
+        } else {
+            ""
+        }
     );
-    for bid in [
-        r#"{"app":"app1","campaign":"c3","country":"us","exchange":"adx","os":"android","size":"320x50","user_clicks":9,"wifi":true}"#,
-        r#"{"app":"app1500","campaign":"c40","country":"jp","exchange":"mopub","os":"other","size":"728x90","user_clicks":0,"wifi":false}"#,
-    ] {
-        let features: serde_json::Map<String, serde_json::Value> = serde_json::from_str(bid)?;
-        println!("  {bid}\n    → {}", scorer.score(&features).to_json());
-    }
-    Ok(())
+    Ok(Outcome {
+        url,
+        report: value,
+        report_dir,
+        checkpoints: ckpt,
+    })
 }
 
-async fn progress(url: &str, shards: &[String]) -> anyhow::Result<String> {
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}
+
+async fn sample_once(url: &str, t: f64, shards: &[String], ckpt: &Path) -> anyhow::Result<Sample> {
     let c = tidemark_store::connect(url).await?;
-    let mut parts = Vec::new();
-    for s in shards {
-        let counters = tidemark_store::state::counters(&c, s).await?;
-        parts.push(format!(
-            "{s}: {} received, {} observations",
-            Family::Received.sum(&counters),
-            Family::Observations.sum(&counters)
-        ));
-    }
-    Ok(parts.join(" | "))
+    progress::sample(&c, t, shards, ckpt).await
 }
 
 async fn final_report(url: &str, shards: &[String]) -> anyhow::Result<String> {

@@ -13,6 +13,7 @@ use tidemark_features::sigmoid;
 use tidemark_wire::Txid;
 
 use crate::persons::Seen;
+use crate::truth::{within, Truth};
 
 /// Shape of the market. Times are milliseconds of event time.
 #[derive(Debug, Clone)]
@@ -33,6 +34,8 @@ pub struct MarketConfig {
     pub click_window_ms: i64,
     /// The short install window the install delays are scaled to.
     pub install_short_ms: i64,
+    /// The long install window: only the truth (`crate::truth`) reads it.
+    pub install_long_ms: i64,
     /// Custom event types, each following a click with probability `custom_rate`.
     pub custom_types: Vec<String>,
     /// Probability that a clicked transaction gets each custom event.
@@ -50,6 +53,8 @@ pub struct MarketConfig {
     pub persons: u32,
     /// Zipf exponent of persons' activity.
     pub person_skew: f64,
+    /// Persons' click logit offsets are uniform in ±this (installs': ±⅔ of it).
+    pub person_effect: f64,
     /// Persons use several devices and log in, and a few identifiers are
     /// shared across persons (`crate::persons`); else `user` is `p<k>`.
     pub linked: bool,
@@ -66,12 +71,14 @@ impl Default for MarketConfig {
             duplicate_rate: 0.01,
             click_window_ms: 3_600_000,
             install_short_ms: 86_400_000,
+            install_long_ms: 7 * 86_400_000,
             custom_types: Vec::new(),
             custom_rate: 0.3,
             disorder_ms: 0,
             duplicate_shift_ms: 2000,
             persons: 0,
             person_skew: 1.1,
+            person_effect: 1.5,
             linked: false,
         }
     }
@@ -175,32 +182,48 @@ pub struct Market {
     /// Per-feature-value effects on the click logit, drawn from the seed.
     app_effect: Vec<f32>,
     campaign_effect: Vec<f32>,
+    /// The click logit's interaction of country and exchange.
+    country_exchange: Vec<f32>,
     /// Persons' activity CDF and their click and install logit offsets.
     person_cdf: Zipf,
     person_click: Vec<f32>,
     person_install: Vec<f32>,
     /// Transactions generated so far.
     pub transactions: u64,
+    /// When set, the truth of every transaction with an impression is
+    /// appended here as it is generated (the caller drains it).
+    pub truths: Option<Vec<Truth>>,
 }
 
 impl Market {
     /// Starts generating transactions created from `start_ms` on.
     pub fn new(cfg: MarketConfig, start_ms: i64) -> Market {
         let mut rng = SmallRng::seed_from_u64(cfg.seed);
-        let app_effect = (0..APPS).map(|_| rng.random_range(-1.5f32..1.5)).collect();
-        let campaign_effect = (0..CAMPAIGNS)
-            .map(|_| rng.random_range(-1.0f32..1.0))
+        // Apps are numbered by popularity; the long tail's rates sit closer
+        // to the average, as a market's do (and as the few rows each gets
+        // could never tell apart anyway).
+        let app_effect = (0..APPS)
+            .map(|k| rng.random_range(-1.2f32..1.2) / (1.0 + k as f32 / 50.0))
             .collect();
-        let person_cdf = Zipf::new(cfg.persons as usize, cfg.person_skew);
-        let person_click = (0..cfg.persons)
+        let campaign_effect = (0..CAMPAIGNS)
             .map(|_| rng.random_range(-1.5f32..1.5))
             .collect();
+        let person_cdf = Zipf::new(cfg.persons as usize, cfg.person_skew);
+        let e = cfg.person_effect.max(1e-6) as f32;
+        let person_click = (0..cfg.persons).map(|_| rng.random_range(-e..e)).collect();
         let person_install = (0..cfg.persons)
-            .map(|_| rng.random_range(-1.0f32..1.0))
+            .map(|_| rng.random_range(-e * 2.0 / 3.0..e * 2.0 / 3.0))
+            .collect();
+        // Its own stream, so that adding it left every other draw as it was.
+        let mut irng = SmallRng::seed_from_u64(cfg.seed ^ 0x5eed_1e7e);
+        let country_exchange = (0..COUNTRIES.len() * EXCHANGES.len())
+            .map(|_| irng.random_range(-0.9f32..0.9))
             .collect();
         Market {
             cfg,
             rng,
+            country_exchange,
+            truths: None,
             person_cdf,
             person_click,
             person_install,
@@ -296,28 +319,45 @@ impl Market {
         };
         let bid_at = created + self.rng.random_range(0..100);
         self.push(bid_at, KIND_BID, txid, score_milli, person);
-        if self.rng.random_bool(self.cfg.impression_rate) {
-            let imp_at = created + self.rng.random_range(50..2000);
-            self.push(imp_at, KIND_IMPRESSION, txid, score_milli, person);
-            let p_click = sigmoid(logit(self.cfg.ctr) + score + click_bias);
-            if self.rng.random_bool(p_click) {
-                let mean = self.cfg.click_window_ms as f64 / 20.0;
-                let click_at = imp_at + self.exp(mean) as i64;
-                self.push(click_at, KIND_CLICK, txid, score_milli, person);
-                let p_install = sigmoid(logit(self.cfg.cvr) + 0.5 * score + install_bias);
-                if self.rng.random_bool(p_install) {
-                    // About 90% of installs land in the short window.
-                    let mean = self.cfg.install_short_ms as f64 / 2.3;
-                    let at = click_at + self.exp(mean) as i64;
-                    self.push(at, KIND_INSTALL, txid, score_milli, person);
-                }
-                for i in 0..self.cfg.custom_types.len() {
-                    if self.rng.random_bool(self.cfg.custom_rate) {
-                        let at = click_at + self.exp(self.cfg.click_window_ms as f64 / 4.0) as i64;
-                        self.push(at, KIND_CUSTOM + i as u8, txid, score_milli, person);
-                    }
+        if !self.rng.random_bool(self.cfg.impression_rate) {
+            return;
+        }
+        let imp_at = created + self.rng.random_range(50..2000);
+        self.push(imp_at, KIND_IMPRESSION, txid, score_milli, person);
+        let p_click = sigmoid(logit(self.cfg.ctr) + score + click_bias);
+        let click_mean = self.cfg.click_window_ms as f64 / 20.0;
+        let mut truth = Truth {
+            txid,
+            person: (person.0 != u32::MAX).then_some(person.0),
+            ctr: p_click * within(click_mean, imp_at, created + self.cfg.click_window_ms),
+            cvr: None,
+            click_delay_ms: None,
+            install_delay_ms: None,
+        };
+        if self.rng.random_bool(p_click) {
+            let click_at = imp_at + self.exp(click_mean) as i64;
+            self.push(click_at, KIND_CLICK, txid, score_milli, person);
+            truth.click_delay_ms = Some(click_at - created);
+            let p_install = sigmoid(logit(self.cfg.cvr) + 0.5 * score + install_bias);
+            // About 90% of installs land in the short window.
+            let mean = self.cfg.install_short_ms as f64 / 2.3;
+            let short = within(mean, click_at, created + self.cfg.install_short_ms);
+            let long = within(mean, click_at, created + self.cfg.install_long_ms);
+            truth.cvr = Some((p_install * short, p_install * (long - short)));
+            if self.rng.random_bool(p_install) {
+                let at = click_at + self.exp(mean) as i64;
+                self.push(at, KIND_INSTALL, txid, score_milli, person);
+                truth.install_delay_ms = Some(at - created);
+            }
+            for i in 0..self.cfg.custom_types.len() {
+                if self.rng.random_bool(self.cfg.custom_rate) {
+                    let at = click_at + self.exp(self.cfg.click_window_ms as f64 / 4.0) as i64;
+                    self.push(at, KIND_CUSTOM + i as u8, txid, score_milli, person);
                 }
             }
+        }
+        if let Some(t) = self.truths.as_mut() {
+            t.push(truth);
         }
     }
 
@@ -407,6 +447,7 @@ impl Market {
             + f64::from(self.campaign_effect[f[1] as usize])
             + [0.3, -0.2, -0.5][f[4] as usize]
             + 0.08 * f64::from(f[6])
+            + f64::from(self.country_exchange[(f[2] * EXCHANGES.len() as u32 + f[3]) as usize])
     }
 }
 

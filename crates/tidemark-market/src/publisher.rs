@@ -59,6 +59,10 @@ pub struct PublishOptions {
     /// counters are read from it and added to the bid's features under the
     /// counters' names, as a bidder does.
     pub profiles: Option<String>,
+    /// Synthetic market: write the truth of every transaction with an
+    /// impression to this file, tab-separated with a header
+    /// (`crate::truth::TSV_HEADER`).
+    pub truth: Option<PathBuf>,
 }
 
 /// The bidder's read path: the counters of a batch's persons, in one round trip.
@@ -111,6 +115,39 @@ impl ProfileReads {
             for (name, value) in p.counters_at(o.ts) {
                 o.add_feature(name, value);
             }
+        }
+        Ok(())
+    }
+}
+
+/// Where the market's truth goes (`PublishOptions::truth`).
+struct TruthFile {
+    file: BufWriter<std::fs::File>,
+    path: PathBuf,
+    line: String,
+}
+
+impl TruthFile {
+    fn create(path: &std::path::Path) -> Result<TruthFile, PublishError> {
+        let f = std::fs::File::create(path).map_err(file_error(path))?;
+        let mut file = BufWriter::with_capacity(1 << 20, f);
+        writeln!(file, "{}", crate::truth::TSV_HEADER).map_err(file_error(path))?;
+        Ok(TruthFile {
+            file,
+            path: path.to_owned(),
+            line: String::new(),
+        })
+    }
+
+    /// Writes and empties `truths`.
+    fn write(&mut self, truths: &mut Vec<crate::Truth>) -> Result<(), PublishError> {
+        for t in truths.drain(..) {
+            self.line.clear();
+            t.write_tsv(&mut self.line);
+            self.line.push('\n');
+            self.file
+                .write_all(self.line.as_bytes())
+                .map_err(file_error(&self.path))?;
         }
         Ok(())
     }
@@ -457,6 +494,10 @@ fn synthetic(
     }
     let end = opts.span_ms.map(|s| opts.start_ms + s);
     let mut market = Market::new(cfg, opts.start_ms);
+    let mut truth = opts.truth.as_deref().map(TruthFile::create).transpose()?;
+    if truth.is_some() {
+        market.truths = Some(Vec::new());
+    }
     let mut profiles = opts
         .profiles
         .as_deref()
@@ -495,6 +536,9 @@ fn synthetic(
             let at = last.ts;
             p.enrich(&mut batch[..n], at)?;
         }
+        if let (Some(f), Some(t)) = (truth.as_mut(), market.truths.as_mut()) {
+            f.write(t)?;
+        }
         for out in &batch[..n] {
             // Everything that goes out before `send_at` has been sent.
             through = through.max(out.send_at - 1);
@@ -510,6 +554,10 @@ fn synthetic(
         if caught_up && opts.speed > 0.0 {
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+    if let Some(mut f) = truth {
+        f.write(market.truths.as_mut().expect("recording"))?;
+        f.file.flush().map_err(file_error(&f.path))?;
     }
     if let Some(p) = profiles {
         tracing::info!(

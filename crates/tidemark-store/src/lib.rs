@@ -9,6 +9,7 @@
 
 pub mod buffer;
 pub mod cluster;
+pub mod demo;
 mod migrate;
 pub mod observations;
 pub mod profiles;

@@ -1,0 +1,205 @@
+//! Scoring the run against the market's truth: the observations replayed in
+//! emission order through the learner's own configuration (progressive
+//! validation: each row predicted before it is learned), once with every
+//! feature and once without the profile counters, beside the truth's
+//! probability of each row and a constant-rate baseline.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+use tidemark_learner::Models;
+use tidemark_store::demo::Scored;
+use tidemark_trainer::Config;
+
+/// One decile of predictions (equal row counts, by predicted probability).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decile {
+    /// Rows in it.
+    pub rows: usize,
+    /// Mean predicted probability.
+    pub predicted: f64,
+    /// Share of labels that are 1.
+    pub observed: f64,
+}
+
+/// A target's figures.
+#[derive(Debug, Clone, Default)]
+pub struct TargetEval {
+    /// Observations.
+    pub rows: usize,
+    /// Share labelled 1.
+    pub label_rate: f64,
+    /// The learner's progressive logloss and AUC.
+    pub logloss: f64,
+    /// See `logloss`.
+    pub auc: f64,
+    /// The same learner, without the profile features.
+    pub without_profiles_logloss: f64,
+    /// The truth's logloss on the rows it knows (the floor), and on how many.
+    pub truth_logloss: Option<f64>,
+    /// Rows the truth knows.
+    pub truth_rows: usize,
+    /// Predicting the label rate for every row.
+    pub baseline_logloss: f64,
+    /// Share of the baseline-to-truth gap the learner closes.
+    pub gap_closed: Option<f64>,
+    /// Predicted vs observed by decile of the learner's predictions, over
+    /// the second half of the rows: the model once warmed up, as a bidder
+    /// loads it.
+    pub calibration: Vec<Decile>,
+    /// The same over every row, the warm-up included.
+    pub calibration_all: Vec<Decile>,
+    /// Per slice of emission time: (seconds since the demo started, rows,
+    /// learner's logloss, without profiles, truth's).
+    pub over_time: Vec<(f64, usize, f64, f64, f64)>,
+}
+
+/// Per-row results of one target's replay.
+#[derive(Default)]
+struct Rows {
+    p: Vec<f64>,
+    without: Vec<f64>,
+    truth: Vec<Option<f64>>,
+    label: Vec<bool>,
+    emitted_ms: Vec<i64>,
+}
+
+/// Replays `rows` through `config`'s learner with and without the features
+/// named in `profile`; times are reported from `t0_ms`.
+pub fn evaluate(
+    rows: &[Scored],
+    config: &Config,
+    profile: &[String],
+    t0_ms: i64,
+) -> anyhow::Result<BTreeMap<String, TargetEval>> {
+    let mut with = Models::new(config.hashing.clone(), config.window);
+    let mut without = Models::new(config.hashing.clone(), config.window);
+    let mut per: BTreeMap<String, Rows> = BTreeMap::new();
+    for r in rows {
+        let mut f: Map<String, Value> = serde_json::from_str(&r.features)?;
+        let p = with.learn(&r.target, || config.params(&r.target), &f, r.label);
+        f.retain(|k, _| !profile.contains(k));
+        let q = without.learn(&r.target, || config.params(&r.target), &f, r.label);
+        let e = per.entry(r.target.clone()).or_default();
+        e.p.push(p);
+        e.without.push(q);
+        e.truth.push(r.truth);
+        e.label.push(r.label);
+        e.emitted_ms.push(r.emitted_ms);
+    }
+    Ok(per
+        .into_iter()
+        .map(|(t, r)| (t, figures(&r, t0_ms)))
+        .collect())
+}
+
+/// The logloss of predicting `p` for a label `y` (p clamped off 0 and 1).
+pub fn logloss(p: f64, y: bool) -> f64 {
+    let p = p.clamp(1e-15, 1.0 - 1e-15);
+    -(if y { p } else { 1.0 - p }).ln()
+}
+
+fn mean(xs: impl Iterator<Item = f64>) -> f64 {
+    let (s, n) = xs.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    if n == 0 {
+        f64::NAN
+    } else {
+        s / n as f64
+    }
+}
+
+fn figures(r: &Rows, t0_ms: i64) -> TargetEval {
+    let n = r.label.len();
+    let rate = r.label.iter().filter(|y| **y).count() as f64 / n as f64;
+    let ll = |ps: &[f64]| mean(ps.iter().zip(&r.label).map(|(p, y)| logloss(*p, *y)));
+    let known: Vec<(f64, bool)> = r
+        .truth
+        .iter()
+        .zip(&r.label)
+        .filter_map(|(t, y)| t.map(|t| (t, *y)))
+        .collect();
+    let truth = (!known.is_empty()).then(|| mean(known.iter().map(|(t, y)| logloss(*t, *y))));
+    let baseline = mean(r.label.iter().map(|y| logloss(rate, *y)));
+    let logloss = ll(&r.p);
+    let mut pairs: Vec<(f32, bool)> = r.p.iter().map(|p| *p as f32).zip(r.label.clone()).collect();
+    TargetEval {
+        rows: n,
+        label_rate: rate,
+        logloss,
+        auc: tidemark_learner::auc(&mut pairs),
+        without_profiles_logloss: ll(&r.without),
+        truth_logloss: truth,
+        truth_rows: known.len(),
+        baseline_logloss: baseline,
+        gap_closed: truth
+            .filter(|t| baseline - t > 1e-9)
+            .map(|t| (baseline - logloss) / (baseline - t)),
+        calibration: deciles(&r.p[n / 2..], &r.label[n / 2..]),
+        calibration_all: deciles(&r.p, &r.label),
+        over_time: over_time(r, t0_ms),
+    }
+}
+
+/// Ten slices of equal row counts by predicted probability.
+pub fn deciles(p: &[f64], label: &[bool]) -> Vec<Decile> {
+    let mut order: Vec<usize> = (0..p.len()).collect();
+    order.sort_by(|a, b| p[*a].total_cmp(&p[*b]));
+    (0..10)
+        .filter_map(|d| {
+            let slice = &order[d * p.len() / 10..(d + 1) * p.len() / 10];
+            (!slice.is_empty()).then(|| Decile {
+                rows: slice.len(),
+                predicted: mean(slice.iter().map(|i| p[*i])),
+                observed: mean(slice.iter().map(|i| f64::from(u8::from(label[*i])))),
+            })
+        })
+        .collect()
+}
+
+/// Logloss per slice of emission time, about 20 slices of equal duration.
+fn over_time(r: &Rows, t0_ms: i64) -> Vec<(f64, usize, f64, f64, f64)> {
+    let (Some(first), Some(last)) = (r.emitted_ms.iter().min(), r.emitted_ms.iter().max()) else {
+        return Vec::new();
+    };
+    let width = ((last - first) / 20).max(1000);
+    let mut slices: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+    for (i, e) in r.emitted_ms.iter().enumerate() {
+        slices.entry((e - first) / width).or_default().push(i);
+    }
+    slices
+        .into_iter()
+        .map(|(k, rows)| {
+            let at = (first + (k + 1) * width - t0_ms) as f64 / 1000.0;
+            let l = |v: &[f64]| mean(rows.iter().map(|i| logloss(v[*i], r.label[*i])));
+            let truth = mean(
+                rows.iter()
+                    .filter_map(|i| r.truth[*i].map(|t| logloss(t, r.label[*i]))),
+            );
+            (at, rows.len(), l(&r.p), l(&r.without), truth)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deciles_split_rows_evenly_by_prediction() {
+        let p: Vec<f64> = (0..100).map(|i| f64::from(i) / 100.0).collect();
+        let y: Vec<bool> = (0..100).map(|i| i >= 90).collect();
+        let d = deciles(&p, &y);
+        assert_eq!(d.len(), 10);
+        assert!(d.iter().all(|d| d.rows == 10));
+        assert_eq!(d[9].observed, 1.0);
+        assert_eq!(d[0].observed, 0.0);
+        assert!((d[0].predicted - 0.045).abs() < 1e-12);
+    }
+
+    #[test]
+    fn logloss_is_clamped_and_exact() {
+        assert!((logloss(0.5, true) - 2f64.ln()).abs() < 1e-15);
+        assert!(logloss(0.0, true).is_finite());
+        assert_eq!(logloss(0.25, false), -(0.75f64).ln());
+    }
+}

@@ -1,0 +1,120 @@
+//! The demo's ground truth beside the observations it scores (`tidemark
+//! demo`): the market's truth file loaded into `tidemark_demo.truth` in the
+//! demo's database (not a migration: no other database has it), and the
+//! observations joined with it in the order the demo's evaluation replays.
+
+use bytes::Bytes;
+use futures_util::SinkExt;
+use tokio_postgres::Client;
+
+use crate::StoreError;
+
+/// Replaces `tidemark_demo.truth` with a truth file's contents (tab-separated,
+/// a header line, empty = absent; `tidemark_market::truth::TSV_HEADER`).
+/// Returns the rows loaded.
+pub async fn load_truth(c: &Client, tsv: Vec<u8>) -> Result<u64, StoreError> {
+    c.batch_execute(
+        "DROP SCHEMA IF EXISTS tidemark_demo CASCADE;
+         CREATE SCHEMA tidemark_demo;
+         CREATE TABLE tidemark_demo.truth (
+             txid text PRIMARY KEY,
+             person integer,
+             ctr double precision NOT NULL,
+             cvr_short double precision,
+             cvr_long double precision,
+             click_delay_ms bigint,
+             install_delay_ms bigint)",
+    )
+    .await?;
+    let sink = c
+        .copy_in::<_, Bytes>(
+            "COPY tidemark_demo.truth FROM STDIN (FORMAT csv, DELIMITER E'\\t', HEADER true)",
+        )
+        .await?;
+    futures_util::pin_mut!(sink);
+    sink.send(Bytes::from(tsv)).await?;
+    Ok(sink.finish().await?)
+}
+
+/// One observation with the truth's probability of its label being 1.
+#[derive(Debug, Clone)]
+pub struct Scored {
+    /// Its target.
+    pub target: String,
+    /// Its label.
+    pub label: bool,
+    /// The bid's features, as JSON text.
+    pub features: String,
+    /// The truth's probability (absent if the market recorded none: a
+    /// transaction it never generated, or a custom target).
+    pub truth: Option<f64>,
+    /// When it was emitted, ms since the epoch (wall time).
+    pub emitted_ms: i64,
+}
+
+/// Every observation, in emission order across shards (then shard, seq),
+/// with its truth.
+pub async fn scored(c: &Client) -> Result<Vec<Scored>, StoreError> {
+    let rows = c
+        .query(
+            "SELECT o.target, o.label, o.features::text,
+                    CASE o.target WHEN 'ctr' THEN t.ctr WHEN 'cvr_short' THEN t.cvr_short
+                                  WHEN 'cvr_long' THEN t.cvr_long END,
+                    (extract(epoch FROM o.emitted_at) * 1000)::bigint
+               FROM tidemark.observations o LEFT JOIN tidemark_demo.truth t USING (txid)
+              ORDER BY o.emitted_at, o.shard, o.seq",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Scored {
+            target: r.get(0),
+            label: r.get::<_, i16>(1) == 1,
+            features: r.get(2),
+            truth: r.get(3),
+            emitted_ms: r.get(4),
+        })
+        .collect())
+}
+
+/// The delays the market drew, from creation (ms of event time): clicks'
+/// and installs'.
+pub async fn delays(c: &Client) -> Result<(Vec<i64>, Vec<i64>), StoreError> {
+    let rows = c
+        .query(
+            "SELECT click_delay_ms, install_delay_ms FROM tidemark_demo.truth
+              WHERE click_delay_ms IS NOT NULL",
+            &[],
+        )
+        .await?;
+    let clicks = rows.iter().map(|r| r.get(0)).collect();
+    let installs = rows.iter().filter_map(|r| r.get(1)).collect();
+    Ok((clicks, installs))
+}
+
+/// Rows per buffer tier, over every shard (`tidemark.buffer_rows`; the
+/// statistics collector's live-row estimates).
+pub async fn buffer_rows(c: &Client) -> Result<Vec<(String, i64)>, StoreError> {
+    let rows = c
+        .query(
+            "SELECT tier, sum(rows)::bigint FROM tidemark.buffer_rows GROUP BY tier ORDER BY tier",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get::<_, Option<i64>>(1).unwrap_or(0)))
+        .collect())
+}
+
+/// Observations per target so far.
+pub async fn observations_by_target(c: &Client) -> Result<Vec<(String, i64)>, StoreError> {
+    let rows = c
+        .query(
+            "SELECT target, count(*) FROM tidemark.observations GROUP BY target ORDER BY target",
+            &[],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
