@@ -17,7 +17,11 @@ pub enum Action {
     /// Say whether the cluster runs, and where
     Status,
     /// Print the connection string (starts nothing)
-    Url,
+    Url {
+        /// Another database of the cluster, e.g. tidemark_demo (the demo's)
+        #[arg(long)]
+        database: Option<String>,
+    },
 }
 
 pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
@@ -50,7 +54,8 @@ pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
             Status::Stopped => println!("stopped"),
             Status::NotInitialised => println!("not initialised"),
         },
-        Action::Url => println!("{}", cluster.url()),
+        Action::Url { database: None } => println!("{}", cluster.url()),
+        Action::Url { database: Some(d) } => println!("{}", cluster.url_for(&d)),
     }
     Ok(())
 }
@@ -70,4 +75,39 @@ pub fn resolve(url: Option<&str>) -> anyhow::Result<String> {
     let cluster = Cluster::new(&Cluster::default_home())?;
     up(&cluster, None)?;
     Ok(cluster.url())
+}
+
+/// For readers of observations: the configured URL; else the embedded
+/// database, unless it has no observations of `target` and the demo's
+/// database has some (right after `tidemark demo`), which is then used and
+/// named on stderr.
+pub fn resolve_observations(url: Option<&str>, target: &str) -> anyhow::Result<String> {
+    let default = resolve(url)?;
+    if url.is_some() {
+        return Ok(default);
+    }
+    let cluster = Cluster::new(&Cluster::default_home())?;
+    let demo = cluster.url_for(tidemark_demo::DATABASE);
+    let count = |u: String| async move {
+        let c = tidemark_store::connect(&u).await.ok()?;
+        c.query_one(
+            "SELECT count(*) FROM tidemark.observations WHERE target = $1",
+            &[&target],
+        )
+        .await
+        .ok()
+        .map(|r| r.get::<_, i64>(0))
+    };
+    let rt = crate::runtime()?;
+    if rt.block_on(count(default.clone())).unwrap_or(0) > 0 {
+        return Ok(default);
+    }
+    if rt.block_on(count(demo.clone())).unwrap_or(0) > 0 {
+        eprintln!(
+            "tidemark: no {target} observations in the embedded database; reading the demo's ({})",
+            tidemark_demo::DATABASE
+        );
+        return Ok(demo);
+    }
+    Ok(default)
 }

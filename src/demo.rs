@@ -20,11 +20,20 @@ pub struct Args {
     /// Persons behind the transactions (each with its own propensities)
     #[arg(long, default_value_t = 2_000)]
     persons: u32,
+    /// Only render $TIDEMARK_HOME/report/index.html again from its report.json
+    #[arg(long)]
+    render: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.render {
+        let dir = tidemark_store::Cluster::default_home().join("report");
+        println!("{}", tidemark_demo::render(&dir)?.display());
+        return Ok(());
+    }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     crate::stop_on_signal(stop.clone());
+    let _ = crate::signals::BEFORE_EXIT.set(tidemark_demo::stop_children_now);
     let opts = tidemark_demo::Options {
         rate: args.rate,
         shards: args.shards,

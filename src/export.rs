@@ -16,7 +16,7 @@ pub struct Args {
     /// Only this shard's observations
     #[arg(long)]
     shard: Option<String>,
-    /// Database (default: the embedded one)
+    /// Database (default: the embedded one; right after `tidemark demo`, the demo's)
     #[arg(long)]
     database_url: Option<String>,
     /// Output file (default: stdout)
@@ -25,7 +25,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let url = crate::db::resolve(args.database_url.as_deref())?;
+    let url = crate::db::resolve_observations(args.database_url.as_deref(), &args.target)?;
     let sink: Box<dyn Write> = match &args.output {
         Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("{}", p.display()))?),
         None => Box::new(std::io::stdout().lock()),

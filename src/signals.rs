@@ -1,5 +1,8 @@
 //! Stopping on SIGTERM or SIGINT (SPEC 7 semantics for every long-running command).
 
+/// Run on a second signal, just before exiting (the demo stops its children).
+pub static BEFORE_EXIT: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
 /// Completes on SIGTERM or SIGINT. The handlers are installed at the call
 /// (inside a runtime), not at the first poll, so a signal that arrives while a
 /// command is still starting up is not lost to the default action.
@@ -19,6 +22,9 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
                 _ = int.recv() => {}
             }
             eprintln!("tidemark: second signal, exiting at once");
+            if let Some(last_words) = BEFORE_EXIT.get() {
+                last_words();
+            }
             std::process::exit(130);
         });
     }

@@ -7,6 +7,7 @@ mod support;
 mod bridging;
 mod cli;
 mod db;
+mod demo;
 mod exact;
 mod learn;
 mod profiles;

@@ -23,6 +23,7 @@ mod report;
 mod svg;
 
 pub use evaluate::{deciles, logloss, Decile, TargetEval};
+pub use procs::stop_children_now;
 pub use report::at;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -276,9 +277,8 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
             watch(&mut samples, &mut display, &market_line);
         }
     }
-    let signalled = stop.load(Ordering::Relaxed);
     for p in shards.iter_mut().chain([&mut profiles]) {
-        p.stop(signalled, Duration::from_secs(10))?;
+        p.stop()?;
     }
 
     display.println("[5/6] letting the learner catch up, then stopping it …");
@@ -294,7 +294,7 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
             break;
         }
     }
-    learner.stop(stop.load(Ordering::Relaxed), Duration::from_secs(10))?;
+    learner.stop()?;
     display.finish();
 
     eprintln!("[6/6] scoring the run against the market's truth …");
@@ -391,6 +391,18 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
         report_dir,
         checkpoints: ckpt,
     })
+}
+
+/// Renders `dir/index.html` again from `dir/report.json` (a report written
+/// by an earlier run, e.g. after upgrading tidemark).
+pub fn render(dir: &Path) -> anyhow::Result<PathBuf> {
+    let json = dir.join("report.json");
+    let text = std::fs::read_to_string(&json).with_context(|| json.display().to_string())?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| json.display().to_string())?;
+    let page = dir.join("index.html");
+    std::fs::write(&page, html::page(&value))?;
+    Ok(page)
 }
 
 fn path(p: &Path) -> String {

@@ -1,17 +1,36 @@
 //! The processes the demo starts (shards, the profile process, the learner),
 //! each a `tidemark` child logging to its own file, stopped in order and
-//! never left behind: dropping the set stops whatever still runs.
+//! never left behind: dropping one stops it, and `stop_children_now` (for a
+//! second Ctrl-C, just before exiting) signals every one still running.
 //!
-//! Children stay in the demo's process group, so a Ctrl-C at the terminal
-//! reaches them too and each stops cleanly on its own; the demo then only
-//! waits for them. A second signal would make a child give up what it holds,
-//! so after a signal the demo waits before it sends one of its own.
+//! Children run in process groups of their own, so a Ctrl-C at the terminal
+//! reaches only the demo, which then stops them in order (shards first, so
+//! the learner sees their last observations), each with a single SIGTERM:
+//! a clean stop, never the "second signal" that gives up what it holds.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
 
 use anyhow::Context;
+
+/// Pids of the children still running.
+static RUNNING: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Sends SIGTERM to every child still running (each stops cleanly on it).
+pub fn stop_children_now() {
+    let pids = RUNNING.lock().map(|v| v.clone()).unwrap_or_default();
+    for pid in pids {
+        term(pid);
+    }
+}
+
+fn term(pid: u32) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+}
 
 /// One running child.
 pub struct Proc {
@@ -29,10 +48,15 @@ impl Proc {
         let child = Command::new(exe)
             .args(args)
             .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
+            .process_group(0)
             .spawn()
             .with_context(|| format!("starting {name}"))?;
+        if let Ok(mut r) = RUNNING.lock() {
+            r.push(child.id());
+        }
         Ok(Proc {
             name: name.to_owned(),
             log,
@@ -40,27 +64,14 @@ impl Proc {
         })
     }
 
-    /// Whether it has exited (and how).
-    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
-    }
-
-    /// Stops it: after a signal to the demo, first waits `grace` for it to
-    /// stop on its own; then SIGTERM and wait. Errs if it failed.
-    pub fn stop(&mut self, signalled: bool, grace: Duration) -> anyhow::Result<()> {
-        let deadline = Instant::now() + grace;
-        while signalled && self.exited().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if self.exited().is_none() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &self.child.id().to_string()])
-                .status();
+    /// Stops it with SIGTERM and waits; errs if it had failed.
+    pub fn stop(&mut self) -> anyhow::Result<()> {
+        if self.child.try_wait()?.is_none() {
+            term(self.child.id());
         }
         let status = self.child.wait()?;
-        // 130: a child that took the terminal's second Ctrl-C.
-        let gave_up = signalled && status.code() == Some(130);
-        if !(status.success() || gave_up) {
+        self.forget();
+        if !status.success() {
             anyhow::bail!(
                 "{} exited with {status}; see {}",
                 self.name,
@@ -69,15 +80,20 @@ impl Proc {
         }
         Ok(())
     }
+
+    fn forget(&self) {
+        if let Ok(mut r) = RUNNING.lock() {
+            r.retain(|p| *p != self.child.id());
+        }
+    }
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        if self.exited().is_none() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &self.child.id().to_string()])
-                .status();
+        if matches!(self.child.try_wait(), Ok(None)) {
+            term(self.child.id());
             let _ = self.child.wait();
         }
+        self.forget();
     }
 }

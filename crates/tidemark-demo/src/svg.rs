@@ -34,6 +34,7 @@ pub fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// An axis over the values, on round numbers (4 steps of 1, 2, 2.5 or 5 × 10^k).
 fn range(vals: impl Iterator<Item = f64>, zero: bool) -> (f64, f64) {
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     for v in vals.filter(|v| v.is_finite()) {
@@ -49,8 +50,26 @@ fn range(vals: impl Iterator<Item = f64>, zero: bool) -> (f64, f64) {
     if hi - lo < 1e-12 {
         hi = lo + 1.0;
     }
-    let pad = (hi - lo) * 0.05;
-    (if zero && lo >= 0.0 { lo } else { lo - pad }, hi + pad)
+    let raw = (hi - lo) / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| (hi / s).ceil() - (lo / s).floor() <= 5.0)
+        .unwrap_or(10.0 * mag);
+    ((lo / step).floor() * step, (hi / step).ceil() * step)
+}
+
+/// The round steps `range` chose: 3 to 5 of them.
+fn ticks((lo, hi): (f64, f64)) -> Vec<f64> {
+    let mag = 10f64.powf(((hi - lo) / 5.0).log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| ((hi - lo) / s).round() <= 5.0)
+        .unwrap_or(10.0 * mag);
+    let n = ((hi - lo) / step).round() as i64;
+    (0..=n).map(|k| lo + k as f64 * step).collect()
 }
 
 fn fmt_tick(v: f64) -> String {
@@ -61,10 +80,14 @@ fn fmt_tick(v: f64) -> String {
         format!("{:.0}k", v / 1e3)
     } else if a >= 100.0 || v == 0.0 {
         format!("{v:.0}")
+    } else if a >= 1.0 && v.fract().abs() < 1e-9 {
+        format!("{v:.0}")
     } else if a >= 1.0 {
         format!("{v:.1}")
+    } else if a >= 0.01 {
+        format!("{}", (v * 1000.0).round() / 1000.0)
     } else {
-        format!("{v:.3}")
+        format!("{v:.4}")
     }
 }
 
@@ -87,19 +110,24 @@ fn frame(
         r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" font-family="sans-serif" font-size="11"><title>{t}</title><text x="{L}" y="16" font-size="13" font-weight="bold">{t}</text>"#,
         t = esc(title)
     );
-    for i in 0..=4 {
-        let (fx, fy) = (f64::from(i) / 4.0, f64::from(i) / 4.0);
-        let (px, _) = map(x0 + fx * (x1 - x0), y0);
-        let (_, py) = map(x0, y0 + fy * (y1 - y0));
+    for y in ticks((y0, y1)) {
+        let (_, py) = map(x0, y);
         let _ = write!(
             s,
-            r##"<line x1="{L}" x2="{}" y1="{py:.1}" y2="{py:.1}" stroke="#e4e4e4"/><text x="{}" y="{:.1}" text-anchor="end">{}</text><text x="{px:.1}" y="{}" text-anchor="middle">{}</text>"##,
+            r##"<line x1="{L}" x2="{}" y1="{py:.1}" y2="{py:.1}" stroke="#e4e4e4"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
             W - R,
             L - 4.0,
             py + 4.0,
-            fmt_tick(y0 + fy * (y1 - y0)),
+            fmt_tick(y),
+        );
+    }
+    for x in ticks((x0, x1)) {
+        let (px, _) = map(x, y0);
+        let _ = write!(
+            s,
+            r#"<text x="{px:.1}" y="{}" text-anchor="middle">{}</text>"#,
             H - B + 14.0,
-            fmt_tick(x0 + fx * (x1 - x0)),
+            fmt_tick(x),
         );
     }
     let _ = write!(
@@ -118,17 +146,20 @@ fn frame(
 }
 
 fn legend(s: &mut String, items: &[(&str, &str)]) {
-    let mut x = L + 8.0;
+    let (mut x, mut y) = (L + 8.0, T + 2.0);
     for (name, color) in items {
+        let width = 24.0 + 6.5 * name.len() as f64;
+        if x + width > W - R && x > L + 8.0 {
+            (x, y) = (L + 8.0, y + 14.0);
+        }
         let _ = write!(
             s,
-            r#"<rect x="{x:.0}" y="{}" width="10" height="10" fill="{color}"/><text x="{:.0}" y="{}">{}</text>"#,
-            T + 2.0,
+            r#"<rect x="{x:.0}" y="{y}" width="10" height="10" fill="{color}"/><text x="{:.0}" y="{}">{}</text>"#,
             x + 14.0,
-            T + 11.0,
+            y + 9.0,
             esc(name)
         );
-        x += 24.0 + 6.5 * name.len() as f64;
+        x += width;
     }
 }
 
@@ -235,20 +266,28 @@ pub fn bars(title: &str, xl: &str, items: &[(&str, f64, &str)]) -> String {
     );
     let row = (H - T - B) / items.len().max(1) as f64;
     let left = 190.0;
+    let scale = (W - left - 90.0) / (hi - x0).max(1e-12);
+    let zero = left - x0 * scale;
     for (i, (label, v, color)) in items.iter().enumerate() {
         let y = T + row * i as f64 + 4.0;
-        let w = ((v - x0) / (hi - x0).max(1e-12) * (W - left - 90.0)).max(1.0);
+        let (a, b) = (zero.min(zero + v * scale), zero.max(zero + v * scale));
         let _ = write!(
             s,
-            r#"<text x="{:.0}" y="{:.1}" text-anchor="end">{}</text><rect x="{left}" y="{y:.1}" width="{w:.1}" height="{:.1}" fill="{color}"/><text x="{:.1}" y="{:.1}">{v:.3}</text>"#,
+            r#"<text x="{:.0}" y="{:.1}" text-anchor="end">{}</text><rect x="{a:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{color}"/><text x="{:.1}" y="{:.1}">{v:.3}</text>"#,
             left - 6.0,
             y + row * 0.45,
             esc(label),
+            (b - a).max(1.0),
             row * 0.7,
-            left + w + 4.0,
+            b + 4.0,
             y + row * 0.45,
         );
     }
+    let _ = write!(
+        s,
+        r##"<line x1="{zero:.1}" x2="{zero:.1}" y1="{T}" y2="{}" stroke="#888"/>"##,
+        H - B
+    );
     s.push_str("</svg>");
     s
 }
