@@ -78,9 +78,7 @@ fn fmt_tick(v: f64) -> String {
         format!("{:.1}M", v / 1e6)
     } else if a >= 1e4 {
         format!("{:.0}k", v / 1e3)
-    } else if a >= 100.0 || v == 0.0 {
-        format!("{v:.0}")
-    } else if a >= 1.0 && v.fract().abs() < 1e-9 {
+    } else if a >= 100.0 || v.fract().abs() < 1e-9 {
         format!("{v:.0}")
     } else if a >= 1.0 {
         format!("{v:.1}")
