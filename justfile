@@ -76,3 +76,11 @@ bench-links seconds="120":
     target/release/tidemark-bench link-shapes
     target/release/tidemark-bench profile-ingest --linked --rate 40000 --seconds {{seconds}} --warmup 10
     target/release/tidemark-bench profile-read --linked
+
+# Issue 12: the default demo's figures, and on its exported ctr rows Tidemark's learner against Vowpal Wabbit
+bench-demo:
+    bash bench/demo_peers.sh
+
+# Issue 12: a screenshot of the demo's report page in headless Chromium (installs it if missing) into docs/
+report-screenshot:
+    bash bench/report_screenshot.sh

@@ -49,6 +49,8 @@ pub struct TargetEval {
     pub calibration: Vec<Decile>,
     /// The same over every row, the warm-up included.
     pub calibration_all: Vec<Decile>,
+    /// `calibration` of the learner without the profile counters.
+    pub calibration_without: Vec<Decile>,
     /// Per slice of emission time: (seconds since the demo started, rows,
     /// learner's logloss, without profiles, truth's).
     pub over_time: Vec<(f64, usize, f64, f64, f64)>,
@@ -136,6 +138,7 @@ fn figures(r: &Rows, t0_ms: i64) -> TargetEval {
             .map(|t| (baseline - logloss) / (baseline - t)),
         calibration: deciles(&r.p[n / 2..], &r.label[n / 2..]),
         calibration_all: deciles(&r.p, &r.label),
+        calibration_without: deciles(&r.without[n / 2..], &r.label[n / 2..]),
         over_time: over_time(r, t0_ms),
     }
 }

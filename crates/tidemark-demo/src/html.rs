@@ -183,25 +183,37 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
             &series,
             false,
         ));
-        let cal = v["targets"][t]["calibration"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let pts: Vec<(f64, f64)> = cal
+        let cal = |key: &str| -> Vec<(f64, f64)> {
+            v["targets"][t][key]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|d| {
+                            let g = |k: &str| d[k].as_f64().unwrap_or(f64::NAN);
+                            (g("predicted"), g("observed"))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (with, without) = (cal("calibration"), cal("calibration_without_profiles"));
+        let hi = with
             .iter()
-            .map(|d| {
-                (
-                    d["predicted"].as_f64().unwrap_or(f64::NAN),
-                    d["observed"].as_f64().unwrap_or(f64::NAN),
-                )
-            })
-            .collect();
-        let hi = pts.iter().map(|p| p.0.max(p.1)).fold(0.0, f64::max);
+            .chain(&without)
+            .map(|p| p.0.max(p.1))
+            .fold(0.0, f64::max);
         let series = [
             Series {
-                name: "deciles",
+                name: "learner",
                 color: COLORS[0],
-                points: pts,
+                points: with,
+                dashed: false,
+                dots: true,
+            },
+            Series {
+                name: "no profiles",
+                color: COLORS[1],
+                points: without,
                 dashed: false,
                 dots: true,
             },
@@ -214,7 +226,7 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
             },
         ];
         h.push_str(&lines(
-            &format!("{t}: calibration (observed vs predicted)"),
+            &format!("{t}: calibration, later half (observed vs predicted)"),
             "predicted",
             "observed",
             &series,

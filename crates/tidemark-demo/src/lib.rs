@@ -177,7 +177,7 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
     let _ = std::fs::remove_dir_all(&ckpt);
     let learn_cfg = dir.join("learn.toml");
     let learn_text = format!(
-        "checkpoint_dir = \"{}\"\ncheckpoint_interval = \"3s\"\nbits = 20\nalpha = 0.2\npoll = \"200ms\"\ncrosses = [[\"country\", \"exchange\"]]\n\n[[sources]]\nname = \"demo\"\ndatabase_url = \"{url}\"\n",
+        "checkpoint_dir = \"{}\"\ncheckpoint_interval = \"3s\"\nbits = 20\nalpha = 0.15\npoll = \"200ms\"\ncrosses = [[\"country\", \"exchange\"]]\n\n[[sources]]\nname = \"demo\"\ndatabase_url = \"{url}\"\n",
         ckpt.display()
     );
     std::fs::write(&learn_cfg, &learn_text)?;

@@ -76,6 +76,7 @@ pub fn build(i: &Inputs) -> Value {
                 "online_logloss": i.online.get(name).copied().map_or(Value::Null, num),
                 "calibration": deciles(&t.calibration),
                 "calibration_all": deciles(&t.calibration_all),
+                "calibration_without_profiles": deciles(&t.calibration_without),
                 "over_time": over_time,
             }),
         );
