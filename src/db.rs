@@ -90,13 +90,9 @@ pub fn resolve_observations(url: Option<&str>, target: &str) -> anyhow::Result<S
     let demo = cluster.url_for(tidemark_demo::DATABASE);
     let count = |u: String| async move {
         let c = tidemark_store::connect(&u).await.ok()?;
-        c.query_one(
-            "SELECT count(*) FROM tidemark.observations WHERE target = $1",
-            &[&target],
-        )
-        .await
-        .ok()
-        .map(|r| r.get::<_, i64>(0))
+        tidemark_store::observations::count_target(&c, target)
+            .await
+            .ok()
     };
     let rt = crate::runtime()?;
     if rt.block_on(count(default.clone())).unwrap_or(0) > 0 {

@@ -26,6 +26,16 @@ pub async fn count(c: &Client) -> Result<i64, StoreError> {
     )
 }
 
+/// Observations of `target` in this database, over every shard.
+pub async fn count_target(c: &Client, target: &str) -> Result<i64, StoreError> {
+    Ok(c.query_one(
+        "SELECT count(*) FROM tidemark.observations WHERE target = $1",
+        &[&target],
+    )
+    .await?
+    .get(0))
+}
+
 /// Shards that have emitted into this database.
 pub async fn shards(c: &Client) -> Result<Vec<String>, StoreError> {
     Ok(
