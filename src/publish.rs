@@ -90,8 +90,7 @@ pub struct Args {
     /// database before publishing it, and add them to its features (SPEC 11)
     #[arg(long)]
     profiles: Option<String>,
-    /// Synthetic market: write each transaction's true label probabilities
-    /// and delays (those with an impression) to FILE, tab-separated
+    /// Synthetic market: write the true label probabilities and delays of transactions with an impression to FILE
     #[arg(long)]
     truth: Option<PathBuf>,
 }
@@ -111,14 +110,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     tidemark_wire::Types::new(&args.custom_types)
         .map_err(|e| anyhow::anyhow!("--custom-types: {e}"))?;
     let span_ms = args.span.map(|d| d.as_millis() as i64);
-    // Event time ends near wall time, so profiles read "now" afterwards.
-    let lasts_ms = span_ms.or_else(|| {
-        args.duration
-            .map(|d| (d.as_secs_f64() * 1000.0 * args.speed) as i64)
-    });
     let start_ms = args
         .start_ms
-        .unwrap_or_else(|| tidemark_market::now_ms() - lasts_ms.unwrap_or(0));
+        .unwrap_or_else(|| tidemark_market::start_ending_now(span_ms, args.duration, args.speed));
     let source = match args.replay {
         Some(path) => Source::Replay(path),
         None => Source::Synthetic(MarketConfig {
@@ -136,13 +130,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ..MarketConfig::default()
         }),
     };
-    let bind = if args.connect.is_empty() {
-        args.bind
-    } else {
-        Vec::new()
-    };
     let opts = PublishOptions {
-        bind,
+        bind: if args.connect.is_empty() {
+            args.bind
+        } else {
+            Vec::new()
+        },
         connect: args.connect,
         publisher: args.name,
         speed: args.speed,

@@ -26,3 +26,15 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
+
+/// Where a market's event time starts so that it ends near wall time (and
+/// profiles read "now" afterwards): now minus its span, or minus its wall
+/// duration times its speed; now if neither is known.
+pub fn start_ending_now(
+    span_ms: Option<i64>,
+    duration: Option<std::time::Duration>,
+    speed: f64,
+) -> i64 {
+    let lasts_ms = span_ms.or_else(|| duration.map(|d| (d.as_secs_f64() * 1000.0 * speed) as i64));
+    now_ms() - lasts_ms.unwrap_or(0)
+}
