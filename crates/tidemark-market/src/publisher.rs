@@ -246,14 +246,24 @@ struct Wire {
     last_tick: Option<(i64, Instant)>,
 }
 
+/// Sends one frame; a signal arriving during a blocked send (EINTR) is not
+/// an error: the stop flag it sets is read between messages.
+fn send(sock: &zmq::Socket, frame: &[u8], flags: i32) -> Result<(), PublishError> {
+    loop {
+        match sock.send(frame, flags) {
+            Err(zmq::Error::EINTR) => continue,
+            r => return r.map_err(PublishError::Send),
+        }
+    }
+}
+
 impl Wire {
     fn event(&mut self, type_name: &str, txid: &Txid, payload: &[u8]) -> Result<(), PublishError> {
         match &mut self.sink {
             Sink::Socket(sock) => {
                 let t = topic(type_name, txid);
-                sock.send(t.as_bytes(), zmq::SNDMORE)
-                    .map_err(PublishError::Send)?;
-                sock.send(payload, 0).map_err(PublishError::Send)?;
+                send(sock, t.as_bytes(), zmq::SNDMORE)?;
+                send(sock, payload, 0)?;
             }
             Sink::File(f, path) => {
                 f.write_all(payload)
@@ -272,9 +282,8 @@ impl Wire {
             return Ok(());
         };
         let p = tick_payload(&self.name, ts, &self.sent.pairs());
-        sock.send("tick", zmq::SNDMORE)
-            .map_err(PublishError::Send)?;
-        sock.send(p.as_bytes(), 0).map_err(PublishError::Send)?;
+        send(sock, b"tick", zmq::SNDMORE)?;
+        send(sock, p.as_bytes(), 0)?;
         self.ticks += 1;
         Ok(())
     }
