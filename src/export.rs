@@ -17,7 +17,7 @@ pub struct Args {
     #[arg(long)]
     shard: Option<String>,
     /// Database (default: the embedded one; right after `tidemark demo`, the demo's)
-    #[arg(long)]
+    #[arg(long, env = "TIDEMARK_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
     /// Output file (default: stdout)
     #[arg(long)]

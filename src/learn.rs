@@ -42,11 +42,14 @@ pub struct Args {
     /// Print the figures as JSON
     #[arg(long)]
     json: bool,
+    /// Online: the database of sources that name none (default: the embedded one)
+    #[arg(long, env = "TIDEMARK_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match (&args.config, args.input.is_empty()) {
-        (Some(path), _) => online(path),
+        (Some(path), _) => online(path, args.database_url.as_deref()),
         (None, false) => offline(args),
         (None, true) => bail!("give --input FILE... (offline) or --config FILE (online)"),
     }
@@ -107,10 +110,10 @@ fn offline(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn online(path: &std::path::Path) -> anyhow::Result<()> {
+fn online(path: &std::path::Path, database_url: Option<&str>) -> anyhow::Result<()> {
     let mut config = Config::from_file(path)?;
     if config.needs_default_database() {
-        config.default_database(&crate::db::resolve(None)?);
+        config.default_database(&crate::db::resolve(database_url)?);
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

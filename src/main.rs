@@ -29,6 +29,21 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines as text (coloured only on a terminal) or as JSON objects, one per line
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "TIDEMARK_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -80,7 +95,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    init_logging(cli.log_format);
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Plan(args) => plan::run(args),
@@ -108,14 +123,19 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr, filtered by `RUST_LOG` (default `info`).
-fn init_logging() {
+/// Logs go to stderr, filtered by `RUST_LOG` (default `info`); colour only
+/// when stderr is a terminal, so files and journals get plain text.
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => fmt.json().with_current_span(false).init(),
+    }
 }
 
 /// A current-thread runtime for subcommands that talk to PostgreSQL briefly.

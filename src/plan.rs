@@ -17,6 +17,12 @@ pub struct Args {
     /// Print {"rate", "shards": [{"name", "prefixes", "rate"}]}
     #[arg(long)]
     json: bool,
+    /// Also write each shard's configuration, DIR/shard-<name>.toml (never over an existing file)
+    #[arg(long, value_name = "DIR", conflicts_with = "check")]
+    write_configs: Option<std::path::PathBuf>,
+    /// The endpoints written configurations subscribe to (a proxy's backend)
+    #[arg(long, default_value = "tcp://127.0.0.1:5556")]
+    endpoint: Vec<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -27,6 +33,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("--rate and --shards are required");
     };
     let plan = tidemark_plan::plan(rate, shards)?;
+    if let Some(dir) = &args.write_configs {
+        write_configs(&plan, dir, &args.endpoint)?;
+    }
     if args.json {
         println!(
             "{}",
@@ -47,6 +56,45 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             s.rate,
             quoted.join(", ")
         );
+    }
+    Ok(())
+}
+
+/// One configuration per shard (SPEC 7); `database_url` is left to
+/// `TIDEMARK_DATABASE_URL` so secrets stay out of the files.
+fn write_configs(
+    plan: &tidemark_plan::Plan,
+    dir: &std::path::Path,
+    endpoints: &[String],
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+    let q = |v: &[String]| {
+        v.iter()
+            .map(|p| format!("{p:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for s in &plan.shards {
+        let path = dir.join(format!("shard-{}.toml", s.name));
+        let text = format!(
+            "# Written by `tidemark plan --rate {} --shards {}`: shard {} samples {:.9} of transactions.\n\
+             # database_url: TIDEMARK_DATABASE_URL (docs/operations.md), or set it here.\n\
+             name = {:?}\nendpoints = [{}]\nprefixes = [{}]\n",
+            plan.rate,
+            plan.shards.len(),
+            s.name,
+            s.rate,
+            s.name,
+            q(endpoints),
+            q(&s.prefixes),
+        );
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("{} (not overwritten)", path.display()))?;
+        std::io::Write::write_all(&mut f, text.as_bytes())?;
+        eprintln!("wrote {}", path.display());
     }
     Ok(())
 }

@@ -12,6 +12,9 @@ pub struct ProcessArgs {
     /// The profile process's TOML configuration (SPEC 11)
     #[arg(long)]
     config: PathBuf,
+    /// The profile database, instead of the configuration's `database_url`
+    #[arg(long, env = "TIDEMARK_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
 }
 
 #[derive(clap::Subcommand)]
@@ -29,7 +32,7 @@ pub enum ProfileAction {
         #[arg(long)]
         json: bool,
         /// The profile database; default the embedded one
-        #[arg(long)]
+        #[arg(long, env = "TIDEMARK_DATABASE_URL", hide_env_values = true)]
         database_url: Option<String>,
     },
 }
@@ -51,14 +54,14 @@ pub struct TrailArgs {
     #[arg(long)]
     json: bool,
     /// The profile database; default the embedded one
-    #[arg(long)]
+    #[arg(long, env = "TIDEMARK_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
 }
 
 pub fn run_process(args: ProcessArgs) -> anyhow::Result<()> {
     let config = Config::from_file(&args.config)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
-    let url = crate::db::resolve(config.database_url.as_deref())?;
+    let url = crate::db::resolve(args.database_url.or(config.database_url.clone()).as_deref())?;
     crate::runtime()?.block_on(async {
         let summary = tidemark_profiles::run(config, &url, crate::shutdown_signal())
             .await

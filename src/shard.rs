@@ -13,12 +13,15 @@ pub struct Args {
     /// Print the shard's counters and watermarks from the database, and exit
     #[arg(long)]
     status: bool,
+    /// The buffer database, instead of the configuration's `database_url`
+    #[arg(long, env = "TIDEMARK_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = Config::from_file(&args.config)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
-    let url = crate::db::resolve(config.database_url.as_deref())?;
+    let url = crate::db::resolve(args.database_url.or(config.database_url.clone()).as_deref())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

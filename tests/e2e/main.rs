@@ -8,6 +8,7 @@ mod bridging;
 mod cli;
 mod db;
 mod demo;
+mod deploy;
 mod exact;
 mod learn;
 mod profiles;

@@ -48,6 +48,8 @@ impl Proc {
         let child = Command::new(exe)
             .args(args)
             .env("RUST_LOG", "warn")
+            // The demo's configurations name its own database.
+            .env_remove("TIDEMARK_DATABASE_URL")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)

@@ -1,0 +1,199 @@
+//! `deploy/`: the systemd units verify (`systemd-analyze verify`, where the
+//! machine has it) and every `ExecStart` is a command line this binary takes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn units() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/systemd");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "service"))
+        .collect();
+    v.sort();
+    assert_eq!(v.len(), 4, "{v:?}");
+    v
+}
+
+fn exec_start(unit: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(unit).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .unwrap_or_else(|| panic!("{}: no ExecStart", unit.display()));
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+#[test]
+fn every_unit_starts_a_command_line_tidemark_takes() {
+    for unit in units() {
+        let args = exec_start(&unit);
+        assert_eq!(args[0], "/usr/local/bin/tidemark", "{}", unit.display());
+        // `--help` after the arguments: clap checks them all, runs nothing.
+        let args: Vec<String> = args[1..]
+            .iter()
+            .map(|a| a.replace("%i", "s0"))
+            .chain(["--help".to_owned()])
+            .collect();
+        let out = crate::support::bin().args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}: tidemark {args:?}: {}",
+            unit.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn the_systemd_units_verify() {
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no systemd-analyze on this machine");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tidemark-units-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut names = Vec::new();
+    for unit in units() {
+        // The built binary stands in for /usr/local/bin/tidemark, which
+        // `verify` checks exists; the template is verified as an instance.
+        let text = std::fs::read_to_string(&unit)
+            .unwrap()
+            .replace("/usr/local/bin/tidemark", env!("CARGO_BIN_EXE_tidemark"));
+        let name = unit
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .replace("@.", "@s0.");
+        std::fs::write(dir.join(&name), text).unwrap();
+        names.push(format!("./{name}"));
+    }
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .args(&names)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    // verify exits 0 on unknown keys and bad values: any word it says is a failure.
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success() && said.trim().is_empty(), "{said}");
+}
+
+#[test]
+fn plan_writes_shard_configurations_that_check_and_never_overwrites() {
+    let dir = std::env::temp_dir().join(format!("tidemark-plan-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let args = [
+        "plan",
+        "--rate",
+        "0.25",
+        "--shards",
+        "4",
+        "--write-configs",
+        d,
+    ];
+    crate::support::run_ok(&args);
+    let files: Vec<String> = (0..4)
+        .map(|i| dir.join(format!("shard-s{i}.toml")).display().to_string())
+        .collect();
+    let mut check = vec!["plan", "--check"];
+    check.extend(files.iter().map(String::as_str));
+    let out = crate::support::run_ok(&check);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("shards 4, sampled share 0.250000000"),
+        "{said}"
+    );
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(
+        text.contains("endpoints = [\"tcp://127.0.0.1:5556\"]"),
+        "{text}"
+    );
+    // A second plan into the same directory refuses, naming the file.
+    let again = crate::support::bin().args(args).output().unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not overwritten"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn logs_are_json_lines_on_request_and_plain_text_off_a_terminal() {
+    let publish = |extra: &[&str]| {
+        let out = crate::support::bin()
+            .env("RUST_LOG", "info")
+            .args(["publish", "--bind", "tcp://127.0.0.1:*", "--tps", "10"])
+            .args(["--duration", "1s", "--warmup", "0s", "--drain", "1s"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let json = publish(&["--log-format", "json"]);
+    let lines: Vec<&str> = json.lines().collect();
+    assert!(!lines.is_empty());
+    for l in &lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(
+            v["level"].is_string() && v["fields"]["message"].is_string(),
+            "{l}"
+        );
+    }
+    let text = publish(&[]);
+    assert!(text.contains("INFO"), "{text}");
+    assert!(!text.contains('\u{1b}'), "colour off a terminal: {text:?}");
+}
+
+#[test]
+fn the_database_url_comes_from_the_environment() {
+    let db = crate::support::TestDb::new("env_url");
+    let out = crate::support::bin()
+        .env("TIDEMARK_DATABASE_URL", &db.url)
+        .args(["export", "--target", "ctr"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("0 observations of ctr"));
+    // A URL that leads nowhere fails: the variable is what was used.
+    let out = crate::support::bin()
+        .env(
+            "TIDEMARK_DATABASE_URL",
+            "postgresql://nobody@/none?host=/nonexistent",
+        )
+        .args(["export", "--target", "ctr"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
+#[test]
+fn the_example_configurations_parse() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/config");
+    for i in 0..4 {
+        let c = tidemark_shard::Config::from_file(&dir.join(format!("shard-s{i}.toml"))).unwrap();
+        assert_eq!(c.name, format!("s{i}"));
+        assert!(
+            c.database_url.is_none(),
+            "secrets come from the environment"
+        );
+    }
+    let l = tidemark_trainer::Config::from_file(&dir.join("learner.toml")).unwrap();
+    assert!(l.needs_default_database());
+    tidemark_profile::Config::from_file(&dir.join("profiles.toml")).unwrap();
+}
