@@ -17,7 +17,7 @@ pub struct Args {
     /// Print {"rate", "shards": [{"name", "prefixes", "rate"}]}
     #[arg(long)]
     json: bool,
-    /// Also write each shard's configuration, DIR/shard-<name>.toml (never over an existing file)
+    /// Also write each shard's configuration, DIR/shard-NAME.toml (never over an existing file)
     #[arg(long, value_name = "DIR", conflicts_with = "check")]
     write_configs: Option<std::path::PathBuf>,
     /// The endpoints written configurations subscribe to (a proxy's backend)

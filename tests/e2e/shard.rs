@@ -251,7 +251,13 @@ fn observations_follow_spec_5_for_every_arrival_order() {
 fn malformed_messages_are_counted_and_never_fatal() {
     let db = TestDb::new("malformed");
     let mut publ = Publisher::new();
-    let mut shard = ShardProc::start(&db, "m", &publ.endpoint, "batch_delay = \"20ms\"");
+    let metrics = crate::support::free_addr();
+    let mut shard = ShardProc::start(
+        &db,
+        "m",
+        &publ.endpoint,
+        &format!("batch_delay = \"20ms\"\nmetrics_addr = \"{metrics}\""),
+    );
     publ.wait_subscribed("tick", 2);
     let now = crate::support::now_ms();
     let good = tx(1, now);
@@ -297,6 +303,7 @@ fn malformed_messages_are_counted_and_never_fatal() {
         "shard died:\n{}",
         shard.log()
     );
+    let scraped = crate::support::scrape(&metrics);
     shard.stop();
     for (name, n) in [
         ("rejected_frame_count", 2),
@@ -313,6 +320,18 @@ fn malformed_messages_are_counted_and_never_fatal() {
         ("received_bid", 1),
     ] {
         assert_eq!(counter(&db, "m", name), n, "{name}");
+        // The metrics endpoint says the same while the shard runs.
+        let line = match name.split_once('_') {
+            Some(("rejected", r)) => {
+                format!(r#"tidemark_rejected_total{{shard="m",reason="{r}"}} {n}"#)
+            }
+            Some((f, t)) => format!(r#"tidemark_{f}_events_total{{shard="m",type="{t}"}} {n}"#),
+            None => unreachable!(),
+        };
+        assert!(
+            scraped.lines().any(|l| l == line),
+            "{line} not in\n{scraped}"
+        );
     }
     let log = shard.log();
     assert!(log.contains("rejected a message"), "rejections are logged");

@@ -62,6 +62,8 @@ pub struct Config {
     pub sweep_rows: u64,
     /// Rows a buffer partition aims at: sparse stretches get wider partitions.
     pub partition_rows: u64,
+    /// Where to serve Prometheus metrics (`host:port`), if anywhere.
+    pub metrics_addr: Option<String>,
 }
 
 /// Which clock drives the watermarks.
@@ -161,6 +163,7 @@ struct Raw {
     shutdown_timeout: Option<String>,
     sweep_rows: Option<u64>,
     partition_rows: Option<u64>,
+    metrics_addr: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -320,6 +323,7 @@ impl Config {
             )?,
             sweep_rows: positive("sweep_rows", raw.sweep_rows, 250_000)?,
             partition_rows: positive("partition_rows", raw.partition_rows, 1_000_000)?,
+            metrics_addr: raw.metrics_addr,
         })
     }
 

@@ -116,6 +116,61 @@ impl Counters {
     }
 }
 
+/// Serves this shard's counters as Prometheus metrics on `addr`: the
+/// per-type families as `tidemark_<family>_events_total{shard, type}`,
+/// refusals as `tidemark_rejected_total{shard, reason}`, every other counter
+/// as `tidemark_<name>_total{shard}`. Values count from this run's start.
+pub fn serve_metrics(
+    addr: &str,
+    shard: &str,
+    counters: std::sync::Arc<Counters>,
+) -> Result<tidemark_metrics::Endpoint, tidemark_metrics::ServeError> {
+    use tidemark_metrics::{Kind, Sample};
+    let shard = shard.to_owned();
+    let endpoint = tidemark_metrics::serve(addr, move || {
+        counters
+            .snapshot()
+            .into_iter()
+            .map(|(name, value)| {
+                let mut labels = vec![("shard", shard.clone())];
+                let (metric, help) = match Family::PER_TYPE
+                    .iter()
+                    .chain([&Family::Rejected])
+                    .find_map(|f| f.subject(&name).map(|s| (*f, s.to_owned())))
+                {
+                    Some((Family::Rejected, reason)) => {
+                        labels.push(("reason", reason));
+                        ("rejected".to_owned(), "messages refused, by reason")
+                    }
+                    Some((f, t)) => {
+                        labels.push(("type", t));
+                        let help = match f {
+                            Family::Received => "events accepted, by type",
+                            Family::Late => "events after their window (never merged), by type",
+                            Family::OutsideWindows => "events of a type no target's window reads",
+                            Family::Unmatched => {
+                                "late events whose transaction no population holds"
+                            }
+                            _ => "events refused as more than max_future ahead, by type",
+                        };
+                        (format!("{}_events", f.prefix()), help)
+                    }
+                    None => (name, "a shard counter (docs/operations.md)"),
+                };
+                Sample {
+                    name: metric,
+                    help,
+                    kind: Kind::Counter,
+                    labels,
+                    value: value as f64,
+                }
+            })
+            .collect()
+    })?;
+    tracing::info!(addr = endpoint.addr, "serving metrics at /metrics");
+    Ok(endpoint)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,6 +51,9 @@ pub enum ShardError {
     /// Intake could not start.
     #[error(transparent)]
     Intake(#[from] intake::IntakeError),
+    /// The metrics endpoint could not start (`metrics_addr`).
+    #[error(transparent)]
+    Metrics(#[from] tidemark_metrics::ServeError),
     /// The database stayed away for the whole `shutdown_timeout`.
     #[error("stopped without writing {unwritten} accepted events: the database stayed away for the whole shutdown_timeout ({waited:?}); last error: {error}")]
     ShutdownTimeout {
@@ -81,6 +84,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Summary, ShardError> {
     let counters = Arc::new(Counters::new(&config.types));
+    let _metrics = match &config.metrics_addr {
+        Some(addr) => Some(counters::serve_metrics(
+            addr,
+            &config.name,
+            counters.clone(),
+        )?),
+        None => None,
+    };
     let mut writer = Writer::open(config, database_url, counters.clone()).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let config = writer.config().clone();
