@@ -73,6 +73,9 @@ enum Command {
         /// Endpoints to bind for shards to connect to
         #[arg(long, required = true)]
         backend: Vec<String>,
+        /// Serve Prometheus metrics (messages forwarded by kind) at http://ADDR/metrics
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<String>,
     },
     /// Run a profile process: per-person counters from the event stream (SPEC 11)
     Profiles(profiles::ProcessArgs),
@@ -111,7 +114,9 @@ fn main() -> ExitCode {
             publishers,
             frontend,
             backend,
-        } => tidemark_market::proxy::run(&publishers, &frontend, &backend).map_err(Into::into),
+            metrics_addr,
+        } => tidemark_market::proxy::run(&publishers, &frontend, &backend, metrics_addr.as_deref())
+            .map_err(Into::into),
         Command::Db { action, home } => db::run(action, home),
     };
     match result {

@@ -74,12 +74,12 @@ fn write_configs(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    for s in &plan.shards {
+    for (i, s) in plan.shards.iter().enumerate() {
         let path = dir.join(format!("shard-{}.toml", s.name));
         let text = format!(
             "# Written by `tidemark plan --rate {} --shards {}`: shard {} samples {:.9} of transactions.\n\
              # database_url: TIDEMARK_DATABASE_URL (docs/operations.md), or set it here.\n\
-             name = {:?}\nendpoints = [{}]\nprefixes = [{}]\n",
+             name = {:?}\nendpoints = [{}]\nprefixes = [{}]\nmetrics_addr = \"127.0.0.1:{}\"\n",
             plan.rate,
             plan.shards.len(),
             s.name,
@@ -87,6 +87,7 @@ fn write_configs(
             s.name,
             q(endpoints),
             q(&s.prefixes),
+            9400 + i,
         );
         let mut f = std::fs::OpenOptions::new()
             .write(true)

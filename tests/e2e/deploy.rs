@@ -197,3 +197,62 @@ fn the_example_configurations_parse() {
     assert!(l.needs_default_database());
     tidemark_profile::Config::from_file(&dir.join("profiles.toml")).unwrap();
 }
+
+#[test]
+fn the_proxy_forwards_everything_and_counts_it_by_kind() {
+    let (front, back, metrics) = (
+        crate::support::free_addr(),
+        crate::support::free_addr(),
+        crate::support::free_addr(),
+    );
+    let mut proxy = crate::support::bin()
+        .args(["proxy", "--frontend", &format!("tcp://{front}")])
+        .args([
+            "--backend",
+            &format!("tcp://{back}"),
+            "--metrics-addr",
+            &metrics,
+        ])
+        .spawn()
+        .unwrap();
+    let ctx = zmq::Context::new();
+    let sub = ctx.socket(zmq::SUB).unwrap();
+    sub.connect(&format!("tcp://{back}")).unwrap();
+    sub.set_subscribe(b"").unwrap();
+    sub.set_rcvtimeo(50).unwrap();
+    let publ = ctx.socket(zmq::PUB).unwrap();
+    publ.connect(&format!("tcp://{front}")).unwrap();
+    // Ticks until one comes through: the subscription has reached the publisher.
+    crate::support::wait_for("a tick through the proxy", || {
+        publ.send("tick", zmq::SNDMORE).unwrap();
+        publ.send("{}", 0).unwrap();
+        sub.recv_multipart(0).ok()
+    });
+    while sub.recv_multipart(0).is_ok() {}
+    for i in 0..110 {
+        let topic = if i < 100 { "bid-0abc" } else { "click-0abc" };
+        publ.send(topic, zmq::SNDMORE).unwrap();
+        publ.send("{}", 0).unwrap();
+    }
+    let mut got = 0;
+    while sub.recv_multipart(0).is_ok() {
+        got += 1;
+    }
+    assert_eq!(got, 110, "every message forwarded");
+    let text = crate::support::wait_for("the counts", || {
+        let t = crate::support::try_scrape(&metrics)?;
+        let clicks = crate::support::metric(&t, r#"tidemark_proxy_messages_total{kind="click"}"#)?;
+        (clicks == 10.0).then_some(t)
+    });
+    let m = |k: &str| {
+        crate::support::metric(
+            &text,
+            &format!(r#"tidemark_proxy_messages_total{{kind="{k}"}}"#),
+        )
+    };
+    assert_eq!(m("bid"), Some(100.0));
+    assert!(m("tick").is_some_and(|t| t >= 1.0));
+    assert!(m("subscribe").is_some_and(|t| t >= 1.0), "{text}");
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+}

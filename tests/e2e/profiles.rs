@@ -861,7 +861,9 @@ pub(crate) fn compare_links(
 fn links_merge_persons_as_the_reference_does() {
     let db = TestDb::new("profiles_links");
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "links", &publisher.endpoint, LINKS);
+    let metrics = crate::support::free_addr();
+    let config = format!("metrics_addr = \"{metrics}\"\n{LINKS}");
+    let mut proc = ShardProc::start_profiles(&db, "links", &publisher.endpoint, &config);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     // Impressions (which link, and a few carry one identifier or settle
@@ -891,6 +893,26 @@ fn links_merge_persons_as_the_reference_does() {
     );
     let biggest = query_i64(&db.url, "SELECT max(size)::bigint FROM tidemark.profiles").unwrap();
     assert!(biggest <= 6, "no person above max_ids");
+    // The metrics endpoint counts what the database counts (this run is the
+    // database's only one), reason by reason.
+    wait_for("the endpoint's counts to match the database's", || {
+        let text = crate::support::try_scrape(&metrics)?;
+        let counts = query_rows(
+            &db.url,
+            "SELECT reason, sum(n)::text FROM tidemark.profile_counts GROUP BY 1 HAVING sum(n) > 0",
+        );
+        assert!(counts.len() >= 3, "{counts:?}");
+        counts
+            .iter()
+            .all(|r| {
+                let (reason, n) = (r[0].as_deref().unwrap(), r[1].as_deref().unwrap());
+                let series = format!(
+                    r#"tidemark_profile_events_total{{profiles="links",reason="{reason}"}}"#
+                );
+                crate::support::metric(&text, &series) == n.parse().ok()
+            })
+            .then_some(())
+    });
     proc.stop();
 }
 

@@ -488,16 +488,23 @@ pub fn free_addr() -> String {
 
 /// `GET /metrics` from `addr`: the body (a process's Prometheus metrics).
 pub fn scrape(addr: &str) -> String {
+    try_scrape(addr).expect("a 200 from the metrics endpoint")
+}
+
+/// `scrape`, or `None` while nothing answers 200 there.
+pub fn try_scrape(addr: &str) -> Option<String> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("connect to the metrics endpoint");
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .unwrap();
+        .ok()?;
     let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(
-        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
-        "{head}"
-    );
-    body.to_owned()
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    (head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200")).then(|| body.to_owned())
+}
+
+/// The value of the sample line `series` (name and labels, as exposed).
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }

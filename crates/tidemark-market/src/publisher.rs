@@ -422,6 +422,9 @@ pub enum PublishError {
     /// The profile database could not be read (`--profiles`).
     #[error("--profiles: {0}")]
     Profiles(String),
+    /// The metrics endpoint could not start (`--metrics-addr`).
+    #[error("{0}")]
+    Metrics(String),
     /// Subscribers did not take every queued message within `--drain`.
     #[error("gave up after {:.1}s (--drain): a subscriber did not take every queued message, so some were lost", .0.as_secs_f64())]
     Undrained(Duration),

@@ -45,6 +45,54 @@ pub struct Sample {
 
 type Collect = dyn Fn() -> Vec<Sample> + Send + Sync;
 
+/// Samples a process posts at its own pace (after a batch, at a
+/// checkpoint), served as they last stood.
+#[derive(Debug, Clone, Default)]
+pub struct Board(Arc<std::sync::Mutex<Vec<Sample>>>);
+
+impl Board {
+    /// Replaces what the board shows.
+    pub fn post(&self, samples: Vec<Sample>) {
+        if let Ok(mut b) = self.0.lock() {
+            *b = samples;
+        }
+    }
+
+    /// What it shows now.
+    pub fn read(&self) -> Vec<Sample> {
+        self.0.lock().map(|b| b.clone()).unwrap_or_default()
+    }
+}
+
+/// A counter sample.
+pub fn counter(
+    name: &str,
+    help: &'static str,
+    labels: &[(&'static str, &str)],
+    value: f64,
+) -> Sample {
+    Sample {
+        name: name.to_owned(),
+        help,
+        kind: Kind::Counter,
+        labels: labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(),
+        value,
+    }
+}
+
+/// A gauge sample.
+pub fn gauge(
+    name: &str,
+    help: &'static str,
+    labels: &[(&'static str, &str)],
+    value: f64,
+) -> Sample {
+    Sample {
+        kind: Kind::Gauge,
+        ..counter(name, help, labels, value)
+    }
+}
+
 /// Calls the process's closure on each scrape and encodes what it lists.
 struct Samples(Arc<Collect>);
 
@@ -62,6 +110,8 @@ impl Collector for Samples {
         }
         for (name, samples) in by_name {
             let first = &samples[0];
+            // A metric without labels is written without braces.
+            let bare = samples.len() == 1 && first.labels.is_empty();
             let name = format!("tidemark_{name}");
             match first.kind {
                 Kind::Counter => {
@@ -71,6 +121,10 @@ impl Collector for Samples {
                         None,
                         ConstCounter::new(0.0f64).metric_type(),
                     )?;
+                    if bare {
+                        ConstCounter::new(first.value).encode(m)?;
+                        continue;
+                    }
                     for s in &samples {
                         let labels: Vec<(&str, &str)> =
                             s.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -90,6 +144,10 @@ impl Collector for Samples {
                         None,
                         ConstGauge::new(0.0f64).metric_type(),
                     )?;
+                    if bare {
+                        ConstGauge::new(first.value).encode(m)?;
+                        continue;
+                    }
                     for s in &samples {
                         let labels: Vec<(&str, &str)> =
                             s.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -215,6 +273,7 @@ mod tests {
                     2.0,
                 ),
                 sample("buffer_rows", Kind::Gauge, &[("shard", "s0")], 12.0),
+                sample("age_seconds", Kind::Gauge, &[], 1.5),
             ]
         }));
         assert!(

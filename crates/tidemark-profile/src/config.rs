@@ -79,6 +79,8 @@ pub struct Config {
     pub rcvhwm: i32,
     /// How long a stop waits for the database to take what is held.
     pub shutdown_timeout: Duration,
+    /// Where to serve Prometheus metrics (`host:port`), if anywhere.
+    pub metrics_addr: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -119,6 +121,7 @@ struct Raw {
     rcvhwm: i64,
     #[serde(default = "default_shutdown_timeout")]
     shutdown_timeout: String,
+    metrics_addr: Option<String>,
 }
 
 fn default_workers() -> i64 {
@@ -293,6 +296,7 @@ impl Config {
             batch_delay: duration("batch_delay", &raw.batch_delay)?,
             rcvhwm: raw.rcvhwm as i32,
             shutdown_timeout: duration("shutdown_timeout", &raw.shutdown_timeout)?,
+            metrics_addr: raw.metrics_addr,
         })
     }
 

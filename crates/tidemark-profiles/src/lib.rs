@@ -39,6 +39,9 @@ pub enum ProfilesError {
     /// The database failed in a way retrying cannot fix.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The metrics endpoint could not start (`metrics_addr`).
+    #[error("{0}")]
+    Metrics(String),
     /// Another process owns the profile database.
     #[error("a profile process already runs against this database (PostgreSQL backend pid {0} holds its lock); stop it first")]
     AlreadyRunning(i32),
@@ -141,6 +144,17 @@ pub async fn run(
         hasher: std::collections::hash_map::RandomState::new(),
     };
 
+    let board = tidemark_metrics::Board::default();
+    let _metrics = match &p.config.metrics_addr {
+        Some(addr) => {
+            let b = board.clone();
+            let e = tidemark_metrics::serve(addr, move || b.read())
+                .map_err(|e| ProfilesError::Metrics(e.to_string()))?;
+            tracing::info!(addr = e.addr, "serving metrics at /metrics");
+            Some(e)
+        }
+        None => None,
+    };
     tokio::pin!(shutdown);
     let mut oldest: Option<Instant> = None;
     let mut backoff = Backoff::new();
@@ -190,6 +204,7 @@ pub async fn run(
                 oldest = Some(now);
             }
         }
+        board.post(p.samples());
         if result.is_ok() && now >= next_status {
             result = p.save_status(&main).await;
             if result.is_ok() && p.inflight.is_none() {
@@ -716,6 +731,35 @@ impl Process {
             }
         }
         Ok(())
+    }
+
+    /// What the metrics endpoint shows: this run's counts by reason
+    /// (`applied`, `merges`, `links_refused`, `blocklisted`, `stale`, …, as
+    /// in `tidemark.profile_counts`) and the events waiting for a batch.
+    fn samples(&self) -> Vec<tidemark_metrics::Sample> {
+        use tidemark_metrics::{counter, gauge};
+        let name = self.config.name.as_str();
+        let mut v: Vec<_> = self
+            .run_counts
+            .iter()
+            .map(|(reason, n)| {
+                let labels = [("profiles", name), ("reason", reason.as_str())];
+                counter(
+                    "profile_events",
+                    "events and links counted by reason, this run",
+                    &labels,
+                    *n as f64,
+                )
+            })
+            .collect();
+        let pending = self.pending.len() as f64;
+        v.push(gauge(
+            "profile_pending_events",
+            "events received, not yet applied",
+            &[("profiles", name)],
+            pending,
+        ));
+        v
     }
 
     async fn save_status(&mut self, main: &Client) -> Result<(), ProfilesError> {

@@ -64,6 +64,9 @@ pub struct Config {
     pub partition_rows: u64,
     /// Where to serve Prometheus metrics (`host:port`), if anywhere.
     pub metrics_addr: Option<String>,
+    /// The liveness gate (`crate::liveness`): the low socket's silence that
+    /// closes it, and the longest it holds. Off when `None`.
+    pub liveness: Option<(Duration, Duration)>,
 }
 
 /// Which clock drives the watermarks.
@@ -164,6 +167,8 @@ struct Raw {
     sweep_rows: Option<u64>,
     partition_rows: Option<u64>,
     metrics_addr: Option<String>,
+    liveness_silence: Option<String>,
+    liveness_max_hold: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -324,6 +329,21 @@ impl Config {
             sweep_rows: positive("sweep_rows", raw.sweep_rows, 250_000)?,
             partition_rows: positive("partition_rows", raw.partition_rows, 1_000_000)?,
             metrics_addr: raw.metrics_addr,
+            liveness: match (&raw.liveness_silence, &raw.liveness_max_hold) {
+                (None, None) => None,
+                (None, Some(_)) => return Err(err("liveness_max_hold", "needs liveness_silence")),
+                (Some(_), _) => {
+                    let silence = dur("liveness_silence", &raw.liveness_silence, Duration::ZERO)?;
+                    if silence.is_zero() {
+                        return Err(err("liveness_silence", "must be greater than 0"));
+                    }
+                    let hold = Duration::from_secs(1800);
+                    Some((
+                        silence,
+                        dur("liveness_max_hold", &raw.liveness_max_hold, hold)?,
+                    ))
+                }
+            },
         })
     }
 

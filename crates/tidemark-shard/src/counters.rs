@@ -2,7 +2,8 @@
 //! writer, flushed as deltas to `tidemark.shard_counters`. Their names are
 //! `tidemark_store::telemetry`'s; this holds the values.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
 
 use tidemark_store::telemetry::{Counter, Family};
 use tidemark_wire::{EventType, Reject, Types};
@@ -15,6 +16,9 @@ pub struct Counters {
     values: Vec<AtomicU64>,
     flushed: Vec<AtomicU64>,
     ntypes: usize,
+    /// Wall ms at which the high (0) and low (1) socket last carried an
+    /// accepted event (0: not in this run), for the liveness gate.
+    heard_ms: [AtomicI64; 2],
 }
 
 impl Counters {
@@ -36,7 +40,19 @@ impl Counters {
             flushed: names.iter().map(|_| AtomicU64::new(0)).collect(),
             names,
             ntypes: type_names.len(),
+            heard_ms: [AtomicI64::new(0), AtomicI64::new(0)],
         }
+    }
+
+    /// Notes an accepted event on the low-frequency socket (`low`) or the high one.
+    pub fn heard(&self, low: bool, now_ms: i64) {
+        self.heard_ms[usize::from(low)].store(now_ms, Ordering::Relaxed);
+    }
+
+    /// How long before `now_ms` the socket last carried an event, if it has in this run.
+    pub fn since_heard(&self, low: bool, now_ms: i64) -> Option<Duration> {
+        let at = self.heard_ms[usize::from(low)].load(Ordering::Relaxed);
+        (at > 0).then(|| Duration::from_millis((now_ms - at).max(0) as u64))
     }
 
     /// The slot of an event type among the per-type counters: built-ins, then custom types.

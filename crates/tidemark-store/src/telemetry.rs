@@ -56,11 +56,15 @@ pub enum Counter {
     DbErrorsData,
     /// Database errors of no known class.
     DbErrorsUnknown,
+    /// Times the liveness gate held the sweep (the low socket fell silent while bids flowed).
+    LivenessHolds,
+    /// Times the liveness gate gave up holding after `liveness_max_hold`.
+    LivenessGaveUp,
 }
 
 impl Counter {
     /// Every counter, in declaration order (`ALL[c as usize] == c`).
-    pub const ALL: [Counter; 24] = [
+    pub const ALL: [Counter; 26] = [
         Counter::DroppedOverflow,
         Counter::DroppedFeatures,
         Counter::Batches,
@@ -85,6 +89,8 @@ impl Counter {
         Counter::DbErrorsResource,
         Counter::DbErrorsData,
         Counter::DbErrorsUnknown,
+        Counter::LivenessHolds,
+        Counter::LivenessGaveUp,
     ];
 
     /// Its name in `tidemark.shard_counters`.
@@ -114,6 +120,8 @@ impl Counter {
             Counter::DbErrorsResource => "db_errors_resource",
             Counter::DbErrorsData => "db_errors_data",
             Counter::DbErrorsUnknown => "db_errors_unknown",
+            Counter::LivenessHolds => "liveness_holds",
+            Counter::LivenessGaveUp => "liveness_gave_up",
         }
     }
 

@@ -38,6 +38,8 @@ pub struct Config {
     pub consumer: String,
     /// The databases read, in order.
     pub sources: Vec<Source>,
+    /// Where to serve Prometheus metrics (`host:port`), if anywhere.
+    pub metrics_addr: Option<String>,
     defaults: Params,
     targets: BTreeMap<String, Params>,
 }
@@ -85,6 +87,7 @@ struct Raw {
     sources: Vec<RawSource>,
     #[serde(default)]
     targets: BTreeMap<String, RawParams>,
+    metrics_addr: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -212,6 +215,7 @@ impl Config {
                     shards: s.shards,
                 })
                 .collect(),
+            metrics_addr: raw.metrics_addr,
             defaults,
             targets,
         })

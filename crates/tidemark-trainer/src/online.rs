@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::future::try_join_all;
@@ -21,6 +23,9 @@ pub enum TrainError {
     /// A source's database URL is unusable.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The metrics endpoint could not start (`metrics_addr`).
+    #[error("{0}")]
+    Metrics(String),
     /// The latest checkpoint could not be read.
     #[error("resuming from {path}: {error}")]
     Resume {
@@ -77,6 +82,29 @@ pub async fn run(
         .collect::<Result<_, _>>()?;
     let mut state = resume(&config)?;
     tracing::info!(positions = ?state.positions, "learner started");
+    let board = tidemark_metrics::Board::default();
+    let checkpointed = Arc::new(AtomicI64::new(now_ms()));
+    let _metrics = match &config.metrics_addr {
+        Some(addr) => {
+            let (b, at) = (board.clone(), checkpointed.clone());
+            let e = tidemark_metrics::serve(addr, move || {
+                let mut v = b.read();
+                let age = (now_ms() - at.load(Ordering::Relaxed)) as f64 / 1000.0;
+                v.push(tidemark_metrics::gauge(
+                    "checkpoint_age_seconds",
+                    "seconds since the last checkpoint was written (or the learner started)",
+                    &[],
+                    age,
+                ));
+                v
+            })
+            .map_err(|e| TrainError::Metrics(e.to_string()))?;
+            tracing::info!(addr = e.addr, "serving metrics at /metrics");
+            Some(e)
+        }
+        None => None,
+    };
+    board.post(state.samples());
     tokio::pin!(shutdown);
     let mut summary = Summary::default();
     let mut last_checkpoint = Instant::now();
@@ -90,8 +118,12 @@ pub async fn run(
         let due = state.since_checkpoint >= config.checkpoint_every
             || (state.since_checkpoint > 0
                 && last_checkpoint.elapsed() >= config.checkpoint_interval);
+        if learned > 0 {
+            board.post(state.samples());
+        }
         if due {
             summary.last_checkpoint = Some(state.checkpoint(&config)?);
+            checkpointed.store(now_ms(), Ordering::Relaxed);
             summary.checkpoints += 1;
             register(&config, &mut sources, &state.positions).await;
             last_checkpoint = Instant::now();
@@ -210,6 +242,44 @@ impl State {
                 .learn(&o.target, || config.params(&o.target), &features, o.label);
         }
         rows.len() as u64
+    }
+
+    /// What the metrics endpoint shows: per target the rows learned in
+    /// this run and the progressive logloss, overall and recent; per stream
+    /// the position reached.
+    fn samples(&self) -> Vec<tidemark_metrics::Sample> {
+        use tidemark_metrics::{counter, gauge};
+        let mut v = Vec::new();
+        for (target, (model, m)) in &self.models.targets {
+            let t = [("target", target.as_str())];
+            v.push(counter(
+                "learner_rows",
+                "observations learned (since the model began)",
+                &t,
+                model.trained as f64,
+            ));
+            v.push(gauge(
+                "learner_logloss",
+                "progressive logloss over every row learned",
+                &t,
+                m.total.logloss(),
+            ));
+            v.push(gauge(
+                "learner_recent_logloss",
+                "progressive logloss over the last `window` rows",
+                &t,
+                m.recent().logloss(),
+            ));
+        }
+        for (stream, seq) in &self.positions {
+            v.push(gauge(
+                "learner_position",
+                "the last seq read, per <source>/<shard> stream",
+                &[("stream", stream)],
+                *seq as f64,
+            ));
+        }
+        v
     }
 
     fn checkpoint(&mut self, config: &Config) -> Result<PathBuf, TrainError> {

@@ -22,6 +22,8 @@ use tidemark_store::telemetry::Counter;
 use tidemark_store::{state, StoreError};
 use tokio_postgres::Client;
 
+use tidemark_wire::EventType;
+
 use crate::config::{ClockKind, Config};
 use crate::counters::Counters;
 use crate::intake::{wall_ms, Chunk};
@@ -63,6 +65,8 @@ pub struct Writer {
     subsetting: [i64; 3],
     /// The last database error, until `tidemark.shards.last_error` holds it.
     unrecorded_error: Option<String>,
+    /// The liveness gate, if configured.
+    gate: Option<crate::liveness::Gate>,
 }
 
 /// Connects, migrates, takes the shard's lock and makes its tables.
@@ -102,7 +106,11 @@ impl Writer {
         let custom: Vec<&str> = config.types.custom().map(|(_, n)| n).collect();
         let layout = Layout::new(&config.name, &custom, phases.click_window, config.rate());
         let client = connect(&config, &layout, url).await?;
+        let gate = config
+            .liveness
+            .map(|(silence, max_hold)| crate::liveness::Gate::new(silence, max_hold));
         let mut w = Writer {
+            gate,
             config,
             layout,
             phases,
@@ -280,6 +288,20 @@ impl Writer {
             self.reference = Some(self.reference.map_or(r, |e| e.max(r)));
         }
         self.pending_events += chunk.events.len();
+        // For the liveness gate, heard when the writer holds the events (not
+        // when intake reads them): a sweep the gate lets go then has them.
+        let now = wall_ms();
+        let high = |k: &EventType| matches!(k, EventType::Bid | EventType::Impression);
+        if chunk.events.iter().any(|e| high(&e.kind)) {
+            self.counters.heard(false, now);
+        }
+        if chunk
+            .events
+            .iter()
+            .any(|e| !high(&e.kind) && e.kind != EventType::Auction)
+        {
+            self.counters.heard(true, now);
+        }
         self.pending.push(chunk);
     }
 

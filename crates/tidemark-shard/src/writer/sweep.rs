@@ -10,6 +10,7 @@ use tidemark_store::StoreError;
 
 use super::Writer;
 use crate::intake::wall_ms;
+use crate::liveness::Change;
 use crate::phases::{self, Watermarks};
 
 impl Writer {
@@ -20,6 +21,7 @@ impl Writer {
         let Some(clock) = self.clock() else {
             return Ok(());
         };
+        let clock = self.gated(clock);
         if self.applied.is_none() {
             // The first sweep starts just before the oldest buffered creation time,
             // so even a buffer filled before the first tick is swept in slices.
@@ -37,6 +39,43 @@ impl Writer {
         self.create_ahead(clock).await?;
         self.retain().await?;
         Ok(())
+    }
+
+    /// The clock the liveness gate lets the sweep go to (all of it when the
+    /// gate is off or open); says when it closes, reopens or gives up.
+    fn gated(&mut self, clock: i64) -> i64 {
+        let Some(gate) = self.gate.as_mut() else {
+            return clock;
+        };
+        let now = wall_ms();
+        let (low, high) = (
+            self.counters.since_heard(true, now),
+            self.counters.since_heard(false, now),
+        );
+        let (to, change) = gate.check(Instant::now(), clock, low, high);
+        match change {
+            Some(Change::Held) => {
+                self.counters.add(Counter::LivenessHolds, 1);
+                tracing::warn!(
+                    silent_s = low.map_or(0, |d| d.as_secs()),
+                    "no click, install or custom event for longer than liveness_silence while bids flow: \
+                     holding every phase (a tracker may be down; nothing is emitted until it is heard or liveness_max_hold passes)"
+                );
+            }
+            Some(Change::Resumed(held)) => tracing::info!(
+                held_s = held.as_secs(),
+                "the low-frequency socket is heard again: sweeping what was held"
+            ),
+            Some(Change::GaveUp) => {
+                self.counters.add(Counter::LivenessGaveUp, 1);
+                tracing::error!(
+                    "held for liveness_max_hold and the low-frequency socket is still silent: \
+                     sweeping anyway; transactions whose windows close now are labelled without the missing events"
+                );
+            }
+            None => {}
+        }
+        to
     }
 
     /// How far one sweep transaction from clock `a` should go towards `clock`:
