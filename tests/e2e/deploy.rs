@@ -256,3 +256,30 @@ fn the_proxy_forwards_everything_and_counts_it_by_kind() {
     let _ = proxy.kill();
     let _ = proxy.wait();
 }
+
+#[test]
+fn a_shard_refused_by_its_database_at_start_exits_saying_so() {
+    // Fault campaign: connection refused at start. systemd restarts it
+    // (Restart=on-failure); nothing was accepted, so nothing is lost.
+    let dir = std::env::temp_dir().join(format!("tidemark-refused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("s.toml");
+    let port = crate::support::free_addr();
+    std::fs::write(
+        &cfg,
+        format!(
+            "name = \"refused\"\nendpoints = [\"tcp://127.0.0.1:1\"]\ndatabase_url = \"postgresql://tidemark@{port}/tidemark\"\n"
+        ),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = crate::support::bin()
+        .args(["shard", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("Connection refused"), "{said}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}

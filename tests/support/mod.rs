@@ -238,9 +238,15 @@ pub struct Publisher {
 
 impl Publisher {
     pub fn new() -> Publisher {
+        Publisher::with_sndhwm(0)
+    }
+
+    /// A publisher whose queue per subscriber holds `hwm` messages (0: no
+    /// limit); beyond it PUB/SUB drops, as a real publisher does.
+    pub fn with_sndhwm(hwm: i32) -> Publisher {
         let ctx = zmq::Context::new();
         let sock = ctx.socket(zmq::XPUB).unwrap();
-        sock.set_sndhwm(0).unwrap();
+        sock.set_sndhwm(hwm).unwrap();
         sock.set_rcvtimeo(100).unwrap();
         // Pass every subscription up, duplicates too: two sockets subscribe to `tick`.
         sock.set_xpub_verbose(true).unwrap();
