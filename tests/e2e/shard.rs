@@ -800,7 +800,10 @@ click = "0s"
 install_short = "0s"
 install_long = "0s"
 "#;
-    let gated = format!("liveness_silence = \"1s\"\nliveness_max_hold = \"3s\"\n{windows}");
+    let metrics = crate::support::free_addr();
+    let gated = format!(
+        "liveness_silence = \"1s\"\nliveness_max_hold = \"3s\"\nmetrics_addr = \"{metrics}\"\n{windows}"
+    );
     let mut g = ShardProc::start(&db, "gated", &publ.endpoint, &gated);
     let mut u = ShardProc::start(&db, "ungated", &publ.endpoint, windows);
     publ.wait_subscribed("tick", 4);
@@ -847,6 +850,30 @@ install_long = "0s"
     assert_eq!(settled("gated", &b), 1, "held until the late click came");
     assert_eq!(settled("ungated", &b), 0, "swept before the late click");
     assert_eq!(settled("gated", &c), 0, "swept once the bound passed");
+    // The endpoint's live figures: time spent, the clock's lag, the watermarks.
+    let text = crate::support::scrape(&metrics);
+    let m = |series: &str| crate::support::metric(&text, &format!("tidemark_{series}"));
+    assert!(
+        m(r#"batch_write_seconds_total{shard="gated"}"#).is_some_and(|s| s > 0.0),
+        "{text}"
+    );
+    assert!(
+        m(r#"sweep_seconds_total{shard="gated"}"#).is_some_and(|s| s > 0.0),
+        "{text}"
+    );
+    let lag = m(r#"clock_lag_seconds{shard="gated"}"#).unwrap();
+    assert!(
+        (0.0..5.0).contains(&lag),
+        "swept close to now once the bound passed: {lag}"
+    );
+    let ctr = m(r#"watermark_seconds{shard="gated",phase="ctr"}"#).unwrap();
+    let imp = m(r#"watermark_seconds{shard="gated",phase="impression"}"#).unwrap();
+    // The ctr phase trails the impression phase by the click window less the impression window.
+    assert!(
+        ((imp - ctr) - 1.0).abs() < 1e-6,
+        "impression {imp}, ctr {ctr}"
+    );
+    assert!(ctr * 1000.0 > t0 as f64 && ctr * 1000.0 < crate::support::now_ms() as f64);
     g.stop();
     u.stop();
     assert_eq!(counter(&db, "ungated", "late_click"), 1);

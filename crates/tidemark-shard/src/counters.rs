@@ -19,6 +19,13 @@ pub struct Counters {
     /// Wall ms at which the high (0) and low (1) socket last carried an
     /// accepted event (0: not in this run), for the liveness gate.
     heard_ms: [AtomicI64; 2],
+    /// Live figures for the metrics endpoint: time spent writing batches
+    /// and sweeping (µs), the clock applied (ms, 0 before the first), and
+    /// each phase's watermark.
+    batch_us: AtomicU64,
+    sweep_us: AtomicU64,
+    applied_ms: AtomicI64,
+    watermarks: std::sync::Mutex<Vec<(String, i64)>>,
 }
 
 impl Counters {
@@ -41,6 +48,27 @@ impl Counters {
             names,
             ntypes: type_names.len(),
             heard_ms: [AtomicI64::new(0), AtomicI64::new(0)],
+            batch_us: AtomicU64::new(0),
+            sweep_us: AtomicU64::new(0),
+            applied_ms: AtomicI64::new(0),
+            watermarks: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Adds a batch write's duration.
+    pub fn batch_took(&self, d: Duration) {
+        self.batch_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Adds a sweep transaction's duration, and where the clock and each
+    /// phase's watermark now stand.
+    pub fn swept(&self, d: Duration, clock: i64, watermarks: Vec<(String, i64)>) {
+        self.sweep_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        self.applied_ms.store(clock, Ordering::Relaxed);
+        if let Ok(mut w) = self.watermarks.lock() {
+            *w = watermarks;
         }
     }
 
@@ -144,44 +172,79 @@ pub fn serve_metrics(
     use tidemark_metrics::{Kind, Sample};
     let shard = shard.to_owned();
     let endpoint = tidemark_metrics::serve(addr, move || {
-        counters
-            .snapshot()
-            .into_iter()
-            .map(|(name, value)| {
-                let mut labels = vec![("shard", shard.clone())];
-                let (metric, help) = match Family::PER_TYPE
-                    .iter()
-                    .chain([&Family::Rejected])
-                    .find_map(|f| f.subject(&name).map(|s| (*f, s.to_owned())))
-                {
-                    Some((Family::Rejected, reason)) => {
-                        labels.push(("reason", reason));
-                        ("rejected".to_owned(), "messages refused, by reason")
-                    }
-                    Some((f, t)) => {
-                        labels.push(("type", t));
-                        let help = match f {
-                            Family::Received => "events accepted, by type",
-                            Family::Late => "events after their window (never merged), by type",
-                            Family::OutsideWindows => "events of a type no target's window reads",
-                            Family::Unmatched => {
-                                "late events whose transaction no population holds"
-                            }
-                            _ => "events refused as more than max_future ahead, by type",
-                        };
-                        (format!("{}_events", f.prefix()), help)
-                    }
-                    None => (name, "a shard counter (docs/operations.md)"),
-                };
-                Sample {
-                    name: metric,
-                    help,
-                    kind: Kind::Counter,
-                    labels,
-                    value: value as f64,
+        let s = [("shard", shard.as_str())];
+        let secs = |us: &AtomicU64| us.load(Ordering::Relaxed) as f64 / 1e6;
+        let mut live = vec![
+            tidemark_metrics::counter(
+                "batch_write_seconds",
+                "time spent writing batches (with batches_total: the mean)",
+                &s,
+                secs(&counters.batch_us),
+            ),
+            tidemark_metrics::counter(
+                "sweep_seconds",
+                "time spent in sweep transactions (with sweeps_total: the mean)",
+                &s,
+                secs(&counters.sweep_us),
+            ),
+        ];
+        let applied = counters.applied_ms.load(Ordering::Relaxed);
+        if applied > 0 {
+            let lag = (crate::intake::wall_ms() - applied) as f64 / 1000.0;
+            live.push(tidemark_metrics::gauge(
+                "clock_lag_seconds",
+                "wall time minus the clock the phases were swept to",
+                &s,
+                lag,
+            ));
+        }
+        for (phase, wm) in counters
+            .watermarks
+            .lock()
+            .map(|w| w.clone())
+            .unwrap_or_default()
+        {
+            let labels = [("shard", shard.as_str()), ("phase", phase.as_str())];
+            live.push(tidemark_metrics::gauge(
+                "watermark_seconds",
+                "creation time (epoch s) each phase has swept to",
+                &labels,
+                wm as f64 / 1000.0,
+            ));
+        }
+        live.extend(counters.snapshot().into_iter().map(|(name, value)| {
+            let mut labels = vec![("shard", shard.clone())];
+            let (metric, help) = match Family::PER_TYPE
+                .iter()
+                .chain([&Family::Rejected])
+                .find_map(|f| f.subject(&name).map(|s| (*f, s.to_owned())))
+            {
+                Some((Family::Rejected, reason)) => {
+                    labels.push(("reason", reason));
+                    ("rejected".to_owned(), "messages refused, by reason")
                 }
-            })
-            .collect()
+                Some((f, t)) => {
+                    labels.push(("type", t));
+                    let help = match f {
+                        Family::Received => "events accepted, by type",
+                        Family::Late => "events after their window (never merged), by type",
+                        Family::OutsideWindows => "events of a type no target's window reads",
+                        Family::Unmatched => "late events whose transaction no population holds",
+                        _ => "events refused as more than max_future ahead, by type",
+                    };
+                    (format!("{}_events", f.prefix()), help)
+                }
+                None => (name, "a shard counter (docs/operations.md)"),
+            };
+            Sample {
+                name: metric,
+                help,
+                kind: Kind::Counter,
+                labels,
+                value: value as f64,
+            }
+        }));
+        live
     })?;
     tracing::info!(addr = endpoint.addr, "serving metrics at /metrics");
     Ok(endpoint)

@@ -177,10 +177,12 @@ impl Writer {
             }
         }
         let [txns, long] = &merges;
+        let started = std::time::Instant::now();
         let done = self
             .layout
             .write_batch(&mut self.client, &fresh, &txns.rows, &long.rows)
             .await?;
+        self.counters.batch_took(started.elapsed());
         for kind in late {
             self.counters.per_type(Family::Late, kind, 1);
         }

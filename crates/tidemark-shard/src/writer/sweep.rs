@@ -212,6 +212,16 @@ impl Writer {
             *total += n;
         }
         self.next_seq = done.next_seq;
+        let watermarks = std::iter::once(("impression".to_owned(), new.impression))
+            .chain(
+                self.phases
+                    .targets
+                    .iter()
+                    .zip(&new.targets)
+                    .map(|(t, w)| (t.name.clone(), *w)),
+            )
+            .collect();
+        self.counters.swept(started.elapsed(), clock, watermarks);
         self.wm = Some(new);
         self.applied = Some(clock);
         Ok(())
