@@ -605,6 +605,12 @@ half_life = "1d"
 
 #[test]
 fn a_postgresql_crash_under_ingest_loses_nothing_committed() {
+    // Twice in CI, with the flood test running beside it, one impression's
+    // later copy (ts 1 s earlier) was counted instead of the first: not
+    // reproduced here in 20 runs, loaded or not; see docs/profiles.md.
+    let _heavy = crate::support::HEAVY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     // A cluster of its own: crashing the shared one would disturb other tests.
     let home = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("profiles-crash-home");
     let cluster = tidemark_store::Cluster::new(&home).unwrap();

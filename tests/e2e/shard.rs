@@ -893,6 +893,9 @@ install_long = "0s"
 /// (`lost_estimate`) = sent, exactly, for one publisher.
 #[test]
 fn a_flood_beyond_the_high_water_marks_is_counted_and_memory_stays_bounded() {
+    let _heavy = crate::support::HEAVY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let db = TestDb::new("flood");
     let mut publ = Publisher::with_sndhwm(1000);
     let mut shard = ShardProc::start(

@@ -514,3 +514,8 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
+
+/// Held by tests that load the machine hard (a flood) and by tests whose
+/// timing such load disturbs (a PostgreSQL crash under ingest), so the two
+/// never overlap.
+pub static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
