@@ -607,7 +607,7 @@ half_life = "1d"
 fn a_postgresql_crash_under_ingest_loses_nothing_committed() {
     // Twice in CI, with the flood test running beside it, one impression's
     // later copy (ts 1 s earlier) was counted instead of the first: not
-    // reproduced here in 20 runs, loaded or not; see docs/profiles.md.
+    // reproduced here in 17 runs, loaded or not; see docs/profiles.md.
     let _heavy = crate::support::HEAVY
         .lock()
         .unwrap_or_else(|e| e.into_inner());
