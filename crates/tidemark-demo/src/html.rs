@@ -37,6 +37,18 @@ fn over<'a>(t: &[f64], name: &'a str, color: &'a str, ys: Vec<f64>) -> Series<'a
     }
 }
 
+/// One line per key of a `{name: [values]}` object, over the times `t`.
+fn per_name<'a>(t: &[f64], o: &'a Value) -> Vec<Series<'a>> {
+    o.as_object()
+        .map(|m| {
+            m.iter()
+                .enumerate()
+                .map(|(k, (n, ys))| over(t, n, COLORS[k % 6], arr(ys)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The page.
 pub fn page(v: &Value) -> String {
     let mut h = String::from(
@@ -105,15 +117,7 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
         &[over("events/s", COLORS[0], arr(&s["events_per_s"]))],
         true,
     ));
-    let tiers: Vec<Series> = s["buffer_rows"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .enumerate()
-                .map(|(k, (n, ys))| over(n, COLORS[k % 6], arr(ys)))
-                .collect()
-        })
-        .unwrap_or_default();
+    let tiers = per_name(&t, &s["buffer_rows"]);
     h.push_str(&lines(
         "Buffer rows per phase",
         "seconds",
@@ -121,15 +125,7 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
         &tiers,
         true,
     ));
-    let obs: Vec<Series> = s["observations"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .enumerate()
-                .map(|(k, (n, ys))| over(n, COLORS[k % 6], arr(ys)))
-                .collect()
-        })
-        .unwrap_or_default();
+    let obs = per_name(&t, &s["observations"]);
     h.push_str(&lines(
         "Observations per target",
         "seconds",

@@ -14,9 +14,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 /// Whether a metric only goes up (resetting when the process restarts).
@@ -113,55 +114,33 @@ impl Collector for Samples {
             // A metric without labels is written without braces.
             let bare = samples.len() == 1 && first.labels.is_empty();
             let name = format!("tidemark_{name}");
-            match first.kind {
-                Kind::Counter => {
-                    let mut m = encoder.encode_descriptor(
-                        &name,
-                        first.help,
-                        None,
-                        ConstCounter::new(0.0f64).metric_type(),
-                    )?;
-                    if bare {
-                        ConstCounter::new(first.value).encode(m)?;
-                        continue;
-                    }
-                    for s in &samples {
-                        let labels: Vec<(&str, &str)> =
-                            s.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-                        let f = m.encode_family(&labels)?;
-                        // Whole counts print as integers.
-                        if s.value.fract() == 0.0 && (0.0..9e15).contains(&s.value) {
-                            ConstCounter::new(s.value as u64).encode(f)?;
-                        } else {
-                            ConstCounter::new(s.value).encode(f)?;
-                        }
-                    }
-                }
-                Kind::Gauge => {
-                    let mut m = encoder.encode_descriptor(
-                        &name,
-                        first.help,
-                        None,
-                        ConstGauge::new(0.0f64).metric_type(),
-                    )?;
-                    if bare {
-                        ConstGauge::new(first.value).encode(m)?;
-                        continue;
-                    }
-                    for s in &samples {
-                        let labels: Vec<(&str, &str)> =
-                            s.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-                        let f = m.encode_family(&labels)?;
-                        if s.value.fract() == 0.0 && s.value.abs() < 9e15 {
-                            ConstGauge::new(s.value as i64).encode(f)?;
-                        } else {
-                            ConstGauge::new(s.value).encode(f)?;
-                        }
-                    }
-                }
+            let kind = match first.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+            };
+            let mut m = encoder.encode_descriptor(&name, first.help, None, kind)?;
+            if bare {
+                put(first.kind, first.value, m)?;
+                continue;
+            }
+            for s in &samples {
+                let labels: Vec<(&str, &str)> =
+                    s.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                put(s.kind, s.value, m.encode_family(&labels)?)?;
             }
         }
         Ok(())
+    }
+}
+
+/// Encodes one value as its kind; whole numbers print as integers.
+fn put(kind: Kind, v: f64, m: MetricEncoder<'_>) -> Result<(), fmt::Error> {
+    let whole = v.fract() == 0.0 && v.abs() < 9e15;
+    match kind {
+        Kind::Counter if whole && v >= 0.0 => ConstCounter::new(v as u64).encode(m),
+        Kind::Counter => ConstCounter::new(v).encode(m),
+        Kind::Gauge if whole => ConstGauge::new(v as i64).encode(m),
+        Kind::Gauge => ConstGauge::new(v).encode(m),
     }
 }
 

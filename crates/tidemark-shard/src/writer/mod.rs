@@ -291,15 +291,21 @@ impl Writer {
         // For the liveness gate, heard when the writer holds the events (not
         // when intake reads them): a sweep the gate lets go then has them.
         let now = wall_ms();
-        let high = |k: &EventType| matches!(k, EventType::Bid | EventType::Impression);
-        if chunk.events.iter().any(|e| high(&e.kind)) {
+        let (mut high, mut low) = (false, false);
+        for e in &chunk.events {
+            match e.kind {
+                EventType::Bid | EventType::Impression => high = true,
+                EventType::Auction => {}
+                _ => low = true,
+            }
+            if high && low {
+                break;
+            }
+        }
+        if high {
             self.counters.heard(false, now);
         }
-        if chunk
-            .events
-            .iter()
-            .any(|e| !high(&e.kind) && e.kind != EventType::Auction)
-        {
+        if low {
             self.counters.heard(true, now);
         }
         self.pending.push(chunk);
