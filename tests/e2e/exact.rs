@@ -784,6 +784,32 @@ fn publish_waits_for_a_slow_shard_instead_of_dropping_its_tail() {
 }
 
 #[test]
+fn exact_with_connections_cut_at_random() {
+    // Every session of the shard terminated again and again, at any point of
+    // intake, partition upkeep or emission: each retry must keep what it held.
+    let db = TestDb::new("cut");
+    let m = market("cut", "2m", 300.0, &[]);
+    let endpoint = free_endpoint();
+    let config = config_text(&[], "", "");
+    let mut shard = ShardProc::start(&db, "x", &endpoint, &config);
+    let cutter = crate::support::Cutter::start(&db.url, "tidemark shard x", 50, 300, true);
+    finish(replay(&m.path, &endpoint, "10"));
+    let cuts = cutter.stop();
+    wait_all_swept(&db, "x", &m);
+    shard.stop();
+    assert!(cuts >= 10, "only {cuts} sessions cut");
+    assert!(
+        counter(&db, "x", "db_errors_transient") >= 1,
+        "the cuts were met"
+    );
+    assert_same(
+        "cut",
+        &observed(&db, "x"),
+        &expected(&config, &sent_of(&m.lines)),
+    );
+}
+
+#[test]
 fn exact_across_a_postgresql_restart_under_load() {
     // A clean (fast) stop keeps unlogged tables: nothing may be lost, the
     // shard holds what it received and the publisher waits meanwhile.

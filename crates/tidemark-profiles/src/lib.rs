@@ -196,7 +196,16 @@ pub async fn run(
         let full = p.pending.len() >= p.config.batch_events;
         let old = oldest.is_some_and(|t| now >= t + p.config.batch_delay);
         let mut result = Ok(());
-        if full || old || p.inflight.is_some() {
+        // Reconnect when the connection is needed, not when it was lost: one
+        // opened then would have the whole back-off to be cut again.
+        if (full || old || p.inflight.is_some() || now >= next_status) && main.is_closed() {
+            match reopen_main(url, &p.config.name).await {
+                Ok(c) => main = c,
+                Err(ProfilesError::Store(e)) => result = Err(ProfilesError::Store(e)),
+                Err(other) => return Err(other),
+            }
+        }
+        if result.is_ok() && (full || old || p.inflight.is_some()) {
             result = p.step(&mut main, url).await;
             if result.is_ok() && p.pending.is_empty() {
                 oldest = None;
@@ -235,13 +244,6 @@ pub async fn run(
                     .entry(format!("db_errors_{:?}", e.class()).to_lowercase())
                     .or_default() += 1;
                 retry_at = Some(Instant::now() + wait);
-                if main.is_closed() {
-                    match reopen_main(url, &p.config.name).await {
-                        Ok(c) => main = c,
-                        Err(ProfilesError::Store(_)) => {}
-                        Err(other) => return Err(other),
-                    }
-                }
             }
             Err(other) => return Err(other),
         }
@@ -321,12 +323,19 @@ async fn open_main(url: &str, name: &str) -> Result<Client, ProfilesError> {
     Ok(c)
 }
 
-/// Reconnects after the database came back; the lock must still be free.
+/// Reconnects after the connection was lost; the lock must still be free.
+/// A terminated session may hold it for a moment while its backend exits:
+/// only a lock still held after 3 s is another process's.
 async fn reopen_main(url: &str, name: &str) -> Result<Client, ProfilesError> {
-    match open_main(url, name).await {
-        Err(ProfilesError::AlreadyRunning(_)) => Err(ProfilesError::LockLost),
-        other => other,
+    for _ in 0..30 {
+        match open_main(url, name).await {
+            Err(ProfilesError::AlreadyRunning(_)) => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await
+            }
+            other => return other,
+        }
     }
+    Err(ProfilesError::LockLost)
 }
 
 /// The configuration as registered in `tidemark.profile_process.config`.
@@ -415,12 +424,12 @@ async fn define(c: &Client, config: &Config) -> Result<Layout, ProfilesError> {
 /// the link stage, which places it in order, so every merge sees the
 /// masters as they stood in arrival order.
 async fn settle(main: &Client, inflight: &mut Inflight) -> Result<(), StoreError> {
-    inflight.settled = true;
     if inflight.rest.iter().all(|e| e.ids.ids.len() < 2) {
+        inflight.settled = true;
         return Ok(());
     }
-    let events = std::mem::take(&mut inflight.rest);
-    let ids: BTreeSet<&str> = events
+    let ids: BTreeSet<&str> = inflight
+        .rest
         .iter()
         .flat_map(|e| e.ids.ids.iter().map(|i| i.as_str()))
         .collect();
@@ -430,6 +439,10 @@ async fn settle(main: &Client, inflight: &mut Inflight) -> Result<(), StoreError
         .into_iter()
         .map(|(id, person, first_ts)| (id, (person, first_ts)))
         .collect();
+    // Only now, with nothing left to fail, does the batch leave `rest`: an
+    // error above keeps it whole for the retry.
+    inflight.settled = true;
+    let events = std::mem::take(&mut inflight.rest);
     let links: Vec<bool> = events
         .iter()
         .map(|e| {
@@ -571,8 +584,8 @@ impl Process {
             inflight.links.drain(..n);
         }
         if inflight.parts.is_none() {
-            let rest = std::mem::take(&mut inflight.rest);
-            let primaries: Vec<&str> = rest
+            let primaries: Vec<&str> = inflight
+                .rest
                 .iter()
                 .filter_map(|e| e.ids.primary().map(|i| i.as_str()))
                 .collect();
@@ -580,6 +593,8 @@ impl Process {
                 .await?
                 .into_iter()
                 .collect();
+            // Taken only after the query: an error there keeps the batch.
+            let rest = std::mem::take(&mut inflight.rest);
             let mut works: Vec<Work> = (0..self.workers.len()).map(|_| Work::default()).collect();
             for e in rest {
                 // By person: two identifiers of one bridged person go to one worker.

@@ -192,7 +192,7 @@ impl Layout {
 
     /// Whether the sentinel row is there; inserts it. `false` on a shard seen
     /// before means its unlogged tables were emptied by a crash.
-    pub async fn check_sentinel(&self, c: &Client) -> Result<bool, StoreError> {
+    pub async fn check_sentinel(&self, c: &impl GenericClient) -> Result<bool, StoreError> {
         let n = c
             .execute(
                 &format!(

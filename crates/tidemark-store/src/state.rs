@@ -169,7 +169,7 @@ pub async fn counters(c: &Client, shard: &str) -> Result<Vec<(String, i64)>, Sto
 
 /// Records a creation-time range whose buffered events were lost.
 pub async fn record_gap(
-    c: &Client,
+    c: &impl GenericClient,
     shard: &str,
     from_ms: i64,
     to_ms: i64,

@@ -196,14 +196,18 @@ impl Writer {
     }
 
     /// An empty sentinel on a shard that ran before: the unlogged buffer was
-    /// emptied (PostgreSQL crashed). Record what creation times were lost.
+    /// emptied (PostgreSQL crashed). Record what creation times were lost,
+    /// in the transaction that puts the sentinel back, so a retry after an
+    /// error still sees the loss.
     async fn check_sentinel(&mut self, existed: bool) -> Result<(), ShardError> {
-        let was_there = self.layout.check_sentinel(&self.client).await?;
+        let p = self.partition_ms();
+        let tx = self.client.transaction().await.map_err(StoreError::from)?;
+        let was_there = self.layout.check_sentinel(&tx).await?;
         if was_there || !existed {
+            tx.commit().await.map_err(StoreError::from)?;
             return Ok(());
         }
-        let buffered = std::mem::take(&mut self.rows_by_bucket);
-        let p = self.partition_ms();
+        let buffered = &self.rows_by_bucket;
         // What may have been buffered: from the last phase's watermark (or the
         // oldest bucket written, before any sweep) to the clock plus max_future.
         let (from, to) = match (&self.wm, self.applied) {
@@ -213,23 +217,18 @@ impl Writer {
             ),
             (None, _) => match (buffered.keys().next(), buffered.keys().next_back()) {
                 (Some(first), Some(last)) => (first - 1, last + p),
-                _ => return Ok(()),
+                _ => {
+                    tx.commit().await.map_err(StoreError::from)?;
+                    return Ok(());
+                }
             },
         };
-        state::record_gap(
-            &self.client,
-            &self.config.name,
-            from,
-            to,
-            "buffer emptied (PostgreSQL crash or restart after crash)",
-        )
-        .await?;
-        state::add_counters(
-            &self.client,
-            &self.config.name,
-            &[(Counter::Gaps.name().to_owned(), 1)],
-        )
-        .await?;
+        let reason = "buffer emptied (PostgreSQL crash or restart after crash)";
+        state::record_gap(&tx, &self.config.name, from, to, reason).await?;
+        let gaps = [(Counter::Gaps.name().to_owned(), 1)];
+        state::add_counters(&tx, &self.config.name, &gaps).await?;
+        tx.commit().await.map_err(StoreError::from)?;
+        self.rows_by_bucket.clear();
         tracing::error!(
             shard = self.config.name,
             from_ms = from,
@@ -242,7 +241,17 @@ impl Writer {
     /// After the connection dropped: one attempt to reconnect, retake the lock,
     /// and check whether the buffer survived. The caller retries with back-off.
     pub async fn reconnect(&mut self, url: &str) -> Result<(), ShardError> {
-        match connect(&self.config, &self.layout, url).await {
+        // A terminated session may hold the lock while its backend exits:
+        // only a lock still held after 3 s is another process's.
+        let mut connected = connect(&self.config, &self.layout, url).await;
+        for _ in 0..30 {
+            if !matches!(connected, Err(ShardError::AlreadyRunning { .. })) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            connected = connect(&self.config, &self.layout, url).await;
+        }
+        match connected {
             Ok(c) => {
                 self.client = c;
                 self.check_sentinel(true).await?;
