@@ -14,3 +14,4 @@ mod learn;
 mod profiles;
 mod shard;
 mod tidy;
+mod tls;

@@ -16,7 +16,6 @@ use std::sync::{Arc, RwLock};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tidemark_profile::Decayed;
-use tokio_postgres::NoTls;
 
 /// Why a read failed.
 #[derive(Debug, thiserror::Error)]
@@ -185,11 +184,10 @@ impl Reader {
     /// A reader of the profile database at `url`, with at most `connections`
     /// connections (opened lazily).
     pub fn new(url: &str, connections: usize) -> Result<Reader, ReadError> {
-        let config: tokio_postgres::Config =
-            url.parse().map_err(|e| ReadError::Url(format!("{e}")))?;
+        let target = tidemark_tls::parse(url).map_err(|e| ReadError::Url(e.to_string()))?;
         let manager = Manager::from_config(
-            config,
-            NoTls,
+            target.config,
+            target.tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },

@@ -21,7 +21,7 @@ pub use cluster::{Cluster, ClusterError, Status};
 pub use migrate::{latest_version, migrate, MIGRATIONS};
 
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 /// A database error, with what to do about it (`class`).
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +40,7 @@ pub enum StoreError {
     /// The database is newer than this binary.
     #[error("the database has schema version {0}, newer than this binary knows; upgrade tidemark")]
     SchemaTooNew(i32),
-    /// The database URL cannot be parsed.
+    /// The database URL cannot be parsed, or its TLS files read.
     #[error("bad database url: {0}")]
     Url(String),
     /// The connection pool failed (not the server).
@@ -145,6 +145,28 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// A connection string read as libpq reads it, TLS settings included.
+///
+/// Over TCP, where the URL says nothing: a connection attempt gives up after
+/// 10 s, and a connection whose peer stops answering (a host cut off sends no
+/// reset) is closed after about 30 s instead of TCP's 15 minutes, so the
+/// caller's retry with back-off takes over.
+fn target(url: &str) -> Result<tidemark_tls::Target, StoreError> {
+    let mut t = tidemark_tls::parse(url).map_err(|e| StoreError::Url(e.to_string()))?;
+    let c = &mut t.config;
+    if c.get_connect_timeout().is_none() {
+        c.connect_timeout(std::time::Duration::from_secs(10));
+    }
+    if c.get_tcp_user_timeout().is_none() {
+        c.tcp_user_timeout(std::time::Duration::from_secs(30));
+    }
+    if c.get_keepalives_idle() == std::time::Duration::from_secs(2 * 60 * 60) {
+        c.keepalives_idle(std::time::Duration::from_secs(15));
+        c.keepalives_interval(std::time::Duration::from_secs(5));
+    }
+    Ok(t)
+}
+
 /// Opens one connection and drives it on the current tokio runtime.
 pub async fn connect(url: &str) -> Result<Client, StoreError> {
     open(url, None).await
@@ -157,12 +179,11 @@ pub async fn connect_as(url: &str, name: &str) -> Result<Client, StoreError> {
 }
 
 async fn open(url: &str, name: Option<&str>) -> Result<Client, StoreError> {
-    let mut config: tokio_postgres::Config =
-        url.parse().map_err(|e| StoreError::Url(format!("{e}")))?;
+    let mut target = target(url)?;
     if let Some(name) = name {
-        config.application_name(name);
+        target.config.application_name(name);
     }
-    let (client, conn) = config.connect(NoTls).await?;
+    let (client, conn) = target.config.connect(target.tls).await?;
     tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!("connection closed: {e}");
@@ -182,11 +203,10 @@ pub type PooledClient = deadpool_postgres::Object;
 /// A pool of at most `size` connections to `url`, connecting lazily; a
 /// connection found closed is replaced when next taken.
 pub fn pool(url: &str, size: usize) -> Result<Pool, StoreError> {
-    let config: tokio_postgres::Config =
-        url.parse().map_err(|e| StoreError::Url(format!("{e}")))?;
+    let target = target(url)?;
     let manager = deadpool_postgres::Manager::from_config(
-        config,
-        NoTls,
+        target.config,
+        target.tls,
         deadpool_postgres::ManagerConfig {
             recycling_method: deadpool_postgres::RecyclingMethod::Fast,
         },

@@ -32,6 +32,9 @@ pub struct Config {
     pub batch: i64,
     /// The wait when every stream is drained.
     pub poll: Duration,
+    /// Longest a source may take to answer one round of reads before it is
+    /// treated as away (a host cut off answers nothing, it does not refuse).
+    pub source_timeout: Duration,
     /// Rows in the sliding metrics window.
     pub window: u64,
     /// The name read positions are registered under in each source.
@@ -79,6 +82,8 @@ struct Raw {
     batch: i64,
     #[serde(default = "default_poll")]
     poll: String,
+    #[serde(default = "default_source_timeout")]
+    source_timeout: String,
     #[serde(default = "default_window")]
     window: u64,
     #[serde(default = "default_consumer")]
@@ -136,6 +141,9 @@ fn default_batch() -> i64 {
 fn default_poll() -> String {
     "1s".into()
 }
+fn default_source_timeout() -> String {
+    "30s".into()
+}
 fn default_window() -> u64 {
     100_000
 }
@@ -169,6 +177,10 @@ impl Config {
             |key: &str, v: &str| parse_duration(v).map_err(|e| ConfigError(format!("{key}: {e}")));
         let checkpoint_interval = duration("checkpoint_interval", &raw.checkpoint_interval)?;
         let poll = duration("poll", &raw.poll)?;
+        let source_timeout = duration("source_timeout", &raw.source_timeout)?;
+        if source_timeout.is_zero() {
+            return Err(ConfigError("source_timeout: must be greater than 0".into()));
+        }
         if raw.sources.is_empty() {
             return Err(ConfigError(
                 "sources: at least one [[sources]] is required".into(),
@@ -204,6 +216,7 @@ impl Config {
             hashing: Hashing::new(raw.bits, raw.seed, raw.crosses),
             batch: raw.batch,
             poll,
+            source_timeout,
             window: raw.window,
             consumer: raw.consumer,
             sources: raw

@@ -186,10 +186,10 @@ impl State {
     /// rows learned; on an error the source backs off and nothing of this
     /// round is learned from it.
     async fn read_source(&mut self, config: &Config, src: &mut SourceDb) -> u64 {
-        let Some(c) = src.client().await else {
-            return 0;
-        };
         let read = async {
+            let Some(c) = src.client().await else {
+                return Ok(None);
+            };
             let shards = match &src.source.shards {
                 Some(list) => list.clone(),
                 None => observations::shards(&c).await?,
@@ -207,14 +207,22 @@ impl State {
                 }
             });
             let batches = try_join_all(reads).await?;
-            Ok::<_, StoreError>(shards.into_iter().zip(batches).collect::<Vec<_>>())
-        }
-        .await;
-        drop(c);
-        let batches = match read {
-            Ok(b) => b,
-            Err(e) => {
+            Ok::<_, StoreError>(Some(shards.into_iter().zip(batches).collect::<Vec<_>>()))
+        };
+        let batches = match tokio::time::timeout(config.source_timeout, read).await {
+            Ok(Ok(Some(b))) => b,
+            Ok(Ok(None)) => return 0,
+            Ok(Err(e)) => {
                 src.failed(&e);
+                return 0;
+            }
+            Err(_) => {
+                // Its connections may hang until TCP gives up: new ones next time.
+                src.reset();
+                src.failed(&StoreError::Pool(format!(
+                    "no answer within source_timeout ({:?})",
+                    config.source_timeout
+                )));
                 return 0;
             }
         };
@@ -305,22 +313,28 @@ fn key(source: &str, shard: &str) -> String {
 /// A source that is away is told at a later checkpoint.
 async fn register(config: &Config, sources: &mut [SourceDb], positions: &BTreeMap<String, i64>) {
     for src in sources {
-        let Some(c) = src.client().await else {
-            continue;
-        };
         let prefix = format!("{}/", src.source.name);
-        let mut result = Ok(());
-        for (key, seq) in positions {
-            if let Some(shard) = key.strip_prefix(&prefix) {
-                result = observations::record_position(&c, &config.consumer, shard, *seq).await;
-                if result.is_err() {
-                    break;
+        let write = async {
+            let Some(c) = src.client().await else {
+                return Ok(());
+            };
+            for (key, seq) in positions {
+                if let Some(shard) = key.strip_prefix(&prefix) {
+                    observations::record_position(&c, &config.consumer, shard, *seq).await?;
                 }
             }
-        }
-        drop(c);
-        if let Err(e) = result {
-            src.failed(&e);
+            Ok::<_, StoreError>(())
+        };
+        match tokio::time::timeout(config.source_timeout, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => src.failed(&e),
+            Err(_) => {
+                src.reset();
+                src.failed(&StoreError::Pool(format!(
+                    "no answer within source_timeout ({:?})",
+                    config.source_timeout
+                )));
+            }
         }
     }
 }

@@ -66,6 +66,16 @@ impl SourceDb {
         }
     }
 
+    /// Drops every connection (a hung one would be handed out again) and
+    /// opens new ones when next asked.
+    pub(crate) fn reset(&mut self) {
+        if let Some(url) = self.source.database_url.as_deref() {
+            if let Ok(pool) = tidemark_store::pool(url, POOL_SIZE) {
+                self.pool = pool;
+            }
+        }
+    }
+
     /// Another connection for a concurrent read, once `client` has succeeded.
     pub(crate) async fn another(&self) -> Result<PooledClient, StoreError> {
         Ok(self.pool.get().await?)

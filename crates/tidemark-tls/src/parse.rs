@@ -1,0 +1,162 @@
+//! Takes the TLS settings out of a connection string, leaving the rest as
+//! it was written for tokio-postgres to parse.
+
+/// The settings this crate serves itself.
+const KEYS: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];
+
+/// The string without the TLS settings, and those settings in order.
+pub fn split(url: &str) -> (String, Vec<(String, String)>) {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        split_url(url)
+    } else {
+        split_pairs(url)
+    }
+}
+
+fn split_url(url: &str) -> (String, Vec<(String, String)>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), Vec::new());
+    };
+    let mut ssl = Vec::new();
+    let mut kept = Vec::new();
+    for part in query.split('&') {
+        match part.split_once('=') {
+            Some((k, v)) if KEYS.contains(&decode(k).as_str()) => ssl.push((decode(k), decode(v))),
+            _ => kept.push(part),
+        }
+    }
+    let rest = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (rest, ssl)
+}
+
+/// Percent-decoding as in a URL's query (an invalid escape is kept as is).
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).and_then(|c| hex(*c)),
+            b.get(i + 2).and_then(|c| hex(*c)),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `key = value` pairs separated by spaces; a value may be single-quoted,
+/// with `\'` and `\\` inside (libpq's rules).
+fn split_pairs(s: &str) -> (String, Vec<(String, String)>) {
+    let mut ssl = Vec::new();
+    let mut kept: Vec<&str> = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i == b.len() {
+            break;
+        }
+        let start = i;
+        while i < b.len() && b[i] != b'=' && !b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let key = &s[start..i];
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i == b.len() || b[i] != b'=' {
+            // Not a pair: leave it for tokio-postgres to name the error.
+            kept.push(&s[start..i]);
+            continue;
+        }
+        i += 1;
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let mut value = Vec::new();
+        if i < b.len() && b[i] == b'\'' {
+            i += 1;
+            while i < b.len() && b[i] != b'\'' {
+                if b[i] == b'\\' && i + 1 < b.len() {
+                    i += 1;
+                }
+                value.push(b[i]);
+                i += 1;
+            }
+            i += 1;
+        } else {
+            while i < b.len() && !b[i].is_ascii_whitespace() {
+                value.push(b[i]);
+                i += 1;
+            }
+        }
+        if KEYS.contains(&key) {
+            ssl.push((key.to_owned(), String::from_utf8_lossy(&value).into_owned()));
+        } else {
+            kept.push(&s[start..i.min(b.len())]);
+        }
+    }
+    (kept.join(" "), ssl)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split;
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_url_keeps_everything_but_the_tls_settings() {
+        let (rest, ssl) = split(
+            "postgresql://u:p@db.example:5433/buf?sslmode=verify-full&application_name=x&sslrootcert=%2Fetc%2Fca.pem",
+        );
+        assert_eq!(
+            rest,
+            "postgresql://u:p@db.example:5433/buf?application_name=x"
+        );
+        assert_eq!(
+            ssl,
+            pairs(&[("sslmode", "verify-full"), ("sslrootcert", "/etc/ca.pem")])
+        );
+        let (rest, ssl) = split("postgres://h/db?sslmode=require");
+        assert_eq!(
+            (rest.as_str(), ssl),
+            ("postgres://h/db", pairs(&[("sslmode", "require")]))
+        );
+        assert_eq!(split("postgres://h/db").0, "postgres://h/db");
+    }
+
+    #[test]
+    fn pairs_keep_their_quoting_and_lose_the_tls_settings() {
+        let (rest, ssl) = split(
+            "host=10.0.0.1 password='a b\\'c' sslmode = verify-ca sslrootcert='/tmp/my ca.pem' dbname=x",
+        );
+        assert_eq!(rest, "host=10.0.0.1 password='a b\\'c' dbname=x");
+        assert_eq!(
+            ssl,
+            pairs(&[("sslmode", "verify-ca"), ("sslrootcert", "/tmp/my ca.pem")])
+        );
+        assert_eq!(split("host=h").0, "host=h");
+        assert_eq!(split("").0, "");
+    }
+}
