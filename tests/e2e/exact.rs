@@ -52,9 +52,9 @@ fn scale() -> f64 {
 }
 
 /// A market file and its lines.
-struct MarketFile {
-    path: PathBuf,
-    lines: Vec<String>,
+pub(crate) struct MarketFile {
+    pub(crate) path: PathBuf,
+    pub(crate) lines: Vec<String>,
     /// Largest `ts` in the file.
     end_ms: i64,
 }
@@ -69,7 +69,7 @@ impl Drop for MarketFile {
     }
 }
 
-fn market(label: &str, span: &str, tps: f64, extra: &[&str]) -> MarketFile {
+pub(crate) fn market(label: &str, span: &str, tps: f64, extra: &[&str]) -> MarketFile {
     market_dup(label, span, tps, "0.05", extra)
 }
 
@@ -140,7 +140,7 @@ fn frames_of(line: &str) -> Vec<Vec<u8>> {
     vec![topic.into_bytes(), line.as_bytes().to_vec()]
 }
 
-fn sent_of(lines: &[String]) -> Vec<reference::Sent> {
+pub(crate) fn sent_of(lines: &[String]) -> Vec<reference::Sent> {
     lines
         .iter()
         .map(|l| reference::Sent {
@@ -152,7 +152,7 @@ fn sent_of(lines: &[String]) -> Vec<reference::Sent> {
 
 /// Shard configuration text (the shard and the reference read the same):
 /// `top` holds top-level keys, `tables` more tables such as `[[targets]]`.
-fn config_text(prefixes: &[String], top: &str, tables: &str) -> String {
+pub(crate) fn config_text(prefixes: &[String], top: &str, tables: &str) -> String {
     let p: Vec<String> = prefixes.iter().map(|p| format!("\"{p}\"")).collect();
     let prefixes = if p.is_empty() {
         String::new()
@@ -162,9 +162,9 @@ fn config_text(prefixes: &[String], top: &str, tables: &str) -> String {
     format!("{prefixes}\n{top}\n{CONFIG}\n{tables}")
 }
 
-type Rows = BTreeMap<(String, String), reference::Expected>;
+pub(crate) type Rows = BTreeMap<(String, String), reference::Expected>;
 
-fn expected(config: &str, sent: &[reference::Sent]) -> Rows {
+pub(crate) fn expected(config: &str, sent: &[reference::Sent]) -> Rows {
     let cfg = reference::Config::from_toml(config).expect("reference reads the config");
     // Far enough ahead that the market's own txids are never "future".
     reference::expected(&cfg, sent, now_ms() + 3_600_000)
@@ -181,7 +181,7 @@ fn feature_of(v: &serde_json::Value) -> reference::Feature {
 
 /// A shard's observations as the reference shapes them; panics on a second
 /// row for one (target, txid) or a gap in `seq`.
-fn observed(db: &TestDb, shard: &str) -> Rows {
+pub(crate) fn observed(db: &TestDb, shard: &str) -> Rows {
     let (url, shard) = (db.url.clone(), shard.to_owned());
     let rows = block_on(async move {
         let c = tidemark_store::connect(&url).await.unwrap();
@@ -221,7 +221,7 @@ fn observed(db: &TestDb, shard: &str) -> Rows {
 }
 
 /// Asserts the two sets of rows are equal, showing the first differences.
-fn assert_same(what: &str, got: &Rows, want: &Rows) {
+pub(crate) fn assert_same(what: &str, got: &Rows, want: &Rows) {
     let mut diffs = Vec::new();
     for (k, w) in want {
         match got.get(k) {
@@ -247,7 +247,7 @@ fn assert_same(what: &str, got: &Rows, want: &Rows) {
     );
 }
 
-fn counter(db: &TestDb, shard: &str, name: &str) -> i64 {
+pub(crate) fn counter(db: &TestDb, shard: &str, name: &str) -> i64 {
     query_i64(
         &db.url,
         &format!(
@@ -278,7 +278,7 @@ fn wait_swept(db: &TestDb, shard: &str, clock: i64, limit: Duration) {
 }
 
 /// Waits until a shard has swept past every window of a market file's events.
-fn wait_all_swept(db: &TestDb, shard: &str, m: &MarketFile) {
+pub(crate) fn wait_all_swept(db: &TestDb, shard: &str, m: &MarketFile) {
     wait_swept(
         db,
         shard,
@@ -294,7 +294,7 @@ fn free_endpoint() -> String {
 }
 
 /// `tidemark publish --replay` of a file, as fast as it goes.
-fn replay(file: &Path, endpoint: &str, speed: &str) -> Child {
+pub(crate) fn replay(file: &Path, endpoint: &str, speed: &str) -> Child {
     bin()
         .args([
             "publish",
@@ -317,7 +317,7 @@ fn replay(file: &Path, endpoint: &str, speed: &str) -> Child {
         .unwrap()
 }
 
-fn finish(publisher: Child) {
+pub(crate) fn finish(publisher: Child) {
     let out = publisher.wait_with_output().unwrap();
     assert!(
         out.status.success(),

@@ -10,6 +10,7 @@ mod db;
 mod demo;
 mod deploy;
 mod exact;
+mod hosts;
 mod learn;
 mod profiles;
 mod shard;
