@@ -64,35 +64,34 @@ pub struct Args {
     /// Synthetic market: a duplicate's ts differs from the original's by up to this
     #[arg(long, value_parser = parse_duration, default_value = "2s")]
     duplicate_shift: Duration,
-    /// After the last event, keep stepping ticks through this much event time, so
-    /// shards sweep every window (e.g. 8d for the default install_long)
+    /// After the last event, keep stepping ticks through this much event time, so shards sweep every window (e.g. 8d for the default install_long)
     #[arg(long, value_parser = parse_duration, default_value = "0s")]
     tick_past: Duration,
     /// On exit, wait at most this long for subscribers to take what is still queued
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     drain: Duration,
-    /// Write the event payloads, one JSON object per line, to FILE instead of
-    /// publishing (a file --replay reads)
+    /// Write the event payloads, one JSON object per line, to FILE instead of publishing (a file --replay reads)
     #[arg(long)]
     write: Option<PathBuf>,
     /// Messages queued per subscriber before sending blocks (never drops)
     #[arg(long, default_value_t = 200_000)]
     sndhwm: i32,
-    /// Synthetic market: persons behind the transactions (each with its own
-    /// activity and click and install propensities; events carry `user`)
+    /// Synthetic market: persons behind the transactions (each with its own activity and click and install propensities; events carry `user`)
     #[arg(long, default_value_t = 10_000)]
     persons: u32,
     /// Synthetic market: persons use 1-3 devices (`user` `p<k>`, `p<k>.1`, `p<k>.2`), members log
     /// in (`ids.member`), a few events share a carrier IP or a QA test device (SPEC 11)
     #[arg(long)]
     linked: bool,
-    /// Synthetic market: read each bid's person's counters from this profile
-    /// database before publishing it, and add them to its features (SPEC 11)
+    /// Synthetic market: read each bid's person's counters from this profile database before publishing it, and add them to its features (SPEC 11)
     #[arg(long)]
     profiles: Option<String>,
     /// Synthetic market: write the true label probabilities and delays of transactions with an impression to FILE
     #[arg(long)]
     truth: Option<PathBuf>,
+    /// Serve Prometheus metrics at this address (host:port): events published by type, and with --profiles the lookups' latency
+    #[arg(long)]
+    metrics_addr: Option<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -149,6 +148,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         sndhwm: args.sndhwm,
         profiles: args.profiles,
         truth: args.truth,
+        metrics_addr: args.metrics_addr,
     };
     let stop = Arc::new(AtomicBool::new(false));
     crate::stop_on_signal(stop.clone());

@@ -364,15 +364,42 @@ fn one_shard_replay(label: &str, m: &MarketFile, extra_config: &str, speed: &str
     let db = TestDb::new(label);
     let endpoint = free_endpoint();
     let config = config_text(&[], extra_config, "");
-    let mut shard = ShardProc::start(&db, "x", &endpoint, &config);
+    let metrics = crate::support::free_addr();
+    let mut shard = ShardProc::start(
+        &db,
+        "x",
+        &endpoint,
+        &format!("metrics_addr = \"{metrics}\"\n{config}"),
+    );
     finish(replay(&m.path, &endpoint, speed));
     wait_all_swept(&db, "x", m);
+    let scraped = crate::support::scrape(&metrics);
     shard.stop();
-    assert_same(
-        label,
-        &observed(&db, "x"),
-        &expected(&config, &sent_of(&m.lines)),
-    );
+    let got = observed(&db, "x");
+    assert_same(label, &got, &expected(&config, &sent_of(&m.lines)));
+    // The endpoint counted what was emitted, target by target.
+    let mut per_target: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for ((target, _), row) in &got {
+        let t = per_target.entry(target.as_str()).or_default();
+        t.0 += 1;
+        t.1 += usize::from(row.label == 1);
+    }
+    for (target, (rows, positives)) in per_target {
+        for (metric, n) in [("observations", rows), ("positive_observations", positives)] {
+            let line = format!(r#"tidemark_{metric}_total{{shard="x",target="{target}"}} {n}"#);
+            assert!(
+                scraped.lines().any(|l| l == line),
+                "{line} not in\n{scraped}"
+            );
+        }
+    }
+    for tier in ["events", "txns", "long"] {
+        let series = format!(r#"tidemark_buffer_rows{{shard="x",tier="{tier}"}}"#);
+        assert!(
+            crate::support::metric(&scraped, &series).is_some(),
+            "{series} in\n{scraped}"
+        );
+    }
     assert_eq!(counter(&db, "x", "future_click"), 0);
     assert_eq!(counter(&db, "x", "future_install"), 0);
 }

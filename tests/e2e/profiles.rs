@@ -531,6 +531,45 @@ fn the_synthetic_bidder_reads_profiles_into_its_bids() {
         enriched += 1;
     }
     assert!(enriched > 100, "{enriched} bids");
+
+    // The same bidder on a socket, serving its metrics: every lookup timed.
+    let addr = crate::support::free_addr();
+    let bind = format!("tcp://{}", crate::support::free_addr());
+    let child = crate::support::bin()
+        .env("RUST_LOG", "info")
+        .args([
+            "publish",
+            "--persons",
+            "20",
+            "--tps",
+            "50",
+            "--duration",
+            "4s",
+        ])
+        .args(["--warmup", "0s", "--drain", "1s", "--bind", &bind])
+        .args(["--profiles", &db.url, "--metrics-addr", &addr])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let series = |s: &str| format!(r#"tidemark_{s}{{publisher="tidemark-publish"}}"#);
+    let text = wait_for("lookups timed on the endpoint", || {
+        let t = crate::support::try_scrape(&addr)?;
+        let n = crate::support::metric(&t, &series("profile_lookup_seconds_count"))?;
+        (n >= 3.0).then_some(t)
+    });
+    let count = crate::support::metric(&text, &series("profile_lookup_seconds_count")).unwrap();
+    let inf = r#"tidemark_profile_lookup_seconds_bucket{le="+Inf",publisher="tidemark-publish"}"#;
+    assert_eq!(crate::support::metric(&text, inf), Some(count), "{text}");
+    assert!(crate::support::metric(&text, &series("profile_lookup_seconds_sum")).unwrap() > 0.0);
+    let bids = r#"tidemark_published_events_total{publisher="tidemark-publish",type="bid"}"#;
+    assert!(crate::support::metric(&text, bids).unwrap() > 0.0, "{text}");
+    let out = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && log.contains("p99_under_ms"),
+        "{log}"
+    );
 }
 
 #[test]

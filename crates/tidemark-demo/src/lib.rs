@@ -198,6 +198,7 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
     let opts = PublishOptions {
         profiles: Some(url.clone()),
         truth: Some(truth_file.clone()),
+        metrics_addr: None,
         bind: vec![ENDPOINT.to_owned()],
         connect: Vec::new(),
         publisher: "demo-market".into(),

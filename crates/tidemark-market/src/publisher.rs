@@ -63,6 +63,9 @@ pub struct PublishOptions {
     /// impression to this file, tab-separated with a header
     /// (`crate::truth::TSV_HEADER`).
     pub truth: Option<PathBuf>,
+    /// Serve Prometheus metrics here (`host:port`): events published by
+    /// type and, with `profiles`, the bidder's lookup latency.
+    pub metrics_addr: Option<String>,
 }
 
 /// The bidder's read path: the counters of a batch's persons, in one round trip.
@@ -244,6 +247,10 @@ struct Wire {
     name: String,
     /// The last tick's event time, and when it went out.
     last_tick: Option<(i64, Instant)>,
+    /// With a metrics endpoint: what it shows, and the profile reader whose
+    /// lookups it times.
+    board: Option<tidemark_metrics::Board>,
+    lookups: Option<tidemark_reader::Reader>,
 }
 
 /// Sends one frame; a signal arriving during a blocked send (EINTR) is not
@@ -276,6 +283,45 @@ impl Wire {
         Ok(())
     }
 
+    /// Refreshes the metrics endpoint's samples (on every tick: often
+    /// enough for a scrape, rare enough to cost nothing).
+    fn post(&self) {
+        let Some(board) = &self.board else {
+            return;
+        };
+        let p = [("publisher", self.name.as_str())];
+        let mut v: Vec<_> = self
+            .sent
+            .by_type()
+            .iter()
+            .map(|(t, n)| {
+                tidemark_metrics::counter(
+                    "published_events",
+                    "events published, by type",
+                    &[("publisher", self.name.as_str()), ("type", t.as_str())],
+                    *n as f64,
+                )
+            })
+            .collect();
+        v.push(tidemark_metrics::counter(
+            "published_ticks",
+            "ticks published",
+            &p,
+            self.ticks as f64,
+        ));
+        if let Some(r) = &self.lookups {
+            let h = r.lookup_times();
+            v.push(tidemark_metrics::histogram(
+                "profile_lookup_seconds",
+                "a bid's profile lookup (one round trip for a batch of persons), seconds",
+                &p,
+                h.buckets,
+                h.sum,
+            ));
+        }
+        board.post(v);
+    }
+
     fn tick(&mut self, ts: i64) -> Result<(), PublishError> {
         self.last_tick = Some((ts, Instant::now()));
         let Sink::Socket(sock) = &mut self.sink else {
@@ -285,6 +331,7 @@ impl Wire {
         send(sock, b"tick", zmq::SNDMORE)?;
         send(sock, p.as_bytes(), 0)?;
         self.ticks += 1;
+        self.post();
         Ok(())
     }
 
@@ -349,6 +396,20 @@ pub fn publish(
         ticks: 0,
         name: opts.publisher.clone(),
         last_tick: None,
+        board: None,
+        lookups: None,
+    };
+    let _endpoint = match &opts.metrics_addr {
+        Some(addr) => {
+            let board = tidemark_metrics::Board::default();
+            let b = board.clone();
+            let e = tidemark_metrics::serve(addr, move || b.read())
+                .map_err(|e| PublishError::Metrics(format!("--metrics-addr: {e}")))?;
+            tracing::info!(addr = e.addr, "serving metrics at /metrics");
+            wire.board = Some(board);
+            Some(e)
+        }
+        None => None,
     };
     let started = Instant::now();
     let through = match source {
@@ -364,6 +425,7 @@ pub fn publish(
         wire.tick(last)?;
     }
     let elapsed = started.elapsed();
+    wire.post();
     let drained = match wire.sink {
         Sink::File(mut f, path) => {
             f.flush().map_err(file_error(&path))?;
@@ -515,6 +577,7 @@ fn synthetic(
         .as_deref()
         .map(ProfileReads::open)
         .transpose()?;
+    wire.lookups = profiles.as_ref().map(|p| p.reader.clone());
     let mut batch: Vec<Out> = Vec::new();
     let mut payload = String::new();
     let mut through = opts.start_ms;
@@ -572,8 +635,13 @@ fn synthetic(
         f.file.flush().map_err(file_error(&f.path))?;
     }
     if let Some(p) = profiles {
+        let h = p.reader.lookup_times();
+        let ms = |q| h.quantile_bound(q).map_or(0.0, |b| b * 1000.0);
         tracing::info!(
             reads = p.reads,
+            mean_ms = h.sum * 1000.0 / h.count.max(1) as f64,
+            p50_under_ms = ms(0.5),
+            p99_under_ms = ms(0.99),
             "read bids' persons from the profile database"
         );
     }

@@ -14,7 +14,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -27,6 +27,9 @@ pub enum Kind {
     Counter,
     /// Goes up and down.
     Gauge,
+    /// Observations counted into buckets (`Sample::buckets`), `value`
+    /// their sum: `_bucket`, `_sum` and `_count` series.
+    Histogram,
 }
 
 /// One value of one metric.
@@ -40,8 +43,11 @@ pub struct Sample {
     pub kind: Kind,
     /// Its labels.
     pub labels: Vec<(&'static str, String)>,
-    /// Its value.
+    /// Its value (a histogram's: the sum of what it observed).
     pub value: f64,
+    /// A histogram's `(upper bound, observations at or under it)`,
+    /// cumulative, the last bound +Inf; empty for counters and gauges.
+    pub buckets: Vec<(f64, u64)>,
 }
 
 type Collect = dyn Fn() -> Vec<Sample> + Send + Sync;
@@ -78,6 +84,23 @@ pub fn counter(
         kind: Kind::Counter,
         labels: labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(),
         value,
+        buckets: Vec::new(),
+    }
+}
+
+/// A histogram sample: `buckets` cumulative (the last +Inf), `sum` the
+/// total observed.
+pub fn histogram(
+    name: &str,
+    help: &'static str,
+    labels: &[(&'static str, &str)],
+    buckets: Vec<(f64, u64)>,
+    sum: f64,
+) -> Sample {
+    Sample {
+        kind: Kind::Histogram,
+        buckets,
+        ..counter(name, help, labels, sum)
     }
 }
 
@@ -117,26 +140,43 @@ impl Collector for Samples {
             let kind = match first.kind {
                 Kind::Counter => MetricType::Counter,
                 Kind::Gauge => MetricType::Gauge,
+                Kind::Histogram => MetricType::Histogram,
             };
             let mut m = encoder.encode_descriptor(&name, first.help, None, kind)?;
             if bare {
-                put(first.kind, first.value, m)?;
+                put(first, m)?;
                 continue;
             }
             for s in &samples {
                 let labels: Vec<(&str, &str)> =
                     s.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-                put(s.kind, s.value, m.encode_family(&labels)?)?;
+                put(s, m.encode_family(&labels)?)?;
             }
         }
         Ok(())
     }
 }
 
-/// Encodes one value as its kind; whole numbers print as integers.
-fn put(kind: Kind, v: f64, m: MetricEncoder<'_>) -> Result<(), fmt::Error> {
+/// Encodes one sample as its kind; whole numbers print as integers.
+fn put(s: &Sample, mut m: MetricEncoder<'_>) -> Result<(), fmt::Error> {
+    let v = s.value;
     let whole = v.fract() == 0.0 && v.abs() < 9e15;
-    match kind {
+    match s.kind {
+        Kind::Histogram => {
+            // The encoder sums per-bucket counts itself.
+            let mut below = 0;
+            let per_bucket: Vec<(f64, u64)> = s
+                .buckets
+                .iter()
+                .map(|(b, n)| {
+                    let d = n.saturating_sub(below);
+                    below = *n;
+                    (*b, d)
+                })
+                .collect();
+            let count = s.buckets.last().map_or(0, |b| b.1);
+            m.encode_histogram::<NoLabelSet>(v, count, &per_bucket, None)
+        }
         Kind::Counter if whole && v >= 0.0 => ConstCounter::new(v as u64).encode(m),
         Kind::Counter => ConstCounter::new(v).encode(m),
         Kind::Gauge if whole => ConstGauge::new(v as i64).encode(m),
@@ -232,6 +272,30 @@ mod tests {
             kind,
             labels: labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(),
             value,
+            buckets: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_histogram_renders_cumulative_buckets_sum_and_count() {
+        let text = render(Arc::new(|| {
+            vec![histogram(
+                "lookup_seconds",
+                "help text",
+                &[("reader", "bidder")],
+                vec![(0.001, 3), (0.01, 5), (f64::INFINITY, 6)],
+                0.75,
+            )]
+        }));
+        for line in [
+            "# TYPE tidemark_lookup_seconds histogram",
+            r#"tidemark_lookup_seconds_sum{reader="bidder"} 0.75"#,
+            r#"tidemark_lookup_seconds_count{reader="bidder"} 6"#,
+            r#"tidemark_lookup_seconds_bucket{le="0.001",reader="bidder"} 3"#,
+            r#"tidemark_lookup_seconds_bucket{le="0.01",reader="bidder"} 5"#,
+            r#"tidemark_lookup_seconds_bucket{le="+Inf",reader="bidder"} 6"#,
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
         }
     }
 

@@ -12,7 +12,12 @@
 
 #![warn(missing_docs)]
 
+mod times;
+
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+pub use times::{Histogram, Times};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tidemark_profile::Decayed;
@@ -178,6 +183,7 @@ const WIDE_QUERY: &str =
 pub struct Reader {
     pool: Pool,
     defs: Arc<RwLock<Arc<Definitions>>>,
+    times: Arc<Times>,
 }
 
 impl Reader {
@@ -200,6 +206,7 @@ impl Reader {
         Ok(Reader {
             pool,
             defs: Default::default(),
+            times: Default::default(),
         })
     }
 
@@ -234,7 +241,9 @@ impl Reader {
 
     /// The profiles of `ids` at `at` (ms), in the order asked, in one round
     /// trip. An unknown identifier is its own person with nothing counted.
+    /// Every successful call is timed ([`Reader::lookup_times`]).
     pub async fn get(&self, ids: &[&str], at: i64) -> Result<Vec<Profile>, ReadError> {
+        let started = Instant::now();
         let mut defs = self.definitions(false).await?;
         let rows = {
             let c = self.pool.get().await?;
@@ -250,11 +259,18 @@ impl Reader {
         if newer {
             defs = self.definitions(true).await?;
         }
-        Ok(ids
+        let profiles = ids
             .iter()
             .zip(&rows)
             .map(|(id, r)| profile(id, r, &defs, at))
-            .collect())
+            .collect();
+        self.times.record(started.elapsed());
+        Ok(profiles)
+    }
+
+    /// How long `get` has taken, over every call on this reader and its clones.
+    pub fn lookup_times(&self) -> Histogram {
+        self.times.read()
     }
 
     /// The events counted for the person holding `id` with `from <= ts < to`,

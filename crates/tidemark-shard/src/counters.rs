@@ -2,8 +2,7 @@
 //! writer, flushed as deltas to `tidemark.shard_counters`. Their names are
 //! `tidemark_store::telemetry`'s; this holds the values.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tidemark_store::telemetry::{Counter, Family};
 use tidemark_wire::{EventType, Reject, Types};
@@ -16,16 +15,9 @@ pub struct Counters {
     values: Vec<AtomicU64>,
     flushed: Vec<AtomicU64>,
     ntypes: usize,
-    /// Wall ms at which the high (0) and low (1) socket last carried an
-    /// accepted event (0: not in this run), for the liveness gate.
-    heard_ms: [AtomicI64; 2],
-    /// Live figures for the metrics endpoint: time spent writing batches
-    /// and sweeping (µs), the clock applied (ms, 0 before the first), and
-    /// each phase's watermark.
-    batch_us: AtomicU64,
-    sweep_us: AtomicU64,
-    applied_ms: AtomicI64,
-    watermarks: std::sync::Mutex<Vec<(String, i64)>>,
+    /// The live figures beside the counters (intake, writer and the
+    /// metrics endpoint already share this object).
+    pub live: crate::live::Live,
 }
 
 impl Counters {
@@ -47,40 +39,8 @@ impl Counters {
             flushed: names.iter().map(|_| AtomicU64::new(0)).collect(),
             names,
             ntypes: type_names.len(),
-            heard_ms: [AtomicI64::new(0), AtomicI64::new(0)],
-            batch_us: AtomicU64::new(0),
-            sweep_us: AtomicU64::new(0),
-            applied_ms: AtomicI64::new(0),
-            watermarks: std::sync::Mutex::new(Vec::new()),
+            live: Default::default(),
         }
-    }
-
-    /// Adds a batch write's duration.
-    pub fn batch_took(&self, d: Duration) {
-        self.batch_us
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-    }
-
-    /// Adds a sweep transaction's duration, and where the clock and each
-    /// phase's watermark now stand.
-    pub fn swept(&self, d: Duration, clock: i64, watermarks: Vec<(String, i64)>) {
-        self.sweep_us
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-        self.applied_ms.store(clock, Ordering::Relaxed);
-        if let Ok(mut w) = self.watermarks.lock() {
-            *w = watermarks;
-        }
-    }
-
-    /// Notes an accepted event on the low-frequency socket (`low`) or the high one.
-    pub fn heard(&self, low: bool, now_ms: i64) {
-        self.heard_ms[usize::from(low)].store(now_ms, Ordering::Relaxed);
-    }
-
-    /// How long before `now_ms` the socket last carried an event, if it has in this run.
-    pub fn since_heard(&self, low: bool, now_ms: i64) -> Option<Duration> {
-        let at = self.heard_ms[usize::from(low)].load(Ordering::Relaxed);
-        (at > 0).then(|| Duration::from_millis((now_ms - at).max(0) as u64))
     }
 
     /// The slot of an event type among the per-type counters: built-ins, then custom types.
@@ -172,46 +132,7 @@ pub fn serve_metrics(
     use tidemark_metrics::{Kind, Sample};
     let shard = shard.to_owned();
     let endpoint = tidemark_metrics::serve(addr, move || {
-        let s = [("shard", shard.as_str())];
-        let secs = |us: &AtomicU64| us.load(Ordering::Relaxed) as f64 / 1e6;
-        let mut live = vec![
-            tidemark_metrics::counter(
-                "batch_write_seconds",
-                "time spent writing batches (with batches_total: the mean)",
-                &s,
-                secs(&counters.batch_us),
-            ),
-            tidemark_metrics::counter(
-                "sweep_seconds",
-                "time spent in sweep transactions (with sweeps_total: the mean)",
-                &s,
-                secs(&counters.sweep_us),
-            ),
-        ];
-        let applied = counters.applied_ms.load(Ordering::Relaxed);
-        if applied > 0 {
-            let lag = (crate::intake::wall_ms() - applied) as f64 / 1000.0;
-            live.push(tidemark_metrics::gauge(
-                "clock_lag_seconds",
-                "wall time minus the clock the phases were swept to",
-                &s,
-                lag,
-            ));
-        }
-        for (phase, wm) in counters
-            .watermarks
-            .lock()
-            .map(|w| w.clone())
-            .unwrap_or_default()
-        {
-            let labels = [("shard", shard.as_str()), ("phase", phase.as_str())];
-            live.push(tidemark_metrics::gauge(
-                "watermark_seconds",
-                "creation time (epoch s) each phase has swept to",
-                &labels,
-                wm as f64 / 1000.0,
-            ));
-        }
+        let mut live = counters.live.samples(&shard, crate::intake::wall_ms());
         live.extend(counters.snapshot().into_iter().map(|(name, value)| {
             let mut labels = vec![("shard", shard.clone())];
             let (metric, help) = match Family::PER_TYPE
@@ -242,6 +163,7 @@ pub fn serve_metrics(
                 kind: Kind::Counter,
                 labels,
                 value: value as f64,
+                buckets: Vec::new(),
             }
         }));
         live

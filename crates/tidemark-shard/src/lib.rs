@@ -14,6 +14,7 @@ pub mod clock;
 pub mod config;
 pub mod counters;
 pub mod intake;
+pub mod live;
 pub mod liveness;
 pub mod loss;
 pub mod phases;

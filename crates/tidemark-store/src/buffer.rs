@@ -205,6 +205,25 @@ impl Layout {
         Ok(n == 0)
     }
 
+    /// Rows per tier (`events`: until the impression sweep; `txns`:
+    /// impressed, until the click phases; `long`: clicked, until the last),
+    /// as the statistics collector last estimated them: a catalog read,
+    /// cheap however large the buffer.
+    pub async fn tier_rows(&self, c: &Client) -> Result<Vec<(String, i64)>, StoreError> {
+        let rows = c
+            .query(
+                "SELECT CASE WHEN relname LIKE 'events%' THEN 'events'
+                             WHEN relname LIKE 'txns%' THEN 'txns' ELSE 'long' END,
+                        sum(n_live_tup)::bigint
+                 FROM pg_stat_user_tables
+                 WHERE schemaname = $1 AND relname <> 'sentinel'
+                 GROUP BY 1 ORDER BY 1",
+                &[&self.schema],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
     /// Existing partitions of `events` or `txns`, oldest first.
     pub async fn partitions(&self, c: &Client, parent: &str) -> Result<Vec<Partition>, StoreError> {
         let rows = c

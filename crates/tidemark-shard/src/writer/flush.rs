@@ -182,7 +182,7 @@ impl Writer {
             .layout
             .write_batch(&mut self.client, &fresh, &txns.rows, &long.rows)
             .await?;
-        self.counters.batch_took(started.elapsed());
+        self.counters.live.batch_took(started.elapsed());
         for kind in late {
             self.counters.per_type(Family::Late, kind, 1);
         }

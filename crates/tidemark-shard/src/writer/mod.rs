@@ -67,6 +67,8 @@ pub struct Writer {
     unrecorded_error: Option<String>,
     /// The liveness gate, if configured.
     gate: Option<crate::liveness::Gate>,
+    /// When buffer rows per tier were last read for the metrics endpoint.
+    tiers_read: Option<Instant>,
 }
 
 /// Connects, migrates, takes the shard's lock and makes its tables.
@@ -129,6 +131,7 @@ impl Writer {
             rows_by_bucket: BTreeMap::new(),
             unknown_failures: 0,
             subsetting: [0; 3],
+            tiers_read: None,
             unrecorded_error: None,
         };
         w.restore().await?;
@@ -312,10 +315,10 @@ impl Writer {
             }
         }
         if high {
-            self.counters.heard(false, now);
+            self.counters.live.heard(false, now);
         }
         if low {
-            self.counters.heard(true, now);
+            self.counters.live.heard(true, now);
         }
         self.pending.push(chunk);
     }

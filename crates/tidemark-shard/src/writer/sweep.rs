@@ -3,7 +3,7 @@
 //! `phases::plan`, run by the store); then partitions no phase needs are
 //! dropped, the next ones made, and retention run.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tidemark_store::telemetry::Counter;
 use tidemark_store::StoreError;
@@ -12,6 +12,9 @@ use super::Writer;
 use crate::intake::wall_ms;
 use crate::liveness::Change;
 use crate::phases::{self, Watermarks};
+
+/// How often a sweep also reads the buffer's rows per tier (metrics).
+const TIER_ROWS_EVERY: Duration = Duration::from_secs(5);
 
 impl Writer {
     /// Advances the watermarks to the current clock, in slices, each slice one
@@ -49,8 +52,8 @@ impl Writer {
         };
         let now = wall_ms();
         let (low, high) = (
-            self.counters.since_heard(true, now),
-            self.counters.since_heard(false, now),
+            self.counters.live.since_heard(true, now),
+            self.counters.live.since_heard(false, now),
         );
         let (to, change) = gate.check(Instant::now(), clock, low, high);
         match change {
@@ -221,9 +224,21 @@ impl Writer {
                     .map(|(t, w)| (t.name.clone(), *w)),
             )
             .collect();
-        self.counters.swept(started.elapsed(), clock, watermarks);
+        self.counters
+            .live
+            .swept(started.elapsed(), clock, watermarks, &done.emitted);
         self.wm = Some(new);
         self.applied = Some(clock);
+        if self
+            .tiers_read
+            .is_none_or(|t| t.elapsed() >= TIER_ROWS_EVERY)
+        {
+            // For the metrics endpoint only: a failure here is not the sweep's.
+            if let Ok(tiers) = self.layout.tier_rows(&self.client).await {
+                self.counters.live.buffer_rows(tiers);
+            }
+            self.tiers_read = Some(Instant::now());
+        }
         Ok(())
     }
 }
