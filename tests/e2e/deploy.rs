@@ -283,3 +283,137 @@ fn a_shard_refused_by_its_database_at_start_exits_saying_so() {
     assert!(said.contains("Connection refused"), "{said}");
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
 }
+
+/// A process of the layout, started as its unit's `ExecStart` says.
+struct Service(std::process::Child, String);
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
+    // What systemd would run, without systemd (not on this machine): each
+    // unit's ExecStart with /usr/local/bin and /etc/tidemark pointing into
+    // this checkout, the shipped configurations (only the checkpoint
+    // directory moved), the database URL from the environment as
+    // tidemark.env gives it. Fixed ports, as shipped: 5555/5556, 9399-9420.
+    let _heavy = crate::support::HEAVY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let db = crate::support::TestDb::new("layout");
+    let etc = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("layout-etc");
+    let _ = std::fs::remove_dir_all(&etc);
+    std::fs::create_dir_all(&etc).unwrap();
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/config");
+    for e in std::fs::read_dir(&shipped).unwrap() {
+        let p = e.unwrap().path();
+        let text = std::fs::read_to_string(&p).unwrap().replace(
+            "/var/lib/tidemark/checkpoints",
+            etc.join("checkpoints").to_str().unwrap(),
+        );
+        std::fs::write(etc.join(p.file_name().unwrap()), text).unwrap();
+    }
+    let start = |unit: &Path, instance: &str| {
+        let argv: Vec<String> = exec_start(unit)
+            .iter()
+            .map(|a| {
+                a.replace("/etc/tidemark/", &format!("{}/", etc.display()))
+                    .replace("%i", instance)
+            })
+            .collect();
+        assert_eq!(argv[0], "/usr/local/bin/tidemark");
+        let log = etc.join(format!(
+            "{}{instance}.log",
+            unit.file_stem().unwrap().to_string_lossy()
+        ));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = crate::support::bin()
+            .env("TIDEMARK_DATABASE_URL", &db.url)
+            .env("RUST_LOG", "info")
+            .args(&argv[1..])
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        Service(child, log.display().to_string())
+    };
+    let unit = |name: &str| units().into_iter().find(|u| u.ends_with(name)).unwrap();
+    let mut services = vec![start(&unit("tidemark-proxy.service"), "")];
+    for i in 0..4 {
+        services.push(start(&unit("tidemark-shard@.service"), &format!("s{i}")));
+    }
+    services.push(start(&unit("tidemark-profiles.service"), ""));
+    services.push(start(&unit("tidemark-learner.service"), ""));
+
+    // The shipped shards run on wall time: a live market, through the proxy.
+    let out = crate::support::bin()
+        .args([
+            "publish",
+            "--connect",
+            "tcp://127.0.0.1:5555",
+            "--tps",
+            "300",
+        ])
+        .args(["--duration", "4s", "--persons", "300", "--warmup", "2s"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let scrape_until = |addr: &str, series: &str| {
+        crate::support::wait_for(&format!("{series} at {addr}"), || {
+            let t = crate::support::try_scrape(addr)?;
+            (crate::support::metric(&t, series)? > 0.0).then_some(())
+        })
+    };
+    scrape_until(
+        "127.0.0.1:9399",
+        r#"tidemark_proxy_messages_total{kind="bid"}"#,
+    );
+    for i in 0..4 {
+        let addr = format!("127.0.0.1:{}", 9400 + i);
+        let s = format!("s{i}");
+        scrape_until(
+            &addr,
+            &format!(r#"tidemark_received_events_total{{shard="{s}",type="bid"}}"#),
+        );
+        let events = format!(r#"tidemark_buffer_rows{{shard="{s}",tier="events"}}"#);
+        crate::support::wait_for("buffer rows", || {
+            crate::support::metric(&crate::support::try_scrape(&addr)?, &events)
+        });
+    }
+    scrape_until(
+        "127.0.0.1:9420",
+        r#"tidemark_profile_events_total{profiles="profiles",reason="applied"}"#,
+    );
+    // No click window (1 h) passes in a test: the learner has nothing to
+    // learn yet, and says how old its last checkpoint is.
+    crate::support::wait_for("the learner's endpoint", || {
+        let t = crate::support::try_scrape("127.0.0.1:9410")?;
+        crate::support::metric(&t, "tidemark_checkpoint_age_seconds")
+    });
+    // A clean stop of each, as `systemctl stop` sends it (SIGTERM). The
+    // proxy holds nothing and ends by the signal itself, which systemd
+    // counts as a clean exit too.
+    for mut s in services.into_iter().rev() {
+        Command::new("kill")
+            .args(["-TERM", &s.0.id().to_string()])
+            .status()
+            .unwrap();
+        let status = s.0.wait().unwrap();
+        let by_term = std::os::unix::process::ExitStatusExt::signal(&status) == Some(15);
+        assert!(
+            status.success() || (by_term && s.1.contains("proxy")),
+            "{} exited with {status}: {}",
+            s.1,
+            std::fs::read_to_string(&s.1).unwrap_or_default()
+        );
+    }
+}
