@@ -78,6 +78,12 @@ bench-links seconds="120":
     target/release/tidemark-bench profile-read --linked
 
 # Issue 12: the default demo's figures, and on its exported ctr rows Tidemark's learner against Vowpal Wabbit
+# Issue 13: connect, profile lookups and COPY over a unix socket, TCP, and TCP with TLS
+# (verify-full), one cluster, one run; metrics scrape latency
+bench-ops:
+    cargo build --release --workspace
+    target/release/tidemark-bench ops
+
 bench-demo:
     bash bench/demo_peers.sh
 

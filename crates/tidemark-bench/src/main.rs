@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 mod e2e;
 mod links;
+mod ops;
 mod profiles;
 
 use anyhow::{bail, Context};
@@ -101,6 +102,16 @@ enum Bench {
         #[arg(long, default_value_t = 10_000)]
         samples: usize,
     },
+    /// Operations (issue 13): connect, lookups and COPY over a unix socket,
+    /// TCP and TCP with TLS (verify-full); metrics scrape latency
+    Ops {
+        /// Lookups timed per size (1 and 100 identifiers) and connection kind
+        #[arg(long, default_value_t = 20_000)]
+        samples: usize,
+        /// Rows COPYed per connection kind (100 bytes each)
+        #[arg(long, default_value_t = 2_000_000)]
+        copy_rows: usize,
+    },
     /// Sweeping a buffer of N transactions through every phase
     Phases {
         /// Transactions buffered before the sweep
@@ -133,6 +144,7 @@ fn main() -> anyhow::Result<()> {
             warmup,
         } => rt.block_on(intake(&bin, &cluster, offered, speed, seconds, warmup)),
         Bench::Phases { transactions } => rt.block_on(phases(&bin, &cluster, transactions)),
+        Bench::Ops { samples, copy_rows } => rt.block_on(ops::run(samples, copy_rows)),
         Bench::ProfileIngest {
             rate,
             seconds,

@@ -11,6 +11,7 @@
 mod decode;
 mod duration;
 mod encode;
+pub mod fuzz;
 mod instant;
 mod txid;
 mod types;

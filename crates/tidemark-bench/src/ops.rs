@@ -1,0 +1,231 @@
+//! Operations (issue 13): what TLS to PostgreSQL costs, and what a metrics
+//! scrape costs. One cluster of its own, listening on 127.0.0.1 with TLS on
+//! (a CA and certificate made by the `openssl` command), measured in one run
+//! three ways: the unix socket, TCP without TLS, TCP with `verify-full`.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use futures_util::SinkExt;
+use tidemark_store::Cluster;
+
+const PORT: u16 = 55_433;
+
+fn openssl(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .context("the openssl command")?;
+    if !out.status.success() {
+        bail!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+/// A cluster serving TLS on 127.0.0.1:PORT; returns the CA's path.
+async fn tls_cluster(home: &Path) -> anyhow::Result<(Cluster, String)> {
+    let cluster = Cluster::new(home)?;
+    let _ = cluster.destroy();
+    tidemark_store::up(&cluster, Some(PORT)).await?;
+    let certs = home.join("certs");
+    std::fs::create_dir_all(&certs)?;
+    let subj = [
+        "-subj",
+        "/CN=bench CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+    ];
+    let mut ca = vec![
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+    ];
+    ca.extend(subj);
+    openssl(&certs, &ca)?;
+    openssl(
+        &certs,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+    )?;
+    std::fs::write(certs.join("san.ext"), "subjectAltName=IP:127.0.0.1\n")?;
+    openssl(
+        &certs,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.crt",
+        ],
+    )?;
+    let data = home.join("pg/data");
+    let meta = std::fs::metadata(&data)?;
+    for f in ["server.crt", "server.key"] {
+        let to = data.join(f);
+        std::fs::copy(certs.join(f), &to)?;
+        std::os::unix::fs::chown(
+            &to,
+            Some(std::os::unix::fs::MetadataExt::uid(&meta)),
+            Some(std::os::unix::fs::MetadataExt::gid(&meta)),
+        )?;
+        std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    }
+    let c = tidemark_store::connect(&cluster.url()).await?;
+    for sql in [
+        "ALTER SYSTEM SET ssl = on",
+        "ALTER SYSTEM SET ssl_cert_file = 'server.crt'",
+        "ALTER SYSTEM SET ssl_key_file = 'server.key'",
+        "SELECT pg_reload_conf()",
+    ] {
+        c.batch_execute(sql).await?;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok((cluster, certs.join("ca.crt").display().to_string()))
+}
+
+fn quantiles(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let q = |p: f64| v[((v.len() as f64 * p) as usize).min(v.len() - 1)];
+    (q(0.5), q(0.99))
+}
+
+/// Connect and first query; lookups of 1 and 100 identifiers; COPY.
+async fn measure(label: &str, url: &str, samples: usize, copy_rows: usize) -> anyhow::Result<()> {
+    let mut connects = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        let c = tidemark_store::connect(url).await?;
+        c.simple_query("SELECT 1").await?;
+        connects.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let c = tidemark_store::connect(url).await?;
+    let ssl: bool = c
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await?
+        .get(0);
+    let reader = tidemark_reader::Reader::new(url, 1)?;
+    let ids: Vec<String> = (0..100).map(|i| format!("user:bench{i}")).collect();
+    let mut lookups = [Vec::new(), Vec::new()];
+    for (k, n) in [1, 100].into_iter().enumerate() {
+        let asked: Vec<&str> = ids[..n].iter().map(String::as_str).collect();
+        reader.get(&asked, 0).await?;
+        for _ in 0..samples {
+            let t = Instant::now();
+            reader.get(&asked, 0).await?;
+            lookups[k].push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    c.batch_execute("CREATE TEMP TABLE copied (n bigint, pad text)")
+        .await?;
+    let pad = "x".repeat(90);
+    let t = Instant::now();
+    let sink = c.copy_in("COPY copied FROM STDIN").await?;
+    futures_util::pin_mut!(sink);
+    let mut buf = String::with_capacity(1 << 20);
+    for i in 0..copy_rows {
+        buf.push_str(&format!("{i}\t{pad}\n"));
+        if buf.len() > (1 << 20) - 200 {
+            sink.send(bytes::Bytes::from(std::mem::take(&mut buf)))
+                .await?;
+        }
+    }
+    sink.send(bytes::Bytes::from(buf)).await?;
+    sink.finish().await?;
+    let copy = t.elapsed().as_secs_f64();
+    let mb = copy_rows as f64 * 100.0 / 1e6;
+    let (c50, c99) = quantiles(connects);
+    let (a50, a99) = quantiles(std::mem::take(&mut lookups[0]));
+    let (b50, b99) = quantiles(std::mem::take(&mut lookups[1]));
+    println!(
+        "{label:<24} tls {ssl:<5}  connect p50 {c50:.2} ms p99 {c99:.2} ms | get 1 id p50 {a50:.3} p99 {a99:.3} ms | get 100 ids p50 {b50:.3} p99 {b99:.3} ms | COPY {:.0} MB/s ({:.0}k rows/s)",
+        mb / copy,
+        copy_rows as f64 / copy / 1e3
+    );
+    Ok(())
+}
+
+/// GET /metrics against an endpoint serving `n` samples.
+fn scrapes(n: usize, times: usize) -> anyhow::Result<()> {
+    let samples: Vec<tidemark_metrics::Sample> = (0..n)
+        .map(|i| {
+            tidemark_metrics::counter(
+                "bench_events",
+                "help",
+                &[("shard", "s0"), ("type", &format!("t{i}"))],
+                i as f64,
+            )
+        })
+        .collect();
+    let e = tidemark_metrics::serve("127.0.0.1:0", move || samples.clone())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut v = Vec::new();
+    let mut bytes = 0;
+    for _ in 0..times {
+        let t = Instant::now();
+        let mut s = std::net::TcpStream::connect(&e.addr)?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+        let mut body = Vec::new();
+        s.read_to_end(&mut body)?;
+        v.push(t.elapsed().as_secs_f64() * 1e3);
+        bytes = body.len();
+    }
+    let (p50, p99) = quantiles(v);
+    println!(
+        "metrics scrape of {n} series ({bytes} bytes): p50 {p50:.3} ms p99 {p99:.3} ms (n={times})"
+    );
+    Ok(())
+}
+
+/// `tidemark-bench ops`.
+pub async fn run(samples: usize, copy_rows: usize) -> anyhow::Result<()> {
+    let home = std::path::PathBuf::from("target/bench-tls-home");
+    let (cluster, ca) = tls_cluster(&home).await?;
+    let tcp = format!("postgresql://tidemark@127.0.0.1:{PORT}/tidemark");
+    measure("unix socket", &cluster.url(), samples, copy_rows).await?;
+    measure(
+        "tcp, sslmode=disable",
+        &format!("{tcp}?sslmode=disable"),
+        samples,
+        copy_rows,
+    )
+    .await?;
+    measure(
+        "tcp, verify-full",
+        &format!("{tcp}?sslmode=verify-full&sslrootcert={ca}"),
+        samples,
+        copy_rows,
+    )
+    .await?;
+    cluster.destroy()?;
+    for n in [50, 500] {
+        scrapes(n, 2000)?;
+    }
+    Ok(())
+}
