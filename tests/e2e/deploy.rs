@@ -304,6 +304,12 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
     let _heavy = crate::support::HEAVY
         .lock()
         .unwrap_or_else(|e| e.into_inner());
+    for port in [5555, 5556, 9399, 9400, 9401, 9402, 9403, 9410, 9420] {
+        assert!(
+            std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
+            "port {port} is taken: this test runs the layout on its shipped ports"
+        );
+    }
     let db = crate::support::TestDb::new("layout");
     let etc = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("layout-etc");
     let _ = std::fs::remove_dir_all(&etc);
@@ -385,8 +391,10 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
             &format!(r#"tidemark_received_events_total{{shard="{s}",type="bid"}}"#),
         );
         let events = format!(r#"tidemark_buffer_rows{{shard="{s}",tier="events"}}"#);
-        crate::support::wait_for("buffer rows", || {
-            crate::support::metric(&crate::support::try_scrape(&addr)?, &events)
+        // Live traffic waits in the buffer for its windows.
+        crate::support::wait_for("buffered rows", || {
+            let n = crate::support::metric(&crate::support::try_scrape(&addr)?, &events)?;
+            (n > 0.0).then_some(())
         });
     }
     scrape_until(

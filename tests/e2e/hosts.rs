@@ -54,7 +54,7 @@ impl Net {
 
     fn up() -> Net {
         let net = Net {
-            tag: format!("tm{}", std::process::id() % 100_000),
+            tag: format!("tm{}", std::process::id()),
         };
         net.remove();
         let sw = net.ns("sw");
@@ -243,6 +243,7 @@ fn several_hosts_one_cut_off_and_brought_back() {
     }
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hosts");
     std::fs::create_dir_all(&dir).unwrap();
+    sweep_leftovers(&dir);
     let net = Net::up();
     let (a_ns, b_ns, l_ns) = (net.ns("a"), net.ns("b"), net.ns("l"));
     let a = host_db(&dir, &a_ns, "10.213.0.2");
@@ -295,7 +296,18 @@ fn several_hosts_one_cut_off_and_brought_back() {
         &learner_log,
     );
 
-    let publisher = replay(&m.path, endpoint, "10");
+    let mut publisher = Some(replay(&m.path, endpoint, "10"));
+    // Killed if the test fails before it ends.
+    struct Guard<'a>(&'a mut Option<Child>);
+    impl Drop for Guard<'_> {
+        fn drop(&mut self) {
+            if let Some(c) = self.0.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let guard = Guard(&mut publisher);
     wait_for("both hosts learned from", || {
         (positions(&a.db) > 0 && positions(&b.db) > 0).then_some(())
     });
@@ -327,7 +339,8 @@ fn several_hosts_one_cut_off_and_brought_back() {
     );
     assert!(b_late > b_at_cut, "the learner went on with b meanwhile");
 
-    finish(publisher);
+    finish(guard.0.take().expect("running"));
+    drop(guard);
     let mut total = 0;
     for ((name, host), prefixes) in [("a", &a), ("b", &b)].into_iter().zip(&halves) {
         wait_all_swept(&host.db, name, &m);
@@ -363,6 +376,54 @@ fn several_hosts_one_cut_off_and_brought_back() {
     );
     for shard in shards {
         stop(shard);
+    }
+}
+
+/// What a run killed outright left: its hosts' clusters (still running in
+/// namespaces no one reaches), its namespaces and the publisher host's link.
+fn sweep_leftovers(dir: &Path) {
+    // Tagged with the pid of the test process that made them: another run
+    // still alive keeps its own.
+    let stale = |name: &str, suffixes: &[&str]| {
+        name.strip_prefix("tm").is_some_and(|rest| {
+            suffixes.iter().any(|s| {
+                rest.strip_suffix(s).is_some_and(|n| {
+                    !n.is_empty()
+                        && n.bytes().all(|b| b.is_ascii_digit())
+                        && !Path::new(&format!("/proc/{n}")).exists()
+                })
+            })
+        })
+    };
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let ns = name.strip_suffix("-home").unwrap_or("");
+        if stale(ns, &["a", "b"]) {
+            if let Ok(c) = tidemark_store::Cluster::new(&e.path()) {
+                let _ = c.destroy();
+            }
+        }
+    }
+    let list = |args: &[&str]| {
+        Command::new("ip")
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    for line in list(&["netns", "list"]).lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        if stale(name, &["sw", "a", "b", "l"]) {
+            let _ = Command::new("ip").args(["netns", "del", name]).status();
+        }
+    }
+    for line in list(&["-o", "link", "show"]).lines() {
+        // "12: tm123p0@if11: <...>"
+        let name = line.split(':').nth(1).unwrap_or("").trim();
+        let name = name.split('@').next().unwrap_or("");
+        if stale(name, &["p0"]) {
+            let _ = Command::new("ip").args(["link", "del", name]).status();
+        }
     }
 }
 

@@ -536,7 +536,7 @@ impl Cutter {
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sql = format!(
-            "SELECT count(pg_terminate_backend(pid))::bigint FROM pg_stat_activity
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::bigint FROM pg_stat_activity
              WHERE application_name LIKE '{}' AND pid <> pg_backend_pid(){}",
             pattern.replace('\'', "''"),
             if mid_query {

@@ -160,6 +160,7 @@ pub async fn run(
     let mut backoff = Backoff::new();
     let mut retry_at: Option<Instant> = None;
     let (mut next_status, mut next_report) = (Instant::now(), Instant::now() + REPORT_EVERY);
+    let mut lock_refused_since = None;
     loop {
         let now = Instant::now();
         // After an error, the retry time; else a full batch goes at once
@@ -191,6 +192,12 @@ pub async fn run(
         }
         let now = Instant::now();
         if retry_at.is_some_and(|t| now < t) {
+            // Backing off: the status tick only posts what a scrape shows
+            // (and moves on, or the loop would wake for it at once again).
+            if now >= next_status {
+                board.post(p.samples());
+                next_status = now + STATUS_EVERY;
+            }
             continue;
         }
         let full = p.pending.len() >= p.config.batch_events;
@@ -199,7 +206,7 @@ pub async fn run(
         // Reconnect when the connection is needed, not when it was lost: one
         // opened then would have the whole back-off to be cut again.
         if (full || old || p.inflight.is_some() || now >= next_status) && main.is_closed() {
-            match reopen_main(url, &p.config.name).await {
+            match reopen_main(url, &p.config.name, &mut lock_refused_since).await {
                 Ok(c) => main = c,
                 Err(ProfilesError::Store(e)) => result = Err(ProfilesError::Store(e)),
                 Err(other) => return Err(other),
@@ -213,10 +220,13 @@ pub async fn run(
                 oldest = Some(now);
             }
         }
-        if result.is_ok() && now >= next_status {
-            // Once a second: the loop turns per chunk, a scrape needs no more.
+        if now >= next_status {
+            // Once a second, the database there or not: the loop turns per
+            // chunk, a scrape needs no more.
             board.post(p.samples());
-            result = p.save_status(&main).await;
+            if result.is_ok() {
+                result = p.save_status(&main).await;
+            }
             if result.is_ok() && p.inflight.is_none() {
                 result = p.retire(&main).await;
             }
@@ -270,7 +280,7 @@ pub async fn run(
     loop {
         let result = async {
             if main.is_closed() {
-                main = reopen_main(url, &p.config.name).await?;
+                main = reopen_main(url, &p.config.name, &mut lock_refused_since).await?;
             }
             while p.held() > 0 {
                 p.step(&mut main, url).await?;
@@ -323,20 +333,38 @@ async fn open_main(url: &str, name: &str) -> Result<Client, ProfilesError> {
     Ok(c)
 }
 
-/// Reconnects after the connection was lost; the lock must still be free.
-/// A terminated session may hold it for a moment while its backend exits:
-/// only a lock still held after 3 s is another process's.
-async fn reopen_main(url: &str, name: &str) -> Result<Client, ProfilesError> {
-    for _ in 0..30 {
-        match open_main(url, name).await {
-            Err(ProfilesError::AlreadyRunning(_)) => {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await
+/// Reconnects after the connection was lost. A lock still held is another
+/// process's only after [`LOCK_GRACE`]: until then it may be this process's
+/// own lost session, which the server ends when it notices (a terminated
+/// backend exiting, or a network cut its keepalives detect); meanwhile the
+/// refusal is an error the loop retries with back-off, hearing a stop.
+async fn reopen_main(
+    url: &str,
+    name: &str,
+    refused_since: &mut Option<Instant>,
+) -> Result<Client, ProfilesError> {
+    match open_main(url, name).await {
+        Err(ProfilesError::AlreadyRunning(pid)) => {
+            let since = *refused_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= LOCK_GRACE {
+                return Err(ProfilesError::LockLost);
             }
-            other => return other,
+            Err(ProfilesError::Store(tidemark_store::StoreError::Pool(format!(
+                "the profile lock is still held (pid {pid}), perhaps by this process's lost session; waiting up to {}s",
+                LOCK_GRACE.as_secs()
+            ))))
+        }
+        other => {
+            if other.is_ok() {
+                *refused_since = None;
+            }
+            other
         }
     }
-    Err(ProfilesError::LockLost)
 }
+
+/// See [`reopen_main`].
+const LOCK_GRACE: Duration = Duration::from_secs(60);
 
 /// The configuration as registered in `tidemark.profile_process.config`.
 fn describe(c: &Config) -> serde_json::Value {

@@ -190,7 +190,8 @@ impl Reader {
     /// A reader of the profile database at `url`, with at most `connections`
     /// connections (opened lazily).
     pub fn new(url: &str, connections: usize) -> Result<Reader, ReadError> {
-        let target = tidemark_tls::parse(url).map_err(|e| ReadError::Url(e.to_string()))?;
+        let mut target = tidemark_tls::parse(url).map_err(|e| ReadError::Url(e.to_string()))?;
+        target.tcp_defaults();
         let manager = Manager::from_config(
             target.config,
             target.tls,

@@ -126,11 +126,16 @@ pub async fn run(
     loop {
         let now = Instant::now();
         let flush_due = oldest_pending.map(|t| t + config.batch_delay);
-        let wake = [Some(next_sweep), flush_due, retry_at, Some(next_report)]
-            .into_iter()
-            .flatten()
-            .min()
-            .expect("sweep is always scheduled");
+        // Backing off, only the retry is due: the rest waits for it (a sweep
+        // or report time already past would otherwise wake the loop at once).
+        let wake = match retry_at {
+            Some(t) => t,
+            None => [Some(next_sweep), flush_due, Some(next_report)]
+                .into_iter()
+                .flatten()
+                .min()
+                .expect("sweep is always scheduled"),
+        };
         // Hold at most `max_pending` events; beyond it intake drops (counted).
         let room = writer.pending_events() < config.max_pending;
         tokio::select! {

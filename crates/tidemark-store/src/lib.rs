@@ -145,25 +145,11 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
-/// A connection string read as libpq reads it, TLS settings included.
-///
-/// Over TCP, where the URL says nothing: a connection attempt gives up after
-/// 10 s, and a connection whose peer stops answering (a host cut off sends no
-/// reset) is closed after about 30 s instead of TCP's 15 minutes, so the
-/// caller's retry with back-off takes over.
+/// A connection string read as libpq reads it, TLS settings included, with
+/// Tidemark's TCP defaults (`tidemark_tls::Target::tcp_defaults`).
 fn target(url: &str) -> Result<tidemark_tls::Target, StoreError> {
     let mut t = tidemark_tls::parse(url).map_err(|e| StoreError::Url(e.to_string()))?;
-    let c = &mut t.config;
-    if c.get_connect_timeout().is_none() {
-        c.connect_timeout(std::time::Duration::from_secs(10));
-    }
-    if c.get_tcp_user_timeout().is_none() {
-        c.tcp_user_timeout(std::time::Duration::from_secs(30));
-    }
-    if c.get_keepalives_idle() == std::time::Duration::from_secs(2 * 60 * 60) {
-        c.keepalives_idle(std::time::Duration::from_secs(15));
-        c.keepalives_interval(std::time::Duration::from_secs(5));
-    }
+    t.tcp_defaults();
     Ok(t)
 }
 
@@ -189,6 +175,15 @@ async fn open(url: &str, name: Option<&str>) -> Result<Client, StoreError> {
             tracing::debug!("connection closed: {e}");
         }
     });
+    // The server's side of the keepalives: it ends the session of a client
+    // that vanished within about 35 s, and the advisory lock a shard or the
+    // profile process held goes with it (a SET, not startup `options`, which
+    // poolers such as PgBouncer refuse). No effect over a unix socket.
+    client
+        .batch_execute(
+            "SET tcp_keepalives_idle = 15; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 4",
+        )
+        .await?;
     Ok(client)
 }
 

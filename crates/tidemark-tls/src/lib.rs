@@ -15,7 +15,10 @@
 //! - A client certificate (`sslcert`/`sslkey`, else `~/.postgresql/postgresql.crt`
 //!   and `.key` when they exist) is presented when the server asks.
 //!
-//! `allow` is served as `prefer` (TLS first), the one place we differ.
+//! Where we differ from libpq: `allow` is served as `prefer` (TLS first);
+//! the `PGSSLMODE`-style environment variables are not read (tokio-postgres
+//! reads no `PG*` variable either: everything is in the string); not served
+//! are `sslrootcert=system`, `sslcrl` and `sslpassword`.
 
 mod parse;
 mod verify;
@@ -117,6 +120,33 @@ impl std::fmt::Debug for Target {
     }
 }
 
+impl Target {
+    /// Tidemark's defaults for what the string leaves unset, for processes
+    /// that run for months against servers on other hosts:
+    ///
+    /// - a TCP connection attempt gives up after 10 s;
+    /// - TCP keepalives after 15 s idle, every 5 s, and a 120 s TCP user
+    ///   timeout: a connection whose peer vanished (a host cut off sends no
+    ///   reset) errs within about a minute when idle, two when data waits,
+    ///   instead of TCP's 15 minutes, and the caller's retry takes over.
+    ///
+    /// (Over a unix socket none of this applies.)
+    pub fn tcp_defaults(&mut self) {
+        use std::time::Duration;
+        let c = &mut self.config;
+        if c.get_connect_timeout().is_none() {
+            c.connect_timeout(Duration::from_secs(10));
+        }
+        if c.get_tcp_user_timeout().is_none() {
+            c.tcp_user_timeout(Duration::from_secs(120));
+        }
+        if c.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+            c.keepalives_idle(Duration::from_secs(15));
+            c.keepalives_interval(Duration::from_secs(5));
+        }
+    }
+}
+
 /// Reads a connection string (a `postgres://` URL or `key=value` pairs).
 pub fn parse(url: &str) -> Result<Target, Error> {
     let (rest, ssl) = parse::split(url);
@@ -137,6 +167,15 @@ pub fn parse(url: &str) -> Result<Target, Error> {
         Mode::Allow | Mode::Prefer => tokio_postgres::config::SslMode::Prefer,
         _ => tokio_postgres::config::SslMode::Require,
     });
+    if mode == Mode::Disable {
+        // No TLS: no certificate or key file is read (an encrypted default
+        // key must not break plain connections).
+        return Ok(Target {
+            config,
+            tls: MakeRustlsConnect::new(verify::config(None, false, None)?),
+            mode,
+        });
+    }
     let home = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".postgresql"));
     let default = |name: &str| home.as_ref().map(|h| h.join(name));
     let root = match get("sslrootcert") {
@@ -175,11 +214,7 @@ pub fn parse(url: &str) -> Result<Target, Error> {
         }
         None => None,
     };
-    let tls = if mode == Mode::Disable {
-        verify::config(None, false, None)?
-    } else {
-        verify::config(roots, mode == Mode::VerifyFull, client)?
-    };
+    let tls = verify::config(roots, mode == Mode::VerifyFull, client)?;
     Ok(Target {
         config,
         tls: MakeRustlsConnect::new(tls),

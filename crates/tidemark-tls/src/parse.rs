@@ -58,58 +58,56 @@ fn decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// `key = value` pairs separated by spaces; a value may be single-quoted,
-/// with `\'` and `\\` inside (libpq's rules).
+/// `key = value` pairs separated by white space; a value may be
+/// single-quoted, and `\\` escapes the next character inside quotes or out.
+/// Tokenised exactly as tokio-postgres tokenises what it is handed, so both
+/// see the same pairs.
 fn split_pairs(s: &str) -> (String, Vec<(String, String)>) {
     let mut ssl = Vec::new();
     let mut kept: Vec<&str> = Vec::new();
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        while i < b.len() && b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        if i == b.len() {
-            break;
-        }
-        let start = i;
-        while i < b.len() && b[i] != b'=' && !b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        let key = &s[start..i];
-        while i < b.len() && b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        if i == b.len() || b[i] != b'=' {
-            // Not a pair: leave it for tokio-postgres to name the error.
-            kept.push(&s[start..i]);
+    let mut it = s.char_indices().peekable();
+    let skip_ws = |it: &mut std::iter::Peekable<std::str::CharIndices<'_>>| {
+        while it.next_if(|(_, c)| c.is_whitespace()).is_some() {}
+    };
+    loop {
+        skip_ws(&mut it);
+        let Some(&(start, _)) = it.peek() else { break };
+        while it
+            .next_if(|(_, c)| !c.is_whitespace() && *c != '=')
+            .is_some()
+        {}
+        let key_end = it.peek().map_or(s.len(), |(i, _)| *i);
+        let key = &s[start..key_end];
+        skip_ws(&mut it);
+        if it.next_if(|(_, c)| *c == '=').is_none() {
+            // Not a pair: left for tokio-postgres to name the error.
+            kept.push(&s[start..key_end]);
             continue;
         }
-        i += 1;
-        while i < b.len() && b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        let mut value = Vec::new();
-        if i < b.len() && b[i] == b'\'' {
-            i += 1;
-            while i < b.len() && b[i] != b'\'' {
-                if b[i] == b'\\' && i + 1 < b.len() {
-                    i += 1;
+        skip_ws(&mut it);
+        let mut value = String::new();
+        let quoted = it.next_if(|(_, c)| *c == '\'').is_some();
+        while let Some(&(_, c)) = it.peek() {
+            if (quoted && c == '\'') || (!quoted && c.is_whitespace()) {
+                break;
+            }
+            it.next();
+            if c == '\\' {
+                if let Some((_, escaped)) = it.next() {
+                    value.push(escaped);
                 }
-                value.push(b[i]);
-                i += 1;
-            }
-            i += 1;
-        } else {
-            while i < b.len() && !b[i].is_ascii_whitespace() {
-                value.push(b[i]);
-                i += 1;
+            } else {
+                value.push(c);
             }
         }
+        if quoted {
+            it.next_if(|(_, c)| *c == '\'');
+        }
+        let end = it.peek().map_or(s.len(), |(i, _)| *i);
         if KEYS.contains(&key) {
-            ssl.push((key.to_owned(), String::from_utf8_lossy(&value).into_owned()));
+            ssl.push((key.to_owned(), value));
         } else {
-            kept.push(&s[start..i.min(b.len())]);
+            kept.push(&s[start..end]);
         }
     }
     (kept.join(" "), ssl)
@@ -158,5 +156,15 @@ mod tests {
         );
         assert_eq!(split("host=h").0, "host=h");
         assert_eq!(split("").0, "");
+        // An escaped space keeps a value whole, as libpq and tokio-postgres
+        // read it: no second sslmode hides in the password.
+        let (rest, ssl) = split("sslmode=verify-full password=x\\ sslmode=disable host=h");
+        assert_eq!(rest, "password=x\\ sslmode=disable host=h");
+        assert_eq!(ssl, pairs(&[("sslmode", "verify-full")]));
+        let (rest, ssl) = split("host=h\u{a0}sslmode=require");
+        assert_eq!(
+            (rest.as_str(), ssl),
+            ("host=h", pairs(&[("sslmode", "require")]))
+        );
     }
 }

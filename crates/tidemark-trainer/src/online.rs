@@ -186,10 +186,12 @@ impl State {
     /// rows learned; on an error the source backs off and nothing of this
     /// round is learned from it.
     async fn read_source(&mut self, config: &Config, src: &mut SourceDb) -> u64 {
+        // Connecting (bounded by the connect timeout) and a first contact's
+        // migration stay outside `source_timeout`: it bounds the reads.
+        let Some(c) = src.client().await else {
+            return 0;
+        };
         let read = async {
-            let Some(c) = src.client().await else {
-                return Ok(None);
-            };
             let shards = match &src.source.shards {
                 Some(list) => list.clone(),
                 None => observations::shards(&c).await?,
@@ -207,11 +209,12 @@ impl State {
                 }
             });
             let batches = try_join_all(reads).await?;
-            Ok::<_, StoreError>(Some(shards.into_iter().zip(batches).collect::<Vec<_>>()))
+            Ok::<_, StoreError>(shards.into_iter().zip(batches).collect::<Vec<_>>())
         };
-        let batches = match tokio::time::timeout(config.source_timeout, read).await {
-            Ok(Ok(Some(b))) => b,
-            Ok(Ok(None)) => return 0,
+        let read = tokio::time::timeout(config.source_timeout, read).await;
+        drop(c);
+        let batches = match read {
+            Ok(Ok(b)) => b,
             Ok(Err(e)) => {
                 src.failed(&e);
                 return 0;

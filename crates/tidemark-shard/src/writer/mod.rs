@@ -69,7 +69,16 @@ pub struct Writer {
     gate: Option<crate::liveness::Gate>,
     /// When buffer rows per tier were last read for the metrics endpoint.
     tiers_read: Option<Instant>,
+    /// A reconnection whose buffer checks have not all passed yet.
+    unchecked: bool,
+    /// Since when reconnecting has found the lock held.
+    lock_refused_since: Option<Instant>,
 }
+
+/// How long a reconnecting shard takes a held lock for its own lost
+/// session's (the server's keepalives end such a session within about 30 s:
+/// `tidemark_tls::Target::tcp_defaults`).
+const LOCK_GRACE: Duration = Duration::from_secs(60);
 
 /// Connects, migrates, takes the shard's lock and makes its tables.
 async fn connect(config: &Config, layout: &Layout, url: &str) -> Result<Client, ShardError> {
@@ -132,6 +141,8 @@ impl Writer {
             unknown_failures: 0,
             subsetting: [0; 3],
             tiers_read: None,
+            unchecked: false,
+            lock_refused_since: None,
             unrecorded_error: None,
         };
         w.restore().await?;
@@ -243,28 +254,33 @@ impl Writer {
 
     /// After the connection dropped: one attempt to reconnect, retake the lock,
     /// and check whether the buffer survived. The caller retries with back-off.
+    ///
+    /// The lock still held is another process's only after [`LOCK_GRACE`]:
+    /// until then it may be this shard's own old session, which the server
+    /// ends only when it notices the connection is gone (a terminated
+    /// backend exiting, or a network cut its keepalives detect).
     pub async fn reconnect(&mut self, url: &str) -> Result<(), ShardError> {
-        // A terminated session may hold the lock while its backend exits:
-        // only a lock still held after 3 s is another process's.
-        let mut connected = connect(&self.config, &self.layout, url).await;
-        for _ in 0..30 {
-            if !matches!(connected, Err(ShardError::AlreadyRunning { .. })) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            connected = connect(&self.config, &self.layout, url).await;
-        }
-        match connected {
+        self.unchecked = true;
+        match connect(&self.config, &self.layout, url).await {
             Ok(c) => {
                 self.client = c;
+                self.lock_refused_since = None;
                 self.check_sentinel(true).await?;
                 // A crash can lose partitions whose creation had not reached the WAL.
                 self.load_partitions().await?;
+                self.unchecked = false;
                 tracing::info!("reconnected to the database");
                 Ok(())
             }
-            Err(ShardError::AlreadyRunning { .. }) => {
-                Err(ShardError::LockLost(self.config.name.clone()))
+            Err(ShardError::AlreadyRunning { pid, .. }) => {
+                let since = *self.lock_refused_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= LOCK_GRACE {
+                    return Err(ShardError::LockLost(self.config.name.clone()));
+                }
+                Err(ShardError::Store(StoreError::Pool(format!(
+                    "the shard's lock is still held (pid {pid}), perhaps by its own lost session; waiting up to {}s",
+                    LOCK_GRACE.as_secs()
+                ))))
             }
             Err(e) => Err(e),
         }
@@ -277,7 +293,8 @@ impl Writer {
 
     /// Whether the connection is gone (then `reconnect` before anything else).
     pub fn disconnected(&self) -> bool {
-        self.client.is_closed()
+        // Also until a reconnection's checks have passed: they must run again.
+        self.client.is_closed() || self.unchecked
     }
 
     /// Events received and not yet written.
