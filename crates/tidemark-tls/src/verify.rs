@@ -101,6 +101,9 @@ impl ServerCertVerifier for Unchecked {
 }
 
 /// The chain checked against the roots, the host name not (`verify-ca`).
+/// Relies on webpki's verifier checking the chain before the name (rustls
+/// 0.23): a name error therefore means the chain passed. The TLS test's
+/// `verify-ca` with another CA (refused) guards that order.
 #[derive(Debug)]
 struct ChainOnly(Arc<WebPkiServerVerifier>);
 
