@@ -11,6 +11,12 @@ pub enum Action {
         /// Also listen on 127.0.0.1 at this port
         #[arg(long)]
         port: Option<u16>,
+        /// Serve TLS with this certificate (PEM; with --tls-key); kept for later starts
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The certificate's private key (PEM)
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
     },
     /// Stop the cluster
     Down,
@@ -28,7 +34,14 @@ pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
     let home = home.unwrap_or_else(Cluster::default_home);
     let cluster = Cluster::new(&home)?;
     match action {
-        Action::Up { port } => {
+        Action::Up {
+            port,
+            tls_cert,
+            tls_key,
+        } => {
+            if let (Some(cert), Some(key)) = (tls_cert, tls_key) {
+                cluster.use_tls(&cert, &key)?;
+            }
             let applied = up(&cluster, port)?;
             eprintln!(
                 "tidemark db: running ({}), schema version {}{}",

@@ -96,6 +96,20 @@ fn assert_seq_gap_free(db: &TestDb, shard: &str) {
     }
 }
 
+/// Windows of 1 to 4 seconds, no grace: phases that pass while a test waits.
+const SECOND_WINDOWS: &str = r#"
+[windows]
+impression = "1s"
+click = "2s"
+install_short = "3s"
+install_long = "4s"
+[grace]
+impression = "0s"
+click = "0s"
+install_short = "0s"
+install_long = "0s"
+"#;
+
 const BID: &str = r#""features":{"app":"a","n":1}"#;
 
 #[test]
@@ -387,6 +401,47 @@ fn a_second_shard_with_the_same_name_refuses_to_start() {
 }
 
 #[test]
+fn a_lock_still_held_when_reconnecting_is_waited_for_then_taken() {
+    // The shard's session is terminated and its lock taken by another
+    // session for longer than connecting waits for it (5 s): as a lost
+    // session the server has not yet ended would hold it. The shard retries
+    // (LockGrace) instead of exiting, and goes on once the lock is free.
+    let db = TestDb::new("lock_grace");
+    let mut publ = Publisher::new();
+    let mut shard = ShardProc::start(&db, "g", &publ.endpoint, EVENT_CLOCK);
+    publ.wait_subscribed("tick", 2);
+    let url = db.url.clone();
+    let held = crate::support::block_on(async move {
+        let c = tidemark_store::connect(&url).await.unwrap();
+        c.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'tidemark shard g'",
+            &[],
+        )
+        .await
+        .unwrap();
+        // Take the lock as soon as the terminated backend lets it go.
+        for _ in 0..100 {
+            if tidemark_store::state::try_lock(&c, "g").await.unwrap() {
+                tokio::time::sleep(Duration::from_secs(8)).await;
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    });
+    assert!(held, "the test took the shard's lock");
+    assert!(shard.child.try_wait().unwrap().is_none(), "{}", shard.log());
+    let now = crate::support::now_ms();
+    publ.tick(now);
+    publ.event("bid", &tx(0x61, now), now, BID);
+    wait_for("the bid written after the lock came back", || {
+        query_i64(&db.url, "SELECT count(*) FROM shard_g.events").filter(|n| *n == 1)
+    });
+    assert!(shard.log().contains("is still held"), "{}", shard.log());
+    shard.stop();
+}
+
+#[test]
 fn restart_keeps_clock_sequence_and_buffer() {
     let db = TestDb::new("restart");
     let mut publ = Publisher::new();
@@ -521,20 +576,8 @@ fn kill_9_during_emission_gives_each_observation_exactly_once() {
 fn wall_clock_shard_emits_as_time_passes() {
     let db = TestDb::new("wall");
     let mut publ = Publisher::new();
-    let cfg = r#"period = "100ms"
-batch_delay = "20ms"
-[windows]
-impression = "1s"
-click = "2s"
-install_short = "3s"
-install_long = "4s"
-[grace]
-impression = "0s"
-click = "0s"
-install_short = "0s"
-install_long = "0s"
-"#;
-    let mut shard = ShardProc::start(&db, "w", &publ.endpoint, cfg);
+    let cfg = format!("period = \"100ms\"\nbatch_delay = \"20ms\"\n{SECOND_WINDOWS}");
+    let mut shard = ShardProc::start(&db, "w", &publ.endpoint, &cfg);
     publ.wait_subscribed("tick", 2);
     let now = crate::support::now_ms();
     let x = tx(7, now);
@@ -783,23 +826,9 @@ fn a_stop_with_the_database_away_ends_within_shutdown_timeout_and_says_what_it_l
 fn the_liveness_gate_holds_a_silent_trackers_windows_then_gives_up() {
     let db = TestDb::new("liveness");
     let mut publ = Publisher::new();
-    let windows = r#"
-clock = "event"
-lateness = "0s"
-publisher_timeout = "1h"
-period = "100ms"
-batch_delay = "20ms"
-[windows]
-impression = "1s"
-click = "2s"
-install_short = "3s"
-install_long = "4s"
-[grace]
-impression = "0s"
-click = "0s"
-install_short = "0s"
-install_long = "0s"
-"#;
+    let windows = &format!(
+        "clock = \"event\"\nlateness = \"0s\"\npublisher_timeout = \"1h\"\nperiod = \"100ms\"\nbatch_delay = \"20ms\"\n{SECOND_WINDOWS}"
+    );
     let metrics = crate::support::free_addr();
     let gated = format!(
         "liveness_silence = \"1s\"\nliveness_max_hold = \"3s\"\nmetrics_addr = \"{metrics}\"\n{windows}"

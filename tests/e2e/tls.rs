@@ -120,6 +120,7 @@ fn the_url_asks_for_tls_and_gets_what_libpq_would_give() {
     let _ = std::fs::remove_dir_all(&dir);
     certificates(&dir.join("certs"));
     let port: u16 = free_addr().rsplit(':').next().unwrap().parse().unwrap();
+    let certs = dir.join("certs");
     run_ok(&[
         "db",
         "up",
@@ -127,38 +128,17 @@ fn the_url_asks_for_tls_and_gets_what_libpq_would_give() {
         home.to_str().unwrap(),
         "--port",
         &port.to_string(),
+        "--tls-cert",
+        certs.join("server.crt").to_str().unwrap(),
+        "--tls-key",
+        certs.join("server.key").to_str().unwrap(),
     ]);
-    // The server's certificate and key in its data directory, owned by the
-    // user it runs as (PostgreSQL refuses a key others can read).
-    let data = home.join("pg/data");
-    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&data).unwrap());
-    let group = std::os::unix::fs::MetadataExt::gid(&std::fs::metadata(&data).unwrap());
-    for f in ["server.crt", "server.key"] {
-        let to = data.join(f);
-        std::fs::copy(dir.join("certs").join(f), &to).unwrap();
-        std::os::unix::fs::chown(&to, Some(owner), Some(group)).unwrap();
-        std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    }
     let socket_url = cluster.url();
-    block_on({
-        let url = socket_url.clone();
-        async move {
-            let c = tidemark_store::connect(&url).await.unwrap();
-            for sql in [
-                "ALTER SYSTEM SET ssl = on",
-                "ALTER SYSTEM SET ssl_cert_file = 'server.crt'",
-                "ALTER SYSTEM SET ssl_key_file = 'server.key'",
-                "SELECT pg_reload_conf()",
-            ] {
-                c.batch_execute(sql).await.unwrap();
-            }
-        }
-    });
     let ca = dir.join("certs/ca.crt").display().to_string();
     let other = dir.join("certs/other.crt").display().to_string();
     let url =
         |host: &str, query: &str| format!("postgresql://tidemark@{host}:{port}/tidemark?{query}");
-    crate::support::wait_for("ssl on after the reload", || {
+    crate::support::wait_for("the server serving TLS", || {
         encrypted(&url("127.0.0.1", "sslmode=require"))
             .ok()
             .filter(|s| *s)

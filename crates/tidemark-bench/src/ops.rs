@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context};
 use futures_util::SinkExt;
@@ -30,7 +30,6 @@ fn openssl(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
 async fn tls_cluster(home: &Path) -> anyhow::Result<(Cluster, String)> {
     let cluster = Cluster::new(home)?;
     let _ = cluster.destroy();
-    tidemark_store::up(&cluster, Some(PORT)).await?;
     let certs = home.join("certs");
     std::fs::create_dir_all(&certs)?;
     let subj = [
@@ -82,28 +81,8 @@ async fn tls_cluster(home: &Path) -> anyhow::Result<(Cluster, String)> {
             "server.crt",
         ],
     )?;
-    let data = home.join("pg/data");
-    let meta = std::fs::metadata(&data)?;
-    for f in ["server.crt", "server.key"] {
-        let to = data.join(f);
-        std::fs::copy(certs.join(f), &to)?;
-        std::os::unix::fs::chown(
-            &to,
-            Some(std::os::unix::fs::MetadataExt::uid(&meta)),
-            Some(std::os::unix::fs::MetadataExt::gid(&meta)),
-        )?;
-        std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    }
-    let c = tidemark_store::connect(&cluster.url()).await?;
-    for sql in [
-        "ALTER SYSTEM SET ssl = on",
-        "ALTER SYSTEM SET ssl_cert_file = 'server.crt'",
-        "ALTER SYSTEM SET ssl_key_file = 'server.key'",
-        "SELECT pg_reload_conf()",
-    ] {
-        c.batch_execute(sql).await?;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.use_tls(&certs.join("server.crt"), &certs.join("server.key"))?;
+    tidemark_store::up(&cluster, Some(PORT)).await?;
     Ok((cluster, certs.join("ca.crt").display().to_string()))
 }
 

@@ -160,7 +160,7 @@ pub async fn run(
     let mut backoff = Backoff::new();
     let mut retry_at: Option<Instant> = None;
     let (mut next_status, mut next_report) = (Instant::now(), Instant::now() + REPORT_EVERY);
-    let mut lock_refused_since = None;
+    let mut lock_grace = tidemark_store::LockGrace::default();
     loop {
         let now = Instant::now();
         // After an error, the retry time; else a full batch goes at once
@@ -206,7 +206,7 @@ pub async fn run(
         // Reconnect when the connection is needed, not when it was lost: one
         // opened then would have the whole back-off to be cut again.
         if (full || old || p.inflight.is_some() || now >= next_status) && main.is_closed() {
-            match reopen_main(url, &p.config.name, &mut lock_refused_since).await {
+            match reopen_main(url, &p.config.name, &mut lock_grace).await {
                 Ok(c) => main = c,
                 Err(ProfilesError::Store(e)) => result = Err(ProfilesError::Store(e)),
                 Err(other) => return Err(other),
@@ -280,7 +280,7 @@ pub async fn run(
     loop {
         let result = async {
             if main.is_closed() {
-                main = reopen_main(url, &p.config.name, &mut lock_refused_since).await?;
+                main = reopen_main(url, &p.config.name, &mut lock_grace).await?;
             }
             while p.held() > 0 {
                 p.step(&mut main, url).await?;
@@ -333,38 +333,25 @@ async fn open_main(url: &str, name: &str) -> Result<Client, ProfilesError> {
     Ok(c)
 }
 
-/// Reconnects after the connection was lost. A lock still held is another
-/// process's only after [`LOCK_GRACE`]: until then it may be this process's
-/// own lost session, which the server ends when it notices (a terminated
-/// backend exiting, or a network cut its keepalives detect); meanwhile the
-/// refusal is an error the loop retries with back-off, hearing a stop.
+/// Reconnects after the connection was lost; a lock found held is retried
+/// for a while ([`tidemark_store::LockGrace`]), the loop hearing a stop.
 async fn reopen_main(
     url: &str,
     name: &str,
-    refused_since: &mut Option<Instant>,
+    grace: &mut tidemark_store::LockGrace,
 ) -> Result<Client, ProfilesError> {
     match open_main(url, name).await {
-        Err(ProfilesError::AlreadyRunning(pid)) => {
-            let since = *refused_since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= LOCK_GRACE {
-                return Err(ProfilesError::LockLost);
-            }
-            Err(ProfilesError::Store(tidemark_store::StoreError::Pool(format!(
-                "the profile lock is still held (pid {pid}), perhaps by this process's lost session; waiting up to {}s",
-                LOCK_GRACE.as_secs()
-            ))))
+        Err(ProfilesError::AlreadyRunning(pid)) => match grace.refused("the profile lock", pid) {
+            Some(e) => Err(ProfilesError::Store(e)),
+            None => Err(ProfilesError::LockLost),
+        },
+        Ok(c) => {
+            grace.taken();
+            Ok(c)
         }
-        other => {
-            if other.is_ok() {
-                *refused_since = None;
-            }
-            other
-        }
+        other => other,
     }
 }
-
-/// See [`reopen_main`].
-const LOCK_GRACE: Duration = Duration::from_secs(60);
 
 /// The configuration as registered in `tidemark.profile_process.config`.
 fn describe(c: &Config) -> serde_json::Value {

@@ -61,6 +61,10 @@ pub enum ClusterError {
     },
 }
 
+/// The server's certificate and key in the data directory ([`Cluster::use_tls`]).
+const TLS_CERT: &str = "server.crt";
+const TLS_KEY: &str = "server.key";
+
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ClusterError + '_ {
     move |source| ClusterError::Io {
         path: path.to_owned(),
@@ -233,6 +237,27 @@ impl Cluster {
         Ok(true)
     }
 
+    /// Serves TLS from now on (with the next `up`): the certificate (chain)
+    /// and key are copied into the data directory, owned by the server's
+    /// user and readable by it alone, as PostgreSQL demands of a key.
+    /// Clients choose with `sslmode`; plain connections stay allowed.
+    pub fn use_tls(&self, cert: &Path, key: &Path) -> Result<(), ClusterError> {
+        let _lock = self.lock()?;
+        self.prepare_dirs()?;
+        if !self.data().join("PG_VERSION").exists() {
+            self.initdb()?;
+        }
+        for (from, name) in [(cert, TLS_CERT), (key, TLS_KEY)] {
+            let to = self.data().join(name);
+            fs::copy(from, &to).map_err(io_err(from))?;
+            if let Some(u) = &self.run_as {
+                std::os::unix::fs::chown(&to, Some(u.uid), Some(u.gid)).map_err(io_err(&to))?;
+            }
+            fs::set_permissions(&to, fs::Permissions::from_mode(0o600)).map_err(io_err(&to))?;
+        }
+        Ok(())
+    }
+
     /// Stops the server if it runs. Returns whether it was running.
     pub fn down(&self) -> Result<bool, ClusterError> {
         let _lock = self.lock()?;
@@ -343,6 +368,11 @@ impl Cluster {
                 .flatten()
         });
         let listen = if port.is_some() { "127.0.0.1" } else { "" };
+        let tls = if self.data().join(TLS_CERT).exists() && self.data().join(TLS_KEY).exists() {
+            format!("ssl = on\nssl_cert_file = '{TLS_CERT}'\nssl_key_file = '{TLS_KEY}'\n")
+        } else {
+            String::new()
+        };
         let conf = format!(
             "# Written by `tidemark db up`; edits are overwritten.\n\
              listen_addresses = '{listen}'\n\
@@ -367,7 +397,8 @@ impl Cluster {
              autovacuum_vacuum_cost_delay = 1ms\n\
              # Sessions that write only unlogged buffers turn synchronous_commit off themselves.\n\
              log_min_messages = warning\n\
-             log_checkpoints = off\n",
+             log_checkpoints = off\n\
+             {tls}",
             port = port.unwrap_or(DEFAULT_PORT),
             socket = self.socket_dir().display(),
         );

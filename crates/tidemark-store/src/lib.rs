@@ -145,6 +145,38 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// A process's own advisory lock found held when it reconnects: for
+/// [`LockGrace::LIMIT`] that may be its own lost session (a terminated
+/// backend still exiting, or a vanished client the server's keepalives have
+/// not yet noticed, within about 35 s), so the refusal is a retryable error;
+/// after that the lock is another process's.
+#[derive(Debug, Default)]
+pub struct LockGrace {
+    since: Option<std::time::Instant>,
+}
+
+impl LockGrace {
+    /// How long a held lock is taken for the process's own lost session.
+    pub const LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// The lock was found held by backend `pid`: an error to retry with
+    /// back-off while within the grace, `None` once past it.
+    pub fn refused(&mut self, lock: &str, pid: i32) -> Option<StoreError> {
+        let since = *self.since.get_or_insert_with(std::time::Instant::now);
+        (since.elapsed() < Self::LIMIT).then(|| {
+            StoreError::Pool(format!(
+                "{lock} is still held (pid {pid}), perhaps by this process's lost session; waiting up to {}s",
+                Self::LIMIT.as_secs()
+            ))
+        })
+    }
+
+    /// The lock was taken.
+    pub fn taken(&mut self) {
+        self.since = None;
+    }
+}
+
 /// A connection string read as libpq reads it, TLS settings included, with
 /// Tidemark's TCP defaults (`tidemark_tls::Target::tcp_defaults`).
 fn target(url: &str) -> Result<tidemark_tls::Target, StoreError> {

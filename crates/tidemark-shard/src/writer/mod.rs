@@ -71,14 +71,9 @@ pub struct Writer {
     tiers_read: Option<Instant>,
     /// A reconnection whose buffer checks have not all passed yet.
     unchecked: bool,
-    /// Since when reconnecting has found the lock held.
-    lock_refused_since: Option<Instant>,
+    /// Reconnecting finds the lock held: whose it may be.
+    lock_grace: tidemark_store::LockGrace,
 }
-
-/// How long a reconnecting shard takes a held lock for its own lost
-/// session's (the server's keepalives end such a session within about 30 s:
-/// `tidemark_tls::Target::tcp_defaults`).
-const LOCK_GRACE: Duration = Duration::from_secs(60);
 
 /// Connects, migrates, takes the shard's lock and makes its tables.
 async fn connect(config: &Config, layout: &Layout, url: &str) -> Result<Client, ShardError> {
@@ -142,7 +137,7 @@ impl Writer {
             subsetting: [0; 3],
             tiers_read: None,
             unchecked: false,
-            lock_refused_since: None,
+            lock_grace: Default::default(),
             unrecorded_error: None,
         };
         w.restore().await?;
@@ -255,16 +250,13 @@ impl Writer {
     /// After the connection dropped: one attempt to reconnect, retake the lock,
     /// and check whether the buffer survived. The caller retries with back-off.
     ///
-    /// The lock still held is another process's only after [`LOCK_GRACE`]:
-    /// until then it may be this shard's own old session, which the server
-    /// ends only when it notices the connection is gone (a terminated
-    /// backend exiting, or a network cut its keepalives detect).
+    /// A lock found held is retried for a while ([`tidemark_store::LockGrace`]).
     pub async fn reconnect(&mut self, url: &str) -> Result<(), ShardError> {
         self.unchecked = true;
         match connect(&self.config, &self.layout, url).await {
             Ok(c) => {
                 self.client = c;
-                self.lock_refused_since = None;
+                self.lock_grace.taken();
                 self.check_sentinel(true).await?;
                 // A crash can lose partitions whose creation had not reached the WAL.
                 self.load_partitions().await?;
@@ -273,14 +265,10 @@ impl Writer {
                 Ok(())
             }
             Err(ShardError::AlreadyRunning { pid, .. }) => {
-                let since = *self.lock_refused_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= LOCK_GRACE {
-                    return Err(ShardError::LockLost(self.config.name.clone()));
+                match self.lock_grace.refused("the shard's lock", pid) {
+                    Some(e) => Err(ShardError::Store(e)),
+                    None => Err(ShardError::LockLost(self.config.name.clone())),
                 }
-                Err(ShardError::Store(StoreError::Pool(format!(
-                    "the shard's lock is still held (pid {pid}), perhaps by its own lost session; waiting up to {}s",
-                    LOCK_GRACE.as_secs()
-                ))))
             }
             Err(e) => Err(e),
         }
@@ -317,8 +305,16 @@ impl Writer {
             self.reference = Some(self.reference.map_or(r, |e| e.max(r)));
         }
         self.pending_events += chunk.events.len();
-        // For the liveness gate, heard when the writer holds the events (not
-        // when intake reads them): a sweep the gate lets go then has them.
+        if self.gate.is_some() {
+            self.note_heard(&chunk);
+        }
+        self.pending.push(chunk);
+    }
+
+    /// For the liveness gate: which sockets a chunk's events came on, noted
+    /// when the writer holds them (not when intake reads them), so a sweep
+    /// the gate lets go has them.
+    fn note_heard(&self, chunk: &Chunk) {
         let now = wall_ms();
         let (mut high, mut low) = (false, false);
         for e in &chunk.events {
@@ -337,7 +333,6 @@ impl Writer {
         if low {
             self.counters.live.heard(true, now);
         }
-        self.pending.push(chunk);
     }
 
     /// The clock as it stands now; `None` before the first tick of an event clock.
