@@ -106,10 +106,10 @@ fn check(files: &[std::path::PathBuf], json: bool) -> anyhow::Result<()> {
     for f in files {
         let c = tidemark_shard::Config::from_file(f)
             .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
-        let prefixes = if c.prefixes.is_empty() {
+        let prefixes = if c.subscription.prefixes.is_empty() {
             (0..16).map(|d| format!("{d:x}")).collect()
         } else {
-            c.prefixes.clone()
+            c.subscription.prefixes.clone()
         };
         sets.push((c.name, prefixes));
     }

@@ -195,7 +195,7 @@ fn the_example_configurations_parse() {
     }
     let l = tidemark_trainer::Config::from_file(&dir.join("learner.toml")).unwrap();
     assert!(l.needs_default_database());
-    tidemark_profile::Config::from_file(&dir.join("profiles.toml")).unwrap();
+    tidemark_profiles::Config::from_file(&dir.join("profiles.toml")).unwrap();
 }
 
 #[test]

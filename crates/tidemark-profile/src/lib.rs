@@ -6,18 +6,16 @@
 //! identifiers (`kind:value`, validated, compared bytewise) and an event's
 //! identities, a person (counters and per-type count, first and last by
 //! stored position, size, and the master rule, with exact counting and
-//! merging: the code the profile process runs), and the profile process's
-//! configuration. Knows nothing of sockets, databases or runtimes.
+//! merging: the code the profile process runs). Knows nothing of sockets,
+//! databases, files or runtimes.
 
 #![warn(missing_docs)]
 
-mod config;
 mod counter;
 mod identifier;
 mod identity;
 mod person;
 
-pub use config::{Config, ConfigError, CounterDef};
 pub use counter::Decayed;
 pub use identifier::{BadIdentifier, Identifier};
 pub use identity::Identities;

@@ -1,8 +1,8 @@
-//! ZeroMQ intake for the profile process: the shard's two sockets read
-//! round-robin (SPEC 4), the shard's decoder and clocks (SPEC 1, 6), and each
-//! event's identifiers judged (SPEC 11). Chunks go to the coordinator over a
-//! bounded channel: when it is full, intake stops reading and ZeroMQ's queues
-//! hold the backlog.
+//! The profile process's side of intake (the sockets, the door and the
+//! reading thread are `tidemark-intake`'s): each accepted event's
+//! identifiers judged (SPEC 11) and counts by reason kept for the
+//! coordinator. Chunks go to the coordinator over a bounded channel: when it
+//! is full, intake stops reading and ZeroMQ's queues hold the backlog.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,18 +10,17 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tidemark_profile::{Config, Identities};
-use tidemark_shard::clock::{EventClock, Socket};
-use tidemark_shard::intake::{read_rest, subscriptions, wall_ms, RejectLog};
-use tidemark_wire::{Decoder, Message, Reject, Txid};
+use tidemark_intake::{wall_ms, ClockKind, Door, Handler, Intake, IntakeError, Socket, Sockets};
+use tidemark_profile::Identities;
+use tidemark_wire::{Decoder, Event as WireEvent, Reject, Tick, Txid, Types};
 use tokio::sync::mpsc;
+
+use crate::config::Config;
 
 /// Events per chunk handed over.
 const CHUNK_EVENTS: usize = 4096;
 /// Longest an event waits in intake before its chunk is handed over.
 const CHUNK_AGE: Duration = Duration::from_millis(20);
-/// Messages read from one socket before turning to the other.
-const BURST: usize = 256;
 
 /// One event as the profile process reads it.
 #[derive(Debug, Clone)]
@@ -53,22 +52,6 @@ pub struct Chunk {
 /// drained by the coordinator into `tidemark.profile_counts`.
 pub type Tally = Arc<Mutex<BTreeMap<String, i64>>>;
 
-/// Why intake could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum IntakeError {
-    /// A socket could not be set up or connected.
-    #[error("zmq ({what}): {error}")]
-    Socket {
-        /// The step refused, or the endpoint.
-        what: String,
-        /// ZeroMQ's error.
-        error: zmq::Error,
-    },
-    /// The thread could not start.
-    #[error("spawn intake thread: {0}")]
-    Thread(std::io::Error),
-}
-
 /// Opens both sockets and starts the intake thread.
 pub fn spawn(
     config: &Config,
@@ -78,187 +61,48 @@ pub fn spawn(
     out: mpsc::Sender<Chunk>,
     stop: Arc<AtomicBool>,
 ) -> Result<JoinHandle<()>, IntakeError> {
-    let ctx = zmq::Context::new();
-    let high: Vec<&str> = config
-        .types
-        .iter()
-        .map(String::as_str)
-        .filter(|t| matches!(*t, "auction" | "bid" | "impression"))
-        .collect();
-    let low: Vec<&str> = config
-        .types
-        .iter()
-        .map(String::as_str)
-        .filter(|t| !high.contains(t))
-        .collect();
-    let open = |types: &[&str]| -> Result<zmq::Socket, IntakeError> {
-        let fail = |what: &str| {
-            let what = what.to_owned();
-            move |error| IntakeError::Socket { what, error }
-        };
-        let s = ctx.socket(zmq::SUB).map_err(fail("create"))?;
-        s.set_rcvhwm(config.rcvhwm).map_err(fail("rcvhwm"))?;
-        s.set_linger(0).map_err(fail("linger"))?;
-        for sub in subscriptions(types, &config.prefixes) {
-            s.set_subscribe(sub.as_bytes()).map_err(fail("subscribe"))?;
-        }
-        for ep in &config.endpoints {
-            s.connect(ep).map_err(fail(&format!("connect {ep}")))?;
-        }
-        Ok(s)
-    };
-    let sockets = [(Socket::High, open(&high)?), (Socket::Low, open(&low)?)];
-    let mut state = Intake {
+    let types: Vec<&str> = config.types.iter().map(String::as_str).collect();
+    let sockets = Sockets::open(&config.subscription, &types)?;
+    let intake = Intake {
         decoder: Decoder::new(config.known.clone()),
-        types: config.types.clone(),
-        event_clock: config.event_clock,
-        clock: EventClock::new(config.lateness, config.publisher_timeout, saved_clock),
-        max_future: config.max_future.as_millis() as i64,
-        newest_tick: None,
-        saved_reference: saved_reference.unwrap_or(i64::MIN),
-        tally,
-        chunk: Chunk::default(),
-        started: Instant::now(),
-        out,
-        log: RejectLog::default(),
+        // SPEC 11: an event's own `ts` is bounded too.
+        door: Door::new(&config.subscription, saved_clock, saved_reference),
+        bound_ts: true,
+        handler: Profiles {
+            types: config.types.clone(),
+            wall_clock: config.subscription.clock == ClockKind::Wall,
+            known: config.known.clone(),
+            tally,
+            chunk: Chunk::default(),
+            started: Instant::now(),
+            out,
+        },
     };
-    std::thread::Builder::new()
-        .name("profile-intake".into())
-        .spawn(move || {
-            state.run(&sockets, &stop);
-            drop(sockets);
-            drop(ctx);
-        })
-        .map_err(IntakeError::Thread)
+    tidemark_intake::spawn("profile-intake", sockets, intake, stop)
 }
 
-struct Intake {
-    decoder: Decoder,
+struct Profiles {
     types: Vec<String>,
-    event_clock: bool,
-    clock: EventClock,
-    max_future: i64,
-    newest_tick: Option<i64>,
-    saved_reference: i64,
+    wall_clock: bool,
+    /// Names the types of decoded events.
+    known: Types,
     tally: Tally,
     chunk: Chunk,
     started: Instant,
     out: mpsc::Sender<Chunk>,
-    log: RejectLog,
 }
 
-impl Intake {
-    fn run(&mut self, sockets: &[(Socket, zmq::Socket); 2], stop: &AtomicBool) {
-        let mut topic = zmq::Message::new();
-        let mut payload = zmq::Message::new();
-        let mut extra = zmq::Message::new();
-        while !stop.load(Ordering::Relaxed) {
-            let mut idle = true;
-            for (which, sock) in sockets {
-                for _ in 0..BURST {
-                    match sock.recv(&mut topic, zmq::DONTWAIT) {
-                        Ok(()) => {
-                            idle = false;
-                            let frames = read_rest(sock, &topic, &mut payload, &mut extra);
-                            self.handle(*which, &topic, &payload, frames);
-                        }
-                        Err(zmq::Error::EAGAIN) => break,
-                        Err(e) => {
-                            tracing::warn!("zmq receive: {e}");
-                            break;
-                        }
-                    }
-                }
-            }
-            self.advance();
-            if !self.hand_over(false, stop) {
-                return;
-            }
-            if idle {
-                let mut items = [
-                    sockets[0].1.as_poll_item(zmq::POLLIN),
-                    sockets[1].1.as_poll_item(zmq::POLLIN),
-                ];
-                let _ = zmq::poll(&mut items, 20);
-            }
-        }
-        self.hand_over(true, stop);
-    }
-
-    fn advance(&mut self) {
-        if self.event_clock {
-            if let Some(v) = self.clock.advance(Instant::now()) {
-                self.chunk.clock = Some(v);
-            }
-        } else {
-            self.chunk.clock = Some(wall_ms());
-        }
-    }
-
+impl Profiles {
     fn count(&self, reason: &str) {
         let mut t = self.tally.lock().expect("tally lock");
         *t.entry(reason.to_owned()).or_default() += 1;
     }
 
-    fn handle(&mut self, which: Socket, topic: &[u8], payload: &[u8], frames: usize) {
-        let decoded = if frames == 2 {
-            self.decoder.decode(topic, payload)
-        } else {
-            Err(Reject::FrameCount(frames))
-        };
-        match decoded {
-            Ok(Message::Event(e)) => {
-                let name = self.decoder.types().name(e.kind);
-                let Some(type_index) = self.types.iter().position(|t| t == name) else {
-                    return; // subscribed by a shared prefix only; not read
-                };
-                let created = e.txid.created_ms() as i64;
-                let limit = self.reference() + self.max_future;
-                if created > limit || e.ts > limit {
-                    self.count("future");
-                    self.log
-                        .log("future", topic, "txid or ts beyond max_future");
-                    return;
-                }
-                self.chunk.events.push(Event {
-                    type_index,
-                    txid: e.txid,
-                    created,
-                    ts: e.ts,
-                    ids: Identities::read(e.identity.user, e.identity.ids),
-                });
-            }
-            Ok(Message::Tick(t)) => {
-                if t.ts > self.reference() + self.max_future {
-                    self.count("future_tick");
-                    self.log.log("future_tick", topic, "a tick too far ahead");
-                    return;
-                }
-                if self.newest_tick.is_none_or(|n| t.ts > n) {
-                    self.newest_tick = Some(t.ts);
-                    self.chunk.reference = Some(t.ts);
-                }
-                if self.event_clock {
-                    if let Some(v) = self.clock.tick(which, &t.publisher, t.ts, Instant::now()) {
-                        self.chunk.clock = Some(v);
-                    }
-                }
-            }
-            Err(r) => {
-                self.count(&format!("rejected_{}", r.reason()));
-                self.log.log(r.reason(), topic, &r.to_string());
-            }
-        }
-    }
-
-    /// As in a shard (SPEC 1): wall time, or under the event clock the newest
-    /// tick heard (before the first: the larger of wall time and the saved one).
-    fn reference(&self) -> i64 {
-        match (self.event_clock, self.newest_tick) {
-            (true, Some(t)) => t,
-            (true, None) => wall_ms().max(self.saved_reference),
-            (false, _) => wall_ms(),
-        }
+    /// The index of an event's type among those read; `None` for a type
+    /// subscribed by a shared prefix only.
+    fn type_index(&self, e: &WireEvent<'_>) -> Option<usize> {
+        let name = self.known.name(e.kind);
+        self.types.iter().position(|t| t == name)
     }
 
     /// Hands the chunk over when full or old enough; blocks while the
@@ -290,5 +134,57 @@ impl Intake {
                 }
             }
         }
+    }
+}
+
+impl Handler for Profiles {
+    fn event(&mut self, _: Socket, e: WireEvent<'_>) {
+        let Some(type_index) = self.type_index(&e) else {
+            return;
+        };
+        self.chunk.events.push(Event {
+            type_index,
+            txid: e.txid,
+            created: e.txid.created_ms() as i64,
+            ts: e.ts,
+            ids: Identities::read(e.identity.user, e.identity.ids),
+        });
+    }
+
+    fn future(&mut self, _: Socket, e: &WireEvent<'_>) {
+        if self.type_index(e).is_some() {
+            self.count("future");
+        }
+    }
+
+    fn tick(&mut self, _: Socket, _: &Tick<'_>, reference: Option<i64>, clock: Option<i64>) {
+        if reference.is_some() {
+            self.chunk.reference = reference;
+        }
+        if clock.is_some() {
+            self.chunk.clock = clock;
+        }
+    }
+
+    fn future_tick(&mut self) {
+        self.count("future_tick");
+    }
+
+    fn rejected(&mut self, r: &Reject) {
+        self.count(&format!("rejected_{}", r.reason()));
+    }
+
+    fn turn(&mut self, clock: Option<i64>, stop: &AtomicBool) -> bool {
+        if self.wall_clock {
+            self.chunk.clock = Some(wall_ms());
+        } else if clock.is_some() {
+            self.chunk.clock = clock;
+        }
+        self.hand_over(false, stop)
+    }
+
+    fn finish(&mut self) {
+        // The last hand-over waits for room whatever `stop` says.
+        self.hand_over(true, &AtomicBool::new(true));
     }
 }

@@ -1,7 +1,8 @@
 //! The profile process (SPEC 11): `tidemark profiles --config FILE`.
 //!
-//! Owns: intake over ZeroMQ (the shard's sockets, decoder and clocks), the
-//! coordinator that batches events, drops copies within a batch, judges
+//! Owns: its configuration, its side of intake (identifiers judged, counts
+//! by reason; the sockets, door and clock are `tidemark-intake`'s), the
+//! coordinator (its [`Step`] of the shared run loop) that batches events, drops copies within a batch, judges
 //! staleness and routes each event by the person it counts for to one of
 //! `workers` workers, and the workers that apply a batch each in one
 //! transaction. Batches are applied one after another: a batch's first
@@ -12,6 +13,7 @@
 
 #![warn(missing_docs)]
 
+pub mod config;
 pub mod intake;
 mod links;
 mod worker;
@@ -19,17 +21,18 @@ mod worker;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tidemark_profile::{Config, CounterSlot};
-use tidemark_shard::Backoff;
+use tidemark_intake::{drive, DriveError, Failure, Step};
+use tidemark_profile::CounterSlot;
 use tidemark_store::profiles::{self as store, Daily, Saved, DAY_MS};
 use tidemark_store::StoreError;
 use tokio::sync::mpsc;
 use tokio_postgres::Client;
 
+pub use config::{Config, ConfigError, CounterDef};
 use intake::{Chunk, Event, Tally};
 use worker::{Layout, Work, Worker};
 
@@ -60,7 +63,10 @@ pub enum ProfilesError {
     },
     /// Intake could not start.
     #[error(transparent)]
-    Intake(#[from] intake::IntakeError),
+    Intake(#[from] tidemark_intake::IntakeError),
+    /// The intake thread panicked (after what was accepted was applied).
+    #[error("the intake thread panicked: {0}")]
+    IntakePanicked(String),
     /// The database stayed away for the whole `shutdown_timeout`.
     #[error("stopped without applying {unwritten} accepted events: the database stayed away for the whole shutdown_timeout ({waited:?}); last error: {error}")]
     ShutdownTimeout {
@@ -83,7 +89,6 @@ pub struct Summary {
 /// How often the clock and intake's counts are saved, and whole days behind
 /// the clock retired (a check of two small sets; DDL only when a day ends).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
-const REPORT_EVERY: Duration = Duration::from_secs(10);
 /// Entries per link-stage transaction: under saturating linked ingest on the
 /// 2-core machine, 1,000 held some transactions 100-160 ms, 500 about 80 ms
 /// at p99 for the same throughput (docs/benchmarks.md).
@@ -96,7 +101,7 @@ pub async fn run(
     url: &str,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Summary, ProfilesError> {
-    let mut main = open_main(url, &config.name).await?;
+    let main = open_main(url, &config.name).await?;
     let saved = store::register(&main, &config.name, &describe(&config)).await?;
     let layout = define(&main, &config).await?;
     let mut workers = Vec::new();
@@ -108,7 +113,7 @@ pub async fn run(
     }
     let tally: Tally = Default::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let (tx, mut rx) = mpsc::channel::<Chunk>(16);
+    let (tx, rx) = mpsc::channel::<Chunk>(16);
     let intake = intake::spawn(
         &config,
         saved.clock_ms,
@@ -119,11 +124,24 @@ pub async fn run(
     )?;
     tracing::info!(
         name = config.name,
-        endpoints = ?config.endpoints,
-        prefixes = ?config.prefixes,
+        endpoints = ?config.subscription.endpoints,
+        prefixes = ?config.subscription.prefixes,
+        clock = ?config.subscription.clock,
         workers = config.workers,
         "profile process started"
     );
+    let board = tidemark_metrics::Board::default();
+    let _metrics = match &config.metrics_addr {
+        Some(addr) => {
+            let b = board.clone();
+            let e = tidemark_metrics::serve(addr, move || b.read())
+                .map_err(|e| ProfilesError::Metrics(e.to_string()))?;
+            tracing::info!(addr = e.addr, "serving metrics at /metrics");
+            Some(e)
+        }
+        None => None,
+    };
+    let shutdown_timeout = config.shutdown_timeout;
     let mut p = Process {
         seen_days: store::partitions(&main, Daily::Seen)
             .await?
@@ -142,177 +160,152 @@ pub async fn run(
         tally,
         run_counts: BTreeMap::new(),
         hasher: std::collections::hash_map::RandomState::new(),
+        main,
+        url,
+        lock_grace: tidemark_store::LockGrace::default(),
+        oldest: None,
+        next_status: Instant::now(),
+        board,
     };
-
-    let board = tidemark_metrics::Board::default();
-    let _metrics = match &p.config.metrics_addr {
-        Some(addr) => {
-            let b = board.clone();
-            let e = tidemark_metrics::serve(addr, move || b.read())
-                .map_err(|e| ProfilesError::Metrics(e.to_string()))?;
-            tracing::info!(addr = e.addr, "serving metrics at /metrics");
-            Some(e)
+    match drive(&mut p, intake, stop, rx, shutdown, shutdown_timeout).await {
+        Ok(()) => {}
+        Err(DriveError::Fatal(e)) => return Err(e),
+        Err(DriveError::ShutdownTimeout {
+            unwritten,
+            waited,
+            error,
+        }) => {
+            return Err(ProfilesError::ShutdownTimeout {
+                unwritten,
+                waited,
+                error,
+            })
         }
-        None => None,
-    };
-    tokio::pin!(shutdown);
-    let mut oldest: Option<Instant> = None;
-    let mut backoff = Backoff::new();
-    let mut retry_at: Option<Instant> = None;
-    let (mut next_status, mut next_report) = (Instant::now(), Instant::now() + REPORT_EVERY);
-    let mut lock_grace = tidemark_store::LockGrace::default();
-    loop {
-        let now = Instant::now();
-        // After an error, the retry time; else a full batch goes at once
-        // and a partial one waits up to batch_delay.
-        let due = match retry_at {
-            Some(t) => Some(t),
-            None if p.pending.len() >= p.config.batch_events => Some(now),
-            None => oldest.map(|t| t + p.config.batch_delay),
-        };
-        let wake = [due, Some(next_status)]
-            .into_iter()
-            .flatten()
-            .min()
-            .expect("status is always scheduled");
-        let room = p.pending.len() < 2 * p.config.batch_events;
-        tokio::select! {
-            biased;
-            _ = &mut shutdown => break,
-            chunk = rx.recv(), if room => match chunk {
-                Some(c) => {
-                    if !c.events.is_empty() {
-                        oldest.get_or_insert(now);
-                    }
-                    p.take(c);
-                }
-                None => break,
-            },
-            _ = tokio::time::sleep_until(wake.into()) => {}
-        }
-        let now = Instant::now();
-        if retry_at.is_some_and(|t| now < t) {
-            // Backing off: the status tick only posts what a scrape shows
-            // (and moves on, or the loop would wake for it at once again).
-            if now >= next_status {
-                board.post(p.samples());
-                next_status = now + STATUS_EVERY;
-            }
-            continue;
-        }
-        let full = p.pending.len() >= p.config.batch_events;
-        let old = oldest.is_some_and(|t| now >= t + p.config.batch_delay);
-        let mut result = Ok(());
-        // Reconnect when the connection is needed, not when it was lost: one
-        // opened then would have the whole back-off to be cut again.
-        if (full || old || p.inflight.is_some() || now >= next_status) && main.is_closed() {
-            match reopen_main(url, &p.config.name, &mut lock_grace).await {
-                Ok(c) => main = c,
-                Err(ProfilesError::Store(e)) => result = Err(ProfilesError::Store(e)),
-                Err(other) => return Err(other),
-            }
-        }
-        if result.is_ok() && (full || old || p.inflight.is_some()) {
-            result = p.step(&mut main, url).await;
-            if result.is_ok() && p.pending.is_empty() {
-                oldest = None;
-            } else if result.is_ok() {
-                oldest = Some(now);
-            }
-        }
-        if now >= next_status {
-            // Once a second, the database there or not: the loop turns per
-            // chunk, a scrape needs no more.
-            board.post(p.samples());
-            if result.is_ok() {
-                result = p.save_status(&main).await;
-            }
-            if result.is_ok() && p.inflight.is_none() {
-                result = p.retire(&main).await;
-            }
-            next_status = now + STATUS_EVERY;
-        }
-        match result {
-            Ok(()) => {
-                if let Some(since) = backoff.since {
-                    tracing::info!(
-                        "database is back after {:.1}s",
-                        since.elapsed().as_secs_f64()
-                    );
-                }
-                backoff.reset();
-                retry_at = None;
-            }
-            Err(ProfilesError::Store(e)) => {
-                let wait = backoff.fail();
-                tracing::warn!(
-                    "database error, holding {} events and retrying in {:.1}s: {e}",
-                    p.held(),
-                    wait.as_secs_f64()
-                );
-                *p.run_counts
-                    .entry(format!("db_errors_{:?}", e.class()).to_lowercase())
-                    .or_default() += 1;
-                retry_at = Some(Instant::now() + wait);
-            }
-            Err(other) => return Err(other),
-        }
-        if now >= next_report {
-            tracing::info!(
-                held = p.held(),
-                counts = ?p.run_counts,
-                clock = ?p.saved.clock_ms,
-                "profile process"
-            );
-            next_report = now + REPORT_EVERY;
-        }
-    }
-
-    // Clean stop: no more reading; apply what is held, for at most shutdown_timeout.
-    stop.store(true, Ordering::Relaxed);
-    let intake_done = tokio::task::spawn_blocking(move || intake.join());
-    while let Some(c) = rx.recv().await {
-        p.take(c);
-    }
-    let _ = intake_done.await;
-    let deadline = Instant::now() + p.config.shutdown_timeout;
-    let mut backoff = Backoff::new();
-    loop {
-        let result = async {
-            if main.is_closed() {
-                main = reopen_main(url, &p.config.name, &mut lock_grace).await?;
-            }
-            while p.held() > 0 {
-                p.step(&mut main, url).await?;
-            }
-            p.save_status(&main).await
-        }
-        .await;
-        match result {
-            Ok(()) => break,
-            Err(ProfilesError::Store(e)) => {
-                let wait = backoff.fail();
-                if Instant::now() + wait >= deadline {
-                    return Err(ProfilesError::ShutdownTimeout {
-                        unwritten: p.held(),
-                        waited: p.config.shutdown_timeout,
-                        error: e.to_string(),
-                    });
-                }
-                tracing::warn!(
-                    "stopping: cannot apply {} events yet, retrying in {:.1}s: {e}",
-                    p.held(),
-                    wait.as_secs_f64()
-                );
-                tokio::time::sleep(wait).await;
-            }
-            Err(other) => return Err(other),
-        }
+        Err(DriveError::IntakePanicked(what)) => return Err(ProfilesError::IntakePanicked(what)),
     }
     tracing::info!(counts = ?p.run_counts, "profile process stopped cleanly");
     Ok(Summary {
         counts: p.run_counts,
     })
+}
+
+/// A database error is retried; anything else ends the process.
+fn failure(e: ProfilesError) -> Failure<ProfilesError> {
+    match e {
+        ProfilesError::Store(_) => Failure::Retry(e),
+        other => Failure::Fatal(other),
+    }
+}
+
+impl Step for Process<'_> {
+    type Chunk = Chunk;
+    type Error = ProfilesError;
+
+    fn take(&mut self, c: Chunk, now: Instant) {
+        if !c.events.is_empty() {
+            self.oldest.get_or_insert(now);
+        }
+        self.pending.extend(c.events);
+        if let Some(v) = c.clock {
+            self.saved.clock_ms = Some(self.saved.clock_ms.map_or(v, |o| o.max(v)));
+        }
+        if let Some(v) = c.reference {
+            self.saved.reference_ms = Some(self.saved.reference_ms.map_or(v, |o| o.max(v)));
+        }
+    }
+
+    fn room(&self) -> bool {
+        self.pending.len() < 2 * self.config.batch_events
+    }
+
+    /// A full batch goes at once, a partial one waits up to `batch_delay`;
+    /// the status is saved every `STATUS_EVERY`.
+    fn due(&self, now: Instant) -> Instant {
+        if self.pending.len() >= self.config.batch_events {
+            return now;
+        }
+        let batch = self.oldest.map(|t| t + self.config.batch_delay);
+        batch.map_or(self.next_status, |b| b.min(self.next_status))
+    }
+
+    fn due_while_waiting(&self) -> Option<Instant> {
+        Some(self.next_status)
+    }
+
+    /// Backing off: only what a scrape shows is posted.
+    fn wait(&mut self, now: Instant) {
+        self.board.post(self.samples());
+        self.next_status = now + STATUS_EVERY;
+    }
+
+    async fn work(&mut self, now: Instant) -> Result<(), Failure<ProfilesError>> {
+        let full = self.pending.len() >= self.config.batch_events;
+        let old = self
+            .oldest
+            .is_some_and(|t| now >= t + self.config.batch_delay);
+        let apply = full || old || self.inflight.is_some();
+        let status = now >= self.next_status;
+        let mut result = Ok(());
+        // Reconnect when the connection is needed, not when it was lost: one
+        // opened then would have the whole back-off to be cut again.
+        if (apply || status) && self.main.is_closed() {
+            match reopen_main(self.url, &self.config.name, &mut self.lock_grace).await {
+                Ok(c) => self.main = c,
+                Err(e) => result = Err(e),
+            }
+        }
+        if result.is_ok() && apply {
+            result = self.step().await;
+            if result.is_ok() {
+                self.oldest = (!self.pending.is_empty()).then_some(now);
+            }
+        }
+        if status {
+            // Once a second, the database there or not: the loop turns per
+            // chunk, a scrape needs no more.
+            self.board.post(self.samples());
+            if result.is_ok() {
+                result = self.save_status().await;
+            }
+            if result.is_ok() && self.inflight.is_none() {
+                result = self.retire().await;
+            }
+            self.next_status = now + STATUS_EVERY;
+        }
+        if let Err(ProfilesError::Store(e)) = &result {
+            *self
+                .run_counts
+                .entry(format!("db_errors_{:?}", e.class()).to_lowercase())
+                .or_default() += 1;
+        }
+        result.map_err(failure)
+    }
+
+    fn held(&self) -> usize {
+        self.pending.len() + self.inflight.as_ref().map_or(0, |i| i.events().count())
+    }
+
+    fn report(&mut self, queued: usize) {
+        tracing::info!(
+            held = self.held(),
+            queued,
+            counts = ?self.run_counts,
+            clock = ?self.saved.clock_ms,
+            "profile process"
+        );
+    }
+
+    async fn finish(&mut self) -> Result<(), Failure<ProfilesError>> {
+        if self.main.is_closed() {
+            self.main = reopen_main(self.url, &self.config.name, &mut self.lock_grace)
+                .await
+                .map_err(failure)?;
+        }
+        while self.held() > 0 {
+            self.step().await.map_err(failure)?;
+        }
+        self.save_status().await.map_err(failure)
+    }
 }
 
 /// A worker connection's `application_name`.
@@ -356,10 +349,10 @@ async fn reopen_main(
 /// The configuration as registered in `tidemark.profile_process.config`.
 fn describe(c: &Config) -> serde_json::Value {
     serde_json::json!({
-        "endpoints": c.endpoints,
-        "prefixes": c.prefixes,
+        "endpoints": c.subscription.endpoints,
+        "prefixes": c.subscription.prefixes,
         "rate": c.rate(),
-        "clock": if c.event_clock { "event" } else { "wall" },
+        "clock": if c.subscription.clock == tidemark_intake::ClockKind::Event { "event" } else { "wall" },
         "types": c.types,
         "dedup_ms": c.dedup.as_millis() as i64,
         "trail_ms": c.trail.map(|t| t.as_millis() as i64),
@@ -534,7 +527,7 @@ impl Inflight {
     }
 }
 
-struct Process {
+struct Process<'a> {
     config: Config,
     layout: Layout,
     workers: Vec<Worker>,
@@ -549,34 +542,35 @@ struct Process {
     seen_days: BTreeSet<i64>,
     trail_days: BTreeSet<i64>,
     hasher: std::collections::hash_map::RandomState,
+    /// The coordinator's connection: the lock, the link stage, status.
+    main: Client,
+    url: &'a str,
+    lock_grace: tidemark_store::LockGrace,
+    /// When the oldest event not yet in a batch arrived.
+    oldest: Option<Instant>,
+    next_status: Instant,
+    board: tidemark_metrics::Board,
 }
 
-impl Process {
-    fn take(&mut self, c: Chunk) {
-        self.pending.extend(c.events);
-        if let Some(v) = c.clock {
-            self.saved.clock_ms = Some(self.saved.clock_ms.map_or(v, |o| o.max(v)));
-        }
-        if let Some(v) = c.reference {
-            self.saved.reference_ms = Some(self.saved.reference_ms.map_or(v, |o| o.max(v)));
-        }
-    }
-
-    /// Events accepted and not yet committed.
-    fn held(&self) -> usize {
-        self.pending.len() + self.inflight.as_ref().map_or(0, |i| i.events().count())
-    }
-
+impl Process<'_> {
     /// Forms the next batch if none is in flight; applies its links, then
     /// routes the rest by person and applies every part not yet committed,
     /// concurrently. What fails stays for the retry; what committed stays so.
-    async fn step(&mut self, main: &mut Client, url: &str) -> Result<(), ProfilesError> {
+    async fn step(&mut self) -> Result<(), ProfilesError> {
         if self.inflight.is_none() {
             let n = self.pending.len().min(self.config.batch_events);
             let events: Vec<Event> = self.pending.drain(..n).collect();
             self.inflight = Some(self.judge(events));
         }
-        self.ensure_partitions(main).await?;
+        let (main, url) = (&mut self.main, self.url);
+        ensure_partitions(
+            main,
+            &self.config,
+            self.inflight.as_ref(),
+            &mut self.seen_days,
+            &mut self.trail_days,
+        )
+        .await?;
         let inflight = self.inflight.as_mut().expect("formed above");
         let caps = links::Caps {
             max_ids: self.config.max_ids,
@@ -703,37 +697,9 @@ impl Process {
         Some(day_of(now - trail))
     }
 
-    async fn ensure_partitions(&mut self, main: &Client) -> Result<(), ProfilesError> {
-        let Some(inflight) = &self.inflight else {
-            return Ok(());
-        };
-        let mut seen = BTreeSet::new();
-        let mut trail = BTreeSet::new();
-        for e in inflight.events() {
-            seen.insert(day_of(e.created));
-            if self.config.trail.is_some() {
-                trail.insert(day_of(e.ts));
-            }
-        }
-        // The batch's own horizon: the clock may have moved since it was judged.
-        let trail_from = inflight.trail_from.unwrap_or(i64::MAX);
-        for d in seen {
-            if !self.seen_days.contains(&d) {
-                store::create_partition(main, Daily::Seen, d).await?;
-                self.seen_days.insert(d);
-            }
-        }
-        for d in trail.into_iter().filter(|d| *d >= trail_from) {
-            if !self.trail_days.contains(&d) {
-                store::create_partition(main, Daily::Trail, d).await?;
-                self.trail_days.insert(d);
-            }
-        }
-        Ok(())
-    }
-
     /// Drops whole days no copy or trail can need any more.
-    async fn retire(&mut self, main: &Client) -> Result<(), ProfilesError> {
+    async fn retire(&mut self) -> Result<(), ProfilesError> {
+        let main = &self.main;
         let Some(clock) = self.saved.clock_ms else {
             return Ok(());
         };
@@ -793,7 +759,8 @@ impl Process {
         v
     }
 
-    async fn save_status(&mut self, main: &Client) -> Result<(), ProfilesError> {
+    async fn save_status(&mut self) -> Result<(), ProfilesError> {
+        let main = &self.main;
         let counts: Vec<(String, i64)> =
             std::mem::take(&mut *self.tally.lock().expect("tally lock"))
                 .into_iter()
@@ -814,6 +781,42 @@ impl Process {
             }
         }
     }
+}
+
+/// Creates the day partitions a batch's first-copy marks and trail rows need.
+async fn ensure_partitions(
+    main: &Client,
+    config: &Config,
+    inflight: Option<&Inflight>,
+    seen_days: &mut BTreeSet<i64>,
+    trail_days: &mut BTreeSet<i64>,
+) -> Result<(), ProfilesError> {
+    let Some(inflight) = inflight else {
+        return Ok(());
+    };
+    let mut seen = BTreeSet::new();
+    let mut trail = BTreeSet::new();
+    for e in inflight.events() {
+        seen.insert(day_of(e.created));
+        if config.trail.is_some() {
+            trail.insert(day_of(e.ts));
+        }
+    }
+    // The batch's own horizon: the clock may have moved since it was judged.
+    let trail_from = inflight.trail_from.unwrap_or(i64::MAX);
+    for d in seen {
+        if !seen_days.contains(&d) {
+            store::create_partition(main, Daily::Seen, d).await?;
+            seen_days.insert(d);
+        }
+    }
+    for d in trail.into_iter().filter(|d| *d >= trail_from) {
+        if !trail_days.contains(&d) {
+            store::create_partition(main, Daily::Trail, d).await?;
+            trail_days.insert(d);
+        }
+    }
+    Ok(())
 }
 
 /// The worker of a key (a person, or an identifier or txid without one).

@@ -6,29 +6,23 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tidemark_intake::{Keys, Subscription};
 use tidemark_wire::{parse_duration, Types};
+
+pub use tidemark_intake::ClockKind;
 
 /// A validated shard configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The shard's name: its schema is `shard_<name>`.
     pub name: String,
-    /// ZeroMQ endpoints to connect both sockets to.
-    pub endpoints: Vec<String>,
-    /// Empty means every transaction (share 1).
-    pub prefixes: Vec<String>,
+    /// Endpoints, prefixes, clock and door bounds (shared with every
+    /// subscribing process).
+    pub subscription: Subscription,
     /// `None`: the embedded default (SPEC 9).
     pub database_url: Option<String>,
-    /// Which clock sweeps follow.
-    pub clock: ClockKind,
-    /// How far behind the oldest publisher's tick the event clock stays.
-    pub lateness: Duration,
-    /// A publisher silent this long stops holding the clock back.
-    pub publisher_timeout: Duration,
     /// How often watermarks advance.
     pub period: Duration,
-    /// How far ahead of the reference an event or tick may be (SPEC 1).
-    pub max_future: Duration,
     /// Built-in and custom event types.
     pub types: Types,
     /// The attribution windows.
@@ -37,8 +31,6 @@ pub struct Config {
     pub grace: Windows,
     /// Extra targets beyond `ctr`, `cvr_short`, `cvr_long`.
     pub targets: Vec<Target>,
-    /// ZeroMQ receive high-water mark, per socket.
-    pub rcvhwm: i32,
     /// Events per batch written to PostgreSQL.
     pub batch_events: usize,
     /// Longest an event waits in memory before its batch is written.
@@ -67,15 +59,6 @@ pub struct Config {
     /// The liveness gate (`crate::liveness`): the low socket's silence that
     /// closes it, and the longest it holds. Off when `None`.
     pub liveness: Option<(Duration, Duration)>,
-}
-
-/// Which clock drives the watermarks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClockKind {
-    /// Wall time.
-    Wall,
-    /// Event time from publishers' ticks.
-    Event,
 }
 
 /// The four default windows, measured from the transaction's creation.
@@ -155,7 +138,7 @@ struct Raw {
     grace: BTreeMap<String, String>,
     #[serde(default)]
     targets: Vec<RawTarget>,
-    rcvhwm: Option<i32>,
+    rcvhwm: Option<i64>,
     batch_events: Option<usize>,
     batch_delay: Option<String>,
     max_pending: Option<usize>,
@@ -222,35 +205,19 @@ impl Config {
         })?;
         let name = raw.name.ok_or_else(|| err("name", "is required"))?;
         validate_name(&name).map_err(|m| err("name", m))?;
-        if raw.prefixes.as_ref().is_some_and(Vec::is_empty) {
-            return Err(err(
-                "prefixes",
-                "is empty: omit the key to sample every transaction",
-            ));
-        }
-        let prefixes = raw.prefixes.unwrap_or_default();
-        tidemark_plan::validate_set(&prefixes).map_err(|e| err("prefixes", e.to_string()))?;
-        if raw.endpoints.is_empty() {
-            return Err(err("endpoints", "at least one endpoint is required"));
-        }
-        for e in &raw.endpoints {
-            if !(e.starts_with("tcp://") || e.starts_with("ipc://") || e.starts_with("inproc://")) {
-                return Err(err(
-                    "endpoints",
-                    format!("{e:?} is not a ZeroMQ endpoint like tcp://host:port"),
-                ));
-            }
-        }
-        let clock = match raw.clock.as_deref() {
-            None | Some("wall") => ClockKind::Wall,
-            Some("event") => ClockKind::Event,
-            Some(other) => {
-                return Err(err(
-                    "clock",
-                    format!("{other:?} is neither \"wall\" nor \"event\""),
-                ))
-            }
-        };
+        let subscription = Subscription::from_keys(
+            Keys {
+                endpoints: &raw.endpoints,
+                prefixes: raw.prefixes.as_deref(),
+                clock: raw.clock.as_deref(),
+                lateness: raw.lateness.as_deref(),
+                publisher_timeout: raw.publisher_timeout.as_deref(),
+                max_future: raw.max_future.as_deref(),
+                rcvhwm: raw.rcvhwm,
+            },
+            50_000,
+        )
+        .map_err(|e| err(e.key, e.message))?;
         let dur =
             |key: &str, v: &Option<String>, default: Duration| -> Result<Duration, ConfigError> {
                 v.as_deref()
@@ -289,23 +256,13 @@ impl Config {
         }
         Ok(Config {
             name,
-            endpoints: raw.endpoints,
-            prefixes,
+            subscription,
             database_url: raw.database_url,
-            clock,
-            lateness: dur("lateness", &raw.lateness, Duration::from_secs(5))?,
-            publisher_timeout: dur(
-                "publisher_timeout",
-                &raw.publisher_timeout,
-                Duration::from_secs(30),
-            )?,
             period,
-            max_future: dur("max_future", &raw.max_future, Duration::from_secs(600))?,
             types,
             windows,
             grace,
             targets,
-            rcvhwm: positive("rcvhwm", raw.rcvhwm, 50_000)?,
             batch_events: positive("batch_events", raw.batch_events, 20_000)?,
             batch_delay: dur("batch_delay", &raw.batch_delay, Duration::from_millis(200))?,
             max_pending: positive("max_pending", raw.max_pending, 100_000)?,
@@ -349,11 +306,7 @@ impl Config {
 
     /// The share of all transactions this shard samples.
     pub fn rate(&self) -> f64 {
-        if self.prefixes.is_empty() {
-            1.0
-        } else {
-            tidemark_plan::share(&self.prefixes)
-        }
+        self.subscription.rate()
     }
 }
 
@@ -529,7 +482,7 @@ grace = "1h"
     fn the_spec_example_parses() {
         let c = Config::parse(FULL).unwrap();
         assert_eq!(c.name, "s0");
-        assert_eq!(c.clock, ClockKind::Event);
+        assert_eq!(c.subscription.clock, ClockKind::Event);
         assert_eq!(c.rate(), 0.25);
         assert_eq!(c.windows, DEFAULT_WINDOWS);
         assert_eq!(c.grace, DEFAULT_GRACE);
@@ -540,10 +493,10 @@ grace = "1h"
     #[test]
     fn minimal_config_takes_defaults() {
         let c = Config::parse("name = \"a\"\nendpoints = [\"tcp://127.0.0.1:1\"]").unwrap();
-        assert_eq!(c.clock, ClockKind::Wall);
-        assert!(c.prefixes.is_empty());
+        assert_eq!(c.subscription.clock, ClockKind::Wall);
+        assert!(c.subscription.prefixes.is_empty());
         assert_eq!(c.rate(), 1.0);
-        assert_eq!(c.max_future, Duration::from_secs(600));
+        assert_eq!(c.subscription.max_future, Duration::from_secs(600));
     }
 
     fn key_of(text: &str) -> String {

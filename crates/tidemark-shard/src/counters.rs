@@ -132,7 +132,7 @@ pub fn serve_metrics(
     use tidemark_metrics::{Kind, Sample};
     let shard = shard.to_owned();
     let endpoint = tidemark_metrics::serve(addr, move || {
-        let mut live = counters.live.samples(&shard, crate::intake::wall_ms());
+        let mut live = counters.live.samples(&shard, tidemark_intake::wall_ms());
         live.extend(counters.snapshot().into_iter().map(|(name, value)| {
             let mut labels = vec![("shard", shard.clone())];
             let (metric, help) = match Family::PER_TYPE

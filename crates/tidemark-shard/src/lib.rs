@@ -2,15 +2,14 @@
 //! keeps each transaction's events in its PostgreSQL buffer, advances the
 //! phase watermarks and emits observations.
 //!
-//! Owns: the shard configuration, the intake thread (the only ZeroMQ code on
-//! the consuming side), clocks, phase arithmetic (down to the plan of each
-//! sweep), the writer that owns the connection and the buffer's state, and
-//! `run`: the loop, retries and shutdown. It holds no SQL: every statement
+//! Owns: the shard configuration, its side of intake (chunks, counts, loss;
+//! the sockets, door and clock are `tidemark-intake`'s), phase arithmetic
+//! (down to the plan of each sweep), the writer that owns the connection
+//! and the buffer's state, and its [`Step`] of the shared run loop. It holds no SQL: every statement
 //! and transaction is `tidemark-store`'s. It knows nothing of the learner.
 
 #![warn(missing_docs)]
 
-pub mod clock;
 pub mod config;
 pub mod counters;
 pub mod intake;
@@ -21,16 +20,17 @@ pub mod phases;
 mod writer;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tidemark_intake::{drive, DriveError, Failure, Step};
 
 use tidemark_store::{state, StoreError};
 use tokio::sync::mpsc;
 
 pub use config::{ClockKind, Config, ConfigError};
 use counters::Counters;
-pub use writer::Backoff;
 use writer::Writer;
 
 /// Why a shard stopped other than cleanly.
@@ -52,7 +52,10 @@ pub enum ShardError {
     LockLost(String),
     /// Intake could not start.
     #[error(transparent)]
-    Intake(#[from] intake::IntakeError),
+    Intake(#[from] tidemark_intake::IntakeError),
+    /// The intake thread panicked (after what was accepted was written).
+    #[error("the intake thread panicked: {0}")]
+    IntakePanicked(String),
     /// The metrics endpoint could not start (`metrics_addr`).
     #[error(transparent)]
     Metrics(#[from] tidemark_metrics::ServeError),
@@ -75,9 +78,6 @@ pub struct Summary {
     pub counters: Vec<(String, i64)>,
 }
 
-/// How often the shard logs its counters.
-const REPORT_EVERY: Duration = Duration::from_secs(10);
-
 /// Runs a shard until `shutdown` completes, then stops reading, writes what it
 /// holds, commits and returns. Transient database errors are retried forever.
 pub async fn run(
@@ -94,11 +94,11 @@ pub async fn run(
         )?),
         None => None,
     };
-    let mut writer = Writer::open(config, database_url, counters.clone()).await?;
+    let writer = Writer::open(config, database_url, counters.clone()).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let config = writer.config().clone();
     let capacity = (config.max_pending / 2048).max(4);
-    let (tx, mut rx) = mpsc::channel(capacity);
+    let (tx, rx) = mpsc::channel(capacity);
     let (applied, reference) = writer.saved_clocks();
     let intake = intake::spawn(
         &config,
@@ -108,170 +108,154 @@ pub async fn run(
         tx,
         stop.clone(),
     )?;
+    let sub = &config.subscription;
     tracing::info!(
         shard = config.name,
-        prefixes = ?config.prefixes,
+        prefixes = ?sub.prefixes,
         rate = config.rate(),
-        endpoints = ?config.endpoints,
-        clock = ?config.clock,
+        endpoints = ?sub.endpoints,
+        clock = ?sub.clock,
         "shard started"
     );
-
-    tokio::pin!(shutdown);
-    let mut next_sweep = Instant::now() + config.period;
-    let mut next_report = Instant::now() + REPORT_EVERY;
-    let mut oldest_pending: Option<Instant> = None;
-    let mut backoff = Backoff::new();
-    let mut retry_at: Option<Instant> = None;
-    loop {
-        let now = Instant::now();
-        let flush_due = oldest_pending.map(|t| t + config.batch_delay);
-        // Backing off, only the retry is due: the rest waits for it (a sweep
-        // or report time already past would otherwise wake the loop at once).
-        let wake = match retry_at {
-            Some(t) => t,
-            None => [Some(next_sweep), flush_due, Some(next_report)]
-                .into_iter()
-                .flatten()
-                .min()
-                .expect("sweep is always scheduled"),
-        };
-        // Hold at most `max_pending` events; beyond it intake drops (counted).
-        let room = writer.pending_events() < config.max_pending;
-        tokio::select! {
-            biased;
-            _ = &mut shutdown => break,
-            chunk = rx.recv(), if room => match chunk {
-                Some(c) => {
-                    oldest_pending.get_or_insert(now);
-                    writer.push(c);
-                }
-                None => break,
-            },
-            _ = tokio::time::sleep_until(wake.into()) => {}
-        }
-        let now = Instant::now();
-        if retry_at.is_some_and(|t| now < t) {
-            continue;
-        }
-        // Reconnect one attempt at a time, so a stop request is heard while
-        // the database is away.
-        if writer.disconnected() {
-            match writer.reconnect(database_url).await {
-                Ok(()) => {
-                    retry_at = None;
-                    writer.record_error().await;
-                }
-                Err(ShardError::Store(e)) => {
-                    writer.note_error(&e);
-                    let wait = backoff.fail();
-                    tracing::warn!(
-                        "cannot reach the database, holding {} events and retrying in {:.1}s: {e}",
-                        writer.pending_events(),
-                        wait.as_secs_f64()
-                    );
-                    retry_at = Some(Instant::now() + wait);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        let sweep_due = now >= next_sweep;
-        let batch_full = writer.pending_events() >= config.batch_events;
-        let flush = sweep_due
-            || batch_full
-            || oldest_pending.is_some_and(|t| now >= t + config.batch_delay);
-        if flush {
-            let result = match writer.flush().await {
-                // (flush counts its own errors, batch by batch)
-                Ok(()) if sweep_due => writer.sweep().await.inspect_err(|e| {
-                    counters.add(tidemark_store::telemetry::Counter::db_errors(e.class()), 1);
-                }),
-                other => other,
-            };
-            match result {
-                Ok(()) => {
-                    if let Some(since) = backoff.since {
-                        tracing::info!(
-                            "database is back after {:.1}s",
-                            since.elapsed().as_secs_f64()
-                        );
-                    }
-                    backoff.reset();
-                    retry_at = None;
-                    if writer.pending_events() == 0 {
-                        oldest_pending = None;
-                    }
-                    if sweep_due {
-                        next_sweep = now + config.period;
-                    }
-                }
-                Err(e) => {
-                    let wait = backoff.fail();
-                    tracing::warn!(
-                        "database error, holding {} events and retrying in {:.1}s: {e}",
-                        writer.pending_events(),
-                        wait.as_secs_f64()
-                    );
-                    writer.surface_error(&e).await;
-                    retry_at = Some(Instant::now() + wait);
-                }
-            }
-        }
-
-        if now >= next_report {
-            writer.report(rx.len());
-            next_report = now + REPORT_EVERY;
-        }
-    }
-
-    // Clean stop: no more reading; write what intake and the writer hold,
-    // trying for at most `shutdown_timeout`.
-    stop.store(true, Ordering::Relaxed);
-    let deadline = Instant::now() + config.shutdown_timeout;
-    let intake_done = tokio::task::spawn_blocking(move || intake.join());
-    while let Some(c) = rx.recv().await {
-        writer.push(c);
-    }
-    let _ = intake_done.await;
-    let mut backoff = Backoff::new();
-    let mut last_error = None;
-    loop {
-        if writer.disconnected() {
-            if let Err(e) = writer.reconnect(database_url).await {
-                last_error = Some(e.to_string());
-            }
-        }
-        if !writer.disconnected() {
-            match writer.final_write().await {
-                Ok(()) => break,
-                Err(e) => {
-                    writer.surface_error(&e).await;
-                    last_error = Some(e.to_string());
-                }
-            }
-        }
-        let wait = backoff.fail();
-        if Instant::now() + wait >= deadline {
+    let mut step = ShardStep {
+        next_sweep: Instant::now() + config.period,
+        oldest_pending: None,
+        writer,
+        url: database_url,
+        counters: counters.clone(),
+    };
+    match drive(
+        &mut step,
+        intake,
+        stop,
+        rx,
+        shutdown,
+        config.shutdown_timeout,
+    )
+    .await
+    {
+        Ok(()) => {}
+        Err(DriveError::Fatal(e)) => return Err(e),
+        Err(DriveError::ShutdownTimeout {
+            unwritten,
+            waited,
+            error,
+        }) => {
             return Err(ShardError::ShutdownTimeout {
-                unwritten: writer.pending_events(),
-                waited: config.shutdown_timeout,
-                error: last_error.unwrap_or_default(),
-            });
+                unwritten,
+                waited,
+                error,
+            })
         }
-        tracing::warn!(
-            "stopping: cannot write {} events yet, retrying in {:.1}s: {}",
-            writer.pending_events(),
-            wait.as_secs_f64(),
-            last_error.as_deref().unwrap_or("")
-        );
-        tokio::time::sleep(wait).await;
+        Err(DriveError::IntakePanicked(what)) => return Err(ShardError::IntakePanicked(what)),
     }
-    writer.report(0);
     tracing::info!(shard = config.name, "shard stopped cleanly");
     Ok(Summary {
         counters: counters.snapshot(),
     })
+}
+
+/// The shard's turn of the loop: write batches when full or old, sweep
+/// every `period`, reconnect one attempt at a time (so a stop is heard
+/// while the database is away).
+struct ShardStep<'a> {
+    writer: Writer,
+    url: &'a str,
+    counters: Arc<Counters>,
+    next_sweep: Instant,
+    oldest_pending: Option<Instant>,
+}
+
+impl Step for ShardStep<'_> {
+    type Chunk = intake::Chunk;
+    type Error = ShardError;
+
+    fn take(&mut self, chunk: intake::Chunk, now: Instant) {
+        self.oldest_pending.get_or_insert(now);
+        self.writer.push(chunk);
+    }
+
+    fn room(&self) -> bool {
+        // Hold at most `max_pending` events; beyond it intake drops (counted).
+        self.writer.pending_events() < self.writer.config().max_pending
+    }
+
+    fn due(&self, _: Instant) -> Instant {
+        let delay = self.writer.config().batch_delay;
+        let flush = self.oldest_pending.map(|t| t + delay);
+        flush.map_or(self.next_sweep, |f| f.min(self.next_sweep))
+    }
+
+    async fn work(&mut self, now: Instant) -> Result<(), Failure<ShardError>> {
+        if self.writer.disconnected() {
+            match self.writer.reconnect(self.url).await {
+                Ok(()) => self.writer.record_error().await,
+                Err(ShardError::Store(e)) => {
+                    self.writer.note_error(&e);
+                    return Err(Failure::Retry(ShardError::Store(e)));
+                }
+                Err(e) => return Err(Failure::Fatal(e)),
+            }
+        }
+        let config = self.writer.config();
+        let sweep_due = now >= self.next_sweep;
+        let flush = sweep_due
+            || self.writer.pending_events() >= config.batch_events
+            || self
+                .oldest_pending
+                .is_some_and(|t| now >= t + config.batch_delay);
+        if !flush {
+            return Ok(());
+        }
+        let period = config.period;
+        let result = match self.writer.flush().await {
+            // (flush counts its own errors, batch by batch)
+            Ok(()) if sweep_due => self.writer.sweep().await.inspect_err(|e| {
+                self.counters
+                    .add(tidemark_store::telemetry::Counter::db_errors(e.class()), 1);
+            }),
+            other => other,
+        };
+        match result {
+            Ok(()) => {
+                if self.writer.pending_events() == 0 {
+                    self.oldest_pending = None;
+                }
+                if sweep_due {
+                    self.next_sweep = now + period;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.writer.surface_error(&e).await;
+                Err(Failure::Retry(ShardError::Store(e)))
+            }
+        }
+    }
+
+    fn held(&self) -> usize {
+        self.writer.pending_events()
+    }
+
+    fn report(&mut self, queued: usize) {
+        self.writer.report(queued);
+    }
+
+    async fn finish(&mut self) -> Result<(), Failure<ShardError>> {
+        if self.writer.disconnected() {
+            self.writer
+                .reconnect(self.url)
+                .await
+                .map_err(Failure::Retry)?;
+        }
+        match self.writer.final_write().await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.writer.surface_error(&e).await;
+                Err(Failure::Retry(ShardError::Store(e)))
+            }
+        }
+    }
 }
 
 /// Counters and watermarks of a shard, from the database (for `--status`).

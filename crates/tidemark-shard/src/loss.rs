@@ -12,8 +12,8 @@ use std::collections::HashMap;
 
 use tidemark_wire::{EventType, Types};
 
-use crate::clock::Socket;
 use crate::counters::Counters;
+use tidemark_intake::Socket;
 
 /// Arrivals per event-type slot and first digit.
 type Arrived = Vec<[u64; 16]>;

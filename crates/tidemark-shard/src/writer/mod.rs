@@ -26,9 +26,10 @@ use tidemark_wire::EventType;
 
 use crate::config::{ClockKind, Config};
 use crate::counters::Counters;
-use crate::intake::{wall_ms, Chunk};
+use crate::intake::Chunk;
 use crate::phases::{Phases, Watermarks};
 use crate::ShardError;
+use tidemark_intake::wall_ms;
 
 /// How long a starting shard waits for its name's lock before refusing.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
@@ -152,14 +153,14 @@ impl Writer {
             "grace": format!("{:?}", self.config.grace),
             "targets": self.phases.targets.iter().map(|t| &t.name).collect::<Vec<_>>(),
         });
-        let kind = match self.config.clock {
+        let kind = match self.config.subscription.clock {
             ClockKind::Wall => "wall",
             ClockKind::Event => "event",
         };
         let row = state::register(
             &self.client,
             &self.config.name,
-            &self.config.prefixes,
+            &self.config.subscription.prefixes,
             self.config.rate(),
             kind,
             &config_json,
@@ -222,7 +223,8 @@ impl Writer {
         let (from, to) = match (&self.wm, self.applied) {
             (Some(wm), applied) => (
                 wm.last,
-                applied.unwrap_or(wm.impression) + self.config.max_future.as_millis() as i64,
+                applied.unwrap_or(wm.impression)
+                    + self.config.subscription.max_future.as_millis() as i64,
             ),
             (None, _) => match (buffered.keys().next(), buffered.keys().next_back()) {
                 (Some(first), Some(last)) => (first - 1, last + p),
@@ -337,7 +339,7 @@ impl Writer {
 
     /// The clock as it stands now; `None` before the first tick of an event clock.
     pub fn clock(&self) -> Option<i64> {
-        let now = match self.config.clock {
+        let now = match self.config.subscription.clock {
             ClockKind::Wall => Some(wall_ms()),
             ClockKind::Event => self.event_clock,
         };
@@ -410,41 +412,5 @@ impl Writer {
 
     fn partition_ms(&self) -> i64 {
         self.config.partition.as_millis() as i64
-    }
-}
-
-/// Exponential backoff for retrying the database: 100 ms doubling to 10 s.
-pub struct Backoff {
-    next: Duration,
-    /// When the failures began.
-    pub since: Option<Instant>,
-}
-
-impl Backoff {
-    /// No failure yet.
-    pub fn new() -> Backoff {
-        Backoff {
-            next: Duration::from_millis(100),
-            since: None,
-        }
-    }
-
-    /// Back to no failure.
-    pub fn reset(&mut self) {
-        *self = Backoff::new();
-    }
-
-    /// The wait before the next try.
-    pub fn fail(&mut self) -> Duration {
-        self.since.get_or_insert_with(Instant::now);
-        let d = self.next;
-        self.next = (self.next * 2).min(Duration::from_secs(10));
-        d
-    }
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff::new()
     }
 }

@@ -9,9 +9,9 @@ use tidemark_store::telemetry::Counter;
 use tidemark_store::StoreError;
 
 use super::Writer;
-use crate::intake::wall_ms;
 use crate::liveness::Change;
 use crate::phases::{self, Watermarks};
+use tidemark_intake::wall_ms;
 
 /// How often a sweep also reads the buffer's rows per tier (metrics).
 const TIER_ROWS_EVERY: Duration = Duration::from_secs(5);

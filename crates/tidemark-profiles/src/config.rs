@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tidemark_intake::{Keys, Subscription};
 use tidemark_wire::{parse_duration, Types};
 
 /// A configuration that cannot be used, naming the key at fault.
@@ -41,20 +42,11 @@ pub struct CounterDef {
 pub struct Config {
     /// The process's name (its lock and status row).
     pub name: String,
-    /// ZeroMQ endpoints to connect to.
-    pub endpoints: Vec<String>,
-    /// Txid prefixes read; empty means every transaction.
-    pub prefixes: Vec<String>,
+    /// Endpoints, prefixes, clock and door bounds (as every subscribing
+    /// process reads them).
+    pub subscription: Subscription,
     /// `None`: the embedded default (SPEC 9).
     pub database_url: Option<String>,
-    /// `true` for the event clock (SPEC 6), `false` for wall time.
-    pub event_clock: bool,
-    /// How far behind the oldest publisher's tick the event clock stays.
-    pub lateness: Duration,
-    /// A publisher silent this long stops holding the clock back.
-    pub publisher_timeout: Duration,
-    /// How far ahead of the reference an event or tick may be (SPEC 1).
-    pub max_future: Duration,
     /// Built-in and custom event types known.
     pub known: Types,
     /// The event types read, by name.
@@ -75,8 +67,6 @@ pub struct Config {
     pub batch_events: usize,
     /// Longest an accepted event waits before its batch is applied.
     pub batch_delay: Duration,
-    /// ZeroMQ receive high-water mark per socket, in messages.
-    pub rcvhwm: i32,
     /// How long a stop waits for the database to take what is held.
     pub shutdown_timeout: Duration,
     /// Where to serve Prometheus metrics (`host:port`), if anywhere.
@@ -87,18 +77,14 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 struct Raw {
     name: String,
-    endpoints: Vec<String>,
     #[serde(default)]
-    prefixes: Vec<String>,
+    endpoints: Vec<String>,
+    prefixes: Option<Vec<String>>,
     database_url: Option<String>,
-    #[serde(default = "default_clock")]
-    clock: String,
-    #[serde(default = "default_lateness")]
-    lateness: String,
-    #[serde(default = "default_publisher_timeout")]
-    publisher_timeout: String,
-    #[serde(default = "default_max_future")]
-    max_future: String,
+    clock: Option<String>,
+    lateness: Option<String>,
+    publisher_timeout: Option<String>,
+    max_future: Option<String>,
     types: Option<Vec<String>>,
     #[serde(default)]
     custom_types: Vec<String>,
@@ -117,8 +103,7 @@ struct Raw {
     batch_events: i64,
     #[serde(default = "default_batch_delay")]
     batch_delay: String,
-    #[serde(default = "default_rcvhwm")]
-    rcvhwm: i64,
+    rcvhwm: Option<i64>,
     #[serde(default = "default_shutdown_timeout")]
     shutdown_timeout: String,
     metrics_addr: Option<String>,
@@ -133,9 +118,6 @@ fn default_batch_events() -> i64 {
 fn default_batch_delay() -> String {
     "200ms".into()
 }
-fn default_rcvhwm() -> i64 {
-    1_000_000
-}
 fn default_shutdown_timeout() -> String {
     "30s".into()
 }
@@ -148,18 +130,6 @@ struct RawCounter {
     half_life: String,
 }
 
-fn default_clock() -> String {
-    "event".into()
-}
-fn default_lateness() -> String {
-    "5s".into()
-}
-fn default_publisher_timeout() -> String {
-    "30s".into()
-}
-fn default_max_future() -> String {
-    "10m".into()
-}
 fn default_dedup() -> String {
     "8d".into()
 }
@@ -196,20 +166,19 @@ impl Config {
         if !valid_name(&raw.name) {
             return Err(err("name", "must be [a-z][a-z0-9_]{0,31}"));
         }
-        if raw.endpoints.is_empty() {
-            return Err(err("endpoints", "at least one endpoint is required"));
-        }
-        tidemark_plan::validate_set(&raw.prefixes).map_err(|e| err("prefixes", e))?;
-        let event_clock = match raw.clock.as_str() {
-            "event" => true,
-            "wall" => false,
-            other => {
-                return Err(err(
-                    "clock",
-                    format!("{other:?}: expected \"event\" or \"wall\""),
-                ))
-            }
-        };
+        let subscription = Subscription::from_keys(
+            Keys {
+                endpoints: &raw.endpoints,
+                prefixes: raw.prefixes.as_deref(),
+                clock: raw.clock.as_deref(),
+                lateness: raw.lateness.as_deref(),
+                publisher_timeout: raw.publisher_timeout.as_deref(),
+                max_future: raw.max_future.as_deref(),
+                rcvhwm: raw.rcvhwm,
+            },
+            1_000_000,
+        )
+        .map_err(|e| err(e.key, e.message))?;
         let duration = |key: &str, v: &str| parse_duration(v).map_err(|e| err(key, e));
         let known = Types::new(&raw.custom_types).map_err(|e| err("custom_types", e))?;
         let types = match raw.types {
@@ -243,12 +212,6 @@ impl Config {
         if !(1..=1_000_000).contains(&raw.batch_events) {
             return Err(err("batch_events", "must be 1 to 1000000"));
         }
-        if !(0..=i64::from(i32::MAX)).contains(&raw.rcvhwm) {
-            return Err(err(
-                "rcvhwm",
-                "must be 0 (unlimited) or a positive message count",
-            ));
-        }
         let mut names = BTreeSet::new();
         let mut counters = Vec::with_capacity(raw.counters.len());
         for (i, c) in raw.counters.into_iter().enumerate() {
@@ -277,13 +240,8 @@ impl Config {
         }
         Ok(Config {
             name: raw.name,
-            endpoints: raw.endpoints,
-            prefixes: raw.prefixes,
+            subscription,
             database_url: raw.database_url,
-            event_clock,
-            lateness: duration("lateness", &raw.lateness)?,
-            publisher_timeout: duration("publisher_timeout", &raw.publisher_timeout)?,
-            max_future: duration("max_future", &raw.max_future)?,
             known,
             types,
             dedup: duration("dedup", &raw.dedup)?,
@@ -294,7 +252,6 @@ impl Config {
             workers: raw.workers as usize,
             batch_events: raw.batch_events as usize,
             batch_delay: duration("batch_delay", &raw.batch_delay)?,
-            rcvhwm: raw.rcvhwm as i32,
             shutdown_timeout: duration("shutdown_timeout", &raw.shutdown_timeout)?,
             metrics_addr: raw.metrics_addr,
         })
@@ -302,11 +259,7 @@ impl Config {
 
     /// The share of transactions read (SPEC 4).
     pub fn rate(&self) -> f64 {
-        if self.prefixes.is_empty() {
-            1.0
-        } else {
-            tidemark_plan::share(&self.prefixes)
-        }
+        self.subscription.rate()
     }
 
     /// The weight of one event in a counter: `1/rate` when sampling, else 1.
@@ -331,7 +284,7 @@ mod tests {
         assert_eq!(c.dedup, Duration::from_secs(8 * 86_400));
         assert_eq!((c.max_ids, c.blocklist_after, c.trail), (50, 100, None));
         assert_eq!(c.counters[0].half_life_ms, 7 * 86_400_000);
-        assert!(c.event_clock);
+        assert_eq!(c.subscription.clock, tidemark_intake::ClockKind::Wall);
         assert_eq!(c.weight(), 1.0);
         let c = Config::parse(&format!("{BASE}prefixes = [\"0\", \"1\"]\n")).unwrap();
         assert_eq!(c.weight(), 8.0);

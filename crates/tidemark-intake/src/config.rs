@@ -1,0 +1,217 @@
+//! The keys every subscribing process reads the same way (SPEC 6, 7, 11):
+//! where to connect, which prefixes, which clock and its bounds. Each
+//! process parses its own file and hands these keys over as written, so a
+//! key means one thing, with one default, in every configuration.
+
+use std::time::Duration;
+
+use tidemark_wire::parse_duration;
+
+/// Which clock a process follows (SPEC 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockKind {
+    /// Wall time (production).
+    Wall,
+    /// Event time from publishers' ticks (replays, authenticated publishers).
+    Event,
+}
+
+/// The validated subscription of one process.
+#[derive(Debug, Clone)]
+pub struct Subscription {
+    /// ZeroMQ endpoints both sockets connect to.
+    pub endpoints: Vec<String>,
+    /// Txid prefixes read; empty means every transaction.
+    pub prefixes: Vec<String>,
+    /// The clock the process follows.
+    pub clock: ClockKind,
+    /// How far behind the oldest publisher's tick the event clock stays.
+    pub lateness: Duration,
+    /// A publisher silent this long stops holding the event clock back.
+    pub publisher_timeout: Duration,
+    /// How far ahead of the reference an event or tick may be (SPEC 1).
+    pub max_future: Duration,
+    /// ZeroMQ receive high-water mark of each socket, in messages.
+    pub rcvhwm: i32,
+}
+
+/// The subscription keys as written in a file (absent: `None`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Keys<'a> {
+    /// `endpoints`.
+    pub endpoints: &'a [String],
+    /// `prefixes`.
+    pub prefixes: Option<&'a [String]>,
+    /// `clock`.
+    pub clock: Option<&'a str>,
+    /// `lateness`.
+    pub lateness: Option<&'a str>,
+    /// `publisher_timeout`.
+    pub publisher_timeout: Option<&'a str>,
+    /// `max_future`.
+    pub max_future: Option<&'a str>,
+    /// `rcvhwm`.
+    pub rcvhwm: Option<i64>,
+}
+
+/// A subscription key that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct KeyError {
+    /// The key, as written in the file.
+    pub key: &'static str,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+fn err(key: &'static str, message: impl Into<String>) -> KeyError {
+    KeyError {
+        key,
+        message: message.into(),
+    }
+}
+
+impl Subscription {
+    /// Validates the keys; `rcvhwm_default` is the owner's (a process that
+    /// batches more holds more).
+    pub fn from_keys(k: Keys<'_>, rcvhwm_default: i32) -> Result<Subscription, KeyError> {
+        if k.endpoints.is_empty() {
+            return Err(err("endpoints", "at least one endpoint is required"));
+        }
+        for e in k.endpoints {
+            if !(e.starts_with("tcp://") || e.starts_with("ipc://") || e.starts_with("inproc://")) {
+                return Err(err(
+                    "endpoints",
+                    format!("{e:?} is not a ZeroMQ endpoint like tcp://host:port"),
+                ));
+            }
+        }
+        if k.prefixes.is_some_and(<[String]>::is_empty) {
+            return Err(err(
+                "prefixes",
+                "is empty: omit the key to read every transaction",
+            ));
+        }
+        let prefixes = k.prefixes.unwrap_or_default().to_vec();
+        tidemark_plan::validate_set(&prefixes).map_err(|e| err("prefixes", e.to_string()))?;
+        let clock = match k.clock {
+            None | Some("wall") => ClockKind::Wall,
+            Some("event") => ClockKind::Event,
+            Some(other) => {
+                return Err(err(
+                    "clock",
+                    format!("{other:?} is neither \"wall\" nor \"event\""),
+                ))
+            }
+        };
+        let dur = |key: &'static str, v: Option<&str>, default: Duration| {
+            v.map_or(Ok(default), |s| parse_duration(s).map_err(|m| err(key, m)))
+        };
+        let rcvhwm = match k.rcvhwm {
+            None => rcvhwm_default,
+            Some(n) if (1..=i64::from(i32::MAX)).contains(&n) => n as i32,
+            Some(n) => {
+                return Err(err(
+                    "rcvhwm",
+                    format!("must be a message count from 1 to {}, got {n}", i32::MAX),
+                ))
+            }
+        };
+        Ok(Subscription {
+            endpoints: k.endpoints.to_vec(),
+            prefixes,
+            clock,
+            lateness: dur("lateness", k.lateness, Duration::from_secs(5))?,
+            publisher_timeout: dur(
+                "publisher_timeout",
+                k.publisher_timeout,
+                Duration::from_secs(30),
+            )?,
+            max_future: dur("max_future", k.max_future, Duration::from_secs(600))?,
+            rcvhwm,
+        })
+    }
+
+    /// The share of all transactions read (SPEC 4).
+    pub fn rate(&self) -> f64 {
+        if self.prefixes.is_empty() {
+            1.0
+        } else {
+            tidemark_plan::share(&self.prefixes)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(endpoints: &[String]) -> Keys<'_> {
+        Keys {
+            endpoints,
+            ..Keys::default()
+        }
+    }
+
+    #[test]
+    fn defaults_follow_the_spec() {
+        let ep = vec!["tcp://127.0.0.1:1".to_owned()];
+        let s = Subscription::from_keys(keys(&ep), 7).unwrap();
+        assert_eq!(s.clock, ClockKind::Wall);
+        assert_eq!(s.lateness, Duration::from_secs(5));
+        assert_eq!(s.publisher_timeout, Duration::from_secs(30));
+        assert_eq!(s.max_future, Duration::from_secs(600));
+        assert_eq!(s.rcvhwm, 7);
+        assert_eq!(s.rate(), 1.0);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let ep = vec!["tcp://127.0.0.1:1".to_owned()];
+        let bad_ep = vec!["localhost:1".to_owned()];
+        let empty: Vec<String> = Vec::new();
+        let overlapping = vec!["0".to_owned(), "01".to_owned()];
+        let cases: [(Keys<'_>, &str); 7] = [
+            (keys(&empty), "endpoints"),
+            (keys(&bad_ep), "endpoints"),
+            (
+                Keys {
+                    prefixes: Some(&empty),
+                    ..keys(&ep)
+                },
+                "prefixes",
+            ),
+            (
+                Keys {
+                    prefixes: Some(&overlapping),
+                    ..keys(&ep)
+                },
+                "prefixes",
+            ),
+            (
+                Keys {
+                    clock: Some("lunar"),
+                    ..keys(&ep)
+                },
+                "clock",
+            ),
+            (
+                Keys {
+                    lateness: Some("soon"),
+                    ..keys(&ep)
+                },
+                "lateness",
+            ),
+            (
+                Keys {
+                    rcvhwm: Some(0),
+                    ..keys(&ep)
+                },
+                "rcvhwm",
+            ),
+        ];
+        for (k, key) in cases {
+            assert_eq!(Subscription::from_keys(k, 1).unwrap_err().key, key);
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The one run loop of a subscribing process: take chunks from intake while
+//! there is room, do what is due, back off on errors a retry can fix, and
+//! on a stop write what is held within `shutdown_timeout`.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use crate::Backoff;
+
+/// How often the loop asks its step for a report.
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// How a step failed.
+#[derive(Debug)]
+pub enum Failure<E> {
+    /// A retry may succeed (the database is away, a lock is held): the loop
+    /// backs off and calls again, holding everything.
+    Retry(E),
+    /// Retrying cannot help: the process stops with this error.
+    Fatal(E),
+}
+
+/// Why [`drive`] returned other than cleanly.
+#[derive(Debug)]
+pub enum DriveError<E> {
+    /// The step failed in a way retrying cannot fix.
+    Fatal(E),
+    /// At a stop, the step could not write what it holds within the time given.
+    ShutdownTimeout {
+        /// Accepted events not written.
+        unwritten: usize,
+        /// How long it tried.
+        waited: Duration,
+        /// The last error.
+        error: String,
+    },
+    /// The intake thread panicked: a broken invariant, so the process must
+    /// not exit as if it stopped cleanly.
+    IntakePanicked(String),
+}
+
+/// What a process does with what intake hands over. The loop calls it from
+/// one task; none of it runs concurrently.
+// The loop only ever awaits these futures on the caller's task (the
+// processes run on `block_on`), so they need no `Send` bound.
+#[allow(async_fn_in_trait)]
+pub trait Step {
+    /// What intake hands over.
+    type Chunk;
+    /// What can go wrong.
+    type Error: std::fmt::Display;
+    /// Takes a chunk received at `now`.
+    fn take(&mut self, chunk: Self::Chunk, now: Instant);
+    /// Whether another chunk fits (the process's memory bound); while not,
+    /// chunks wait in the channel and intake stops reading.
+    fn room(&self) -> bool;
+    /// When work is next due.
+    fn due(&self, now: Instant) -> Instant;
+    /// What is due even while backing off (publishing figures), if anything.
+    fn due_while_waiting(&self) -> Option<Instant> {
+        None
+    }
+    /// Called while backing off once `due_while_waiting` has come.
+    fn wait(&mut self, _now: Instant) {}
+    /// Does what is due at `now`.
+    async fn work(&mut self, now: Instant) -> Result<(), Failure<Self::Error>>;
+    /// Events accepted and not yet written.
+    fn held(&self) -> usize;
+    /// Logs progress; `queued`: chunks waiting in the channel.
+    fn report(&mut self, queued: usize);
+    /// One attempt, at a clean stop, to write everything held.
+    async fn finish(&mut self) -> Result<(), Failure<Self::Error>>;
+}
+
+/// Runs `step` over what `intake` (its thread, fed by `rx`, stopped through
+/// `stop`) hands over until `shutdown` completes or intake ends; then stops
+/// reading, takes what intake still holds, and calls [`Step::finish`] until
+/// it succeeds or `shutdown_timeout` runs out.
+pub async fn drive<S: Step>(
+    step: &mut S,
+    intake: JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+    mut rx: mpsc::Receiver<S::Chunk>,
+    shutdown: impl Future<Output = ()>,
+    shutdown_timeout: Duration,
+) -> Result<(), DriveError<S::Error>> {
+    tokio::pin!(shutdown);
+    let mut next_report = Instant::now() + REPORT_EVERY;
+    let mut backoff = Backoff::new();
+    let mut retry_at: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        // Backing off, only the retry (and what is due while waiting) wakes
+        // the loop: work already due would otherwise wake it at once.
+        let wake = match retry_at {
+            Some(t) => step.due_while_waiting().map_or(t, |w| w.min(t)),
+            None => step.due(now),
+        };
+        tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            chunk = rx.recv(), if step.room() => match chunk {
+                Some(c) => step.take(c, now),
+                None => break,
+            },
+            _ = tokio::time::sleep_until(wake.into()) => {}
+        }
+        let now = Instant::now();
+        if retry_at.is_some_and(|t| now < t) {
+            if step.due_while_waiting().is_some_and(|w| now >= w) {
+                step.wait(now);
+            }
+            continue;
+        }
+        match step.work(now).await {
+            Ok(()) => {
+                if let Some(since) = backoff.since {
+                    tracing::info!(
+                        "database is back after {:.1}s",
+                        since.elapsed().as_secs_f64()
+                    );
+                }
+                backoff.reset();
+                retry_at = None;
+            }
+            Err(Failure::Retry(e)) => {
+                let wait = backoff.fail();
+                tracing::warn!(
+                    "database error, holding {} events and retrying in {:.1}s: {e}",
+                    step.held(),
+                    wait.as_secs_f64()
+                );
+                retry_at = Some(Instant::now() + wait);
+                continue;
+            }
+            Err(Failure::Fatal(e)) => {
+                stop.store(true, Ordering::Relaxed);
+                return Err(DriveError::Fatal(e));
+            }
+        }
+        if now >= next_report {
+            step.report(rx.len());
+            next_report = now + REPORT_EVERY;
+        }
+    }
+
+    // Clean stop: no more reading; take what intake holds, then write it,
+    // trying for at most `shutdown_timeout`.
+    stop.store(true, Ordering::Relaxed);
+    let joined = tokio::task::spawn_blocking(move || intake.join());
+    while let Some(c) = rx.recv().await {
+        step.take(c, Instant::now());
+    }
+    // A panic is reported after what was accepted is written.
+    let panicked = match joined.await {
+        Ok(Err(panic)) => Some(
+            panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default(),
+        ),
+        _ => None,
+    };
+    let deadline = Instant::now() + shutdown_timeout;
+    let mut backoff = Backoff::new();
+    loop {
+        let error = match step.finish().await {
+            Ok(()) => break,
+            Err(Failure::Fatal(e)) => return Err(DriveError::Fatal(e)),
+            Err(Failure::Retry(e)) => e.to_string(),
+        };
+        let wait = backoff.fail();
+        if Instant::now() + wait >= deadline {
+            return Err(DriveError::ShutdownTimeout {
+                unwritten: step.held(),
+                waited: shutdown_timeout,
+                error,
+            });
+        }
+        tracing::warn!(
+            "stopping: cannot write {} events yet, retrying in {:.1}s: {error}",
+            step.held(),
+            wait.as_secs_f64()
+        );
+        tokio::time::sleep(wait).await;
+    }
+    step.report(0);
+    match panicked {
+        Some(what) => Err(DriveError::IntakePanicked(what)),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,288 @@
+//! The two SUB sockets (SPEC 4) and the thread that reads them round-robin,
+//! decodes each message, passes it through the [`Door`] and hands it to the
+//! owner's [`Handler`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tidemark_wire::{Decoder, Event, Message, Reject, Tick};
+
+use crate::clock::Socket;
+use crate::config::Subscription;
+use crate::door::{Door, TickVerdict};
+use crate::{wall_ms, IntakeError, RejectLog};
+
+/// Messages read from one socket before turning to the other.
+const BURST: usize = 256;
+/// How long an idle round waits for a message.
+const IDLE_POLL_MS: i64 = 20;
+
+/// Which socket a type is read on: bids and impressions (and auctions,
+/// for a process that reads them) on the high-frequency one, everything
+/// else on the low-frequency one, so rare events never starve.
+pub fn socket_of(type_name: &str) -> Socket {
+    match type_name {
+        "auction" | "bid" | "impression" => Socket::High,
+        _ => Socket::Low,
+    }
+}
+
+/// The subscriptions of one socket: `<type>-<prefix>` for each type and
+/// prefix (or `<type>-` for every transaction), and `tick`.
+pub fn subscriptions(types: &[&str], prefixes: &[String]) -> Vec<String> {
+    let mut subs = Vec::new();
+    for t in types {
+        if prefixes.is_empty() {
+            subs.push(format!("{t}-"));
+        }
+        for p in prefixes {
+            subs.push(format!("{t}-{p}"));
+        }
+    }
+    subs.push("tick".to_owned());
+    subs
+}
+
+/// What the owner does with what the door let in. Called on the intake
+/// thread only.
+pub trait Handler {
+    /// Before each round: `false` leaves the sockets unread for a moment
+    /// (the consumer is behind; ZeroMQ's queues, then TCP, hold the backlog).
+    fn ready(&mut self) -> bool {
+        true
+    }
+    /// An event within `max_future`.
+    fn event(&mut self, which: Socket, e: Event<'_>);
+    /// An event beyond `max_future` (SPEC 1): refused.
+    fn future(&mut self, which: Socket, e: &Event<'_>);
+    /// A tick the door took, with the reference and clock when they moved.
+    fn tick(&mut self, which: Socket, t: &Tick<'_>, reference: Option<i64>, clock: Option<i64>);
+    /// A tick too far ahead of the reference (`future_tick`).
+    fn future_tick(&mut self);
+    /// A message the decoder refused.
+    fn rejected(&mut self, r: &Reject);
+    /// After each round, with the event clock's move if any. `false`: the
+    /// consumer is gone, stop reading.
+    fn turn(&mut self, clock: Option<i64>, stop: &AtomicBool) -> bool;
+    /// Reading has stopped: hand over whatever is held.
+    fn finish(&mut self);
+}
+
+/// The sockets of one process, connected and subscribed.
+pub struct Sockets {
+    ctx: zmq::Context,
+    pair: [(Socket, zmq::Socket); 2],
+}
+
+impl Sockets {
+    /// Opens both sockets for the types read (each on [`socket_of`] its
+    /// name), subscribed to the prefixes and to ticks, connected to every
+    /// endpoint.
+    pub fn open(sub: &Subscription, types: &[&str]) -> Result<Sockets, IntakeError> {
+        let ctx = zmq::Context::new();
+        let open = |which: Socket| -> Result<zmq::Socket, IntakeError> {
+            let fail = |what: &'static str| move |error| IntakeError::Socket { what, error };
+            let s = ctx.socket(zmq::SUB).map_err(fail("create"))?;
+            s.set_rcvhwm(sub.rcvhwm).map_err(fail("rcvhwm"))?;
+            s.set_linger(0).map_err(fail("linger"))?;
+            let mine: Vec<&str> = types
+                .iter()
+                .copied()
+                .filter(|t| socket_of(t) == which)
+                .collect();
+            for topic in subscriptions(&mine, &sub.prefixes) {
+                s.set_subscribe(topic.as_bytes())
+                    .map_err(fail("subscribe"))?;
+            }
+            for ep in &sub.endpoints {
+                s.connect(ep).map_err(|error| IntakeError::Connect {
+                    endpoint: ep.clone(),
+                    error,
+                })?;
+            }
+            Ok(s)
+        };
+        let high = open(Socket::High)?;
+        let low = open(Socket::Low)?;
+        Ok(Sockets {
+            pair: [(Socket::High, high), (Socket::Low, low)],
+            ctx,
+        })
+    }
+}
+
+/// The reading side of a process: what [`spawn`] runs on its thread.
+pub struct Intake<H> {
+    /// The wire decoder (its types are the process's).
+    pub decoder: Decoder,
+    /// The `max_future` door and the event clock.
+    pub door: Door,
+    /// Whether an event's own `ts` must also be within `max_future`
+    /// (profiles, SPEC 11), besides its txid's creation time (SPEC 1).
+    pub bound_ts: bool,
+    /// The owner's side.
+    pub handler: H,
+}
+
+/// Starts the thread `name` that reads `sockets` until `stop` is set (or
+/// the handler's consumer is gone), then calls [`Handler::finish`].
+pub fn spawn<H: Handler + Send + 'static>(
+    name: &str,
+    sockets: Sockets,
+    mut intake: Intake<H>,
+    stop: std::sync::Arc<AtomicBool>,
+) -> Result<JoinHandle<()>, IntakeError> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            intake.run(&sockets.pair, &stop);
+            drop(sockets.pair);
+            drop(sockets.ctx);
+        })
+        .map_err(IntakeError::Thread)
+}
+
+impl<H: Handler> Intake<H> {
+    fn run(&mut self, sockets: &[(Socket, zmq::Socket); 2], stop: &AtomicBool) {
+        let mut topic = zmq::Message::new();
+        let mut payload = zmq::Message::new();
+        let mut extra = zmq::Message::new();
+        let mut log = RejectLog::default();
+        while !stop.load(Ordering::Relaxed) {
+            if !self.handler.ready() {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            let mut idle = true;
+            // Round-robin: a flood on one socket cannot starve the other.
+            for (which, sock) in sockets {
+                for _ in 0..BURST {
+                    match sock.recv(&mut topic, zmq::DONTWAIT) {
+                        Ok(()) => {
+                            idle = false;
+                            let frames = read_rest(sock, &topic, &mut payload, &mut extra);
+                            self.handle(*which, &topic, &payload, frames, &mut log);
+                        }
+                        Err(zmq::Error::EAGAIN) => break,
+                        Err(e) => {
+                            tracing::warn!("zmq receive: {e}");
+                            break;
+                        }
+                    }
+                }
+            }
+            let clock = self.door.advance(Instant::now());
+            if !self.handler.turn(clock, stop) {
+                return;
+            }
+            if idle {
+                let mut items = [
+                    sockets[0].1.as_poll_item(zmq::POLLIN),
+                    sockets[1].1.as_poll_item(zmq::POLLIN),
+                ];
+                let _ = zmq::poll(&mut items, IDLE_POLL_MS);
+            }
+        }
+        self.handler.finish();
+    }
+
+    fn handle(
+        &mut self,
+        which: Socket,
+        topic: &[u8],
+        payload: &[u8],
+        frames: usize,
+        log: &mut RejectLog,
+    ) {
+        let decoded = if frames == 2 {
+            self.decoder.decode(topic, payload)
+        } else {
+            Err(Reject::FrameCount(frames))
+        };
+        match decoded {
+            Ok(Message::Event(e)) => {
+                let limit = self.door.limit();
+                let created = e.txid.created_ms() as i64;
+                if created > limit || (self.bound_ts && e.ts > limit) {
+                    self.handler.future(which, &e);
+                    log.log("future", topic, "txid or ts beyond max_future");
+                } else {
+                    self.handler.event(which, e);
+                }
+            }
+            Ok(Message::Tick(t)) => {
+                match self
+                    .door
+                    .tick(which, &t.publisher, t.ts, Instant::now(), wall_ms())
+                {
+                    TickVerdict::Refused => {
+                        self.handler.future_tick();
+                        log.log(
+                            "future_tick",
+                            topic,
+                            "a tick too far ahead of the newest one heard",
+                        );
+                    }
+                    TickVerdict::Accepted { reference, clock } => {
+                        self.handler.tick(which, &t, reference, clock);
+                    }
+                }
+            }
+            Err(r) => {
+                self.handler.rejected(&r);
+                log.log(r.reason(), topic, &r.to_string());
+            }
+        }
+    }
+}
+
+/// Reads the remaining frames of a message; returns how many it had in all.
+pub fn read_rest(
+    sock: &zmq::Socket,
+    topic: &zmq::Message,
+    payload: &mut zmq::Message,
+    extra: &mut zmq::Message,
+) -> usize {
+    if !topic.get_more() {
+        return 1;
+    }
+    // The rest of a multipart message is already here: ZeroMQ delivers whole messages.
+    if sock.recv(payload, 0).is_err() {
+        return 1;
+    }
+    let mut frames = 2;
+    let mut more = payload.get_more();
+    while more {
+        if sock.recv(extra, 0).is_err() {
+            break;
+        }
+        frames += 1;
+        more = extra.get_more();
+    }
+    frames
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subscriptions_cover_prefixes_and_ticks() {
+        assert_eq!(
+            subscriptions(&["bid", "impression"], &["0".into(), "a1".into()]),
+            ["bid-0", "bid-a1", "impression-0", "impression-a1", "tick"]
+        );
+        assert_eq!(subscriptions(&["click"], &[]), ["click-", "tick"]);
+    }
+
+    #[test]
+    fn rare_types_are_read_on_their_own_socket() {
+        for t in ["auction", "bid", "impression"] {
+            assert_eq!(socket_of(t), Socket::High);
+        }
+        for t in ["click", "install", "open", "tick"] {
+            assert_eq!(socket_of(t), Socket::Low);
+        }
+    }
+}
