@@ -1,12 +1,12 @@
 //! `tidemark learn`: offline progressive validation over TSV files
 //! (`--input`), or the online learner over shard databases (`--config`).
-//! Arguments only: the service is `tidemark_trainer`.
+//! Arguments only: the service is `tidemark_learner`.
 
 use std::path::PathBuf;
 
 use anyhow::bail;
-use tidemark_learner::Params;
-use tidemark_trainer::{offline, Config};
+use tidemark_ftrl::Params;
+use tidemark_learner::{offline, Config};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -119,7 +119,7 @@ fn online(path: &std::path::Path, database_url: Option<&str>) -> anyhow::Result<
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let summary = tidemark_trainer::run(config, crate::shutdown_signal()).await?;
+        let summary = tidemark_learner::run(config, crate::shutdown_signal()).await?;
         tracing::info!(
             learned = summary.learned,
             checkpoints = summary.checkpoints,

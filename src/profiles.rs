@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use tidemark_profile::Identifier;
+use tidemark_person::Identifier;
 use tidemark_profiles::Config;
 use tidemark_reader::Reader;
 use tidemark_wire::parse_instant;

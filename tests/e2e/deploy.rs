@@ -193,7 +193,7 @@ fn the_example_configurations_parse() {
             "secrets come from the environment"
         );
     }
-    let l = tidemark_trainer::Config::from_file(&dir.join("learner.toml")).unwrap();
+    let l = tidemark_learner::Config::from_file(&dir.join("learner.toml")).unwrap();
     assert!(l.needs_default_database());
     tidemark_profiles::Config::from_file(&dir.join("profiles.toml")).unwrap();
 }

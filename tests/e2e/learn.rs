@@ -342,7 +342,7 @@ fn the_learner_service_runs_in_process() {
     insert(&db, "a", 1, 400);
     insert(&db, "b", 1, 300);
     let dir = workdir("in-process");
-    let mut config = tidemark_trainer::Config::from_file(&config(&dir, &db)).unwrap();
+    let mut config = tidemark_learner::Config::from_file(&config(&dir, &db)).unwrap();
     config.default_database("postgres://never-used");
     let ckpt = dir.clone();
     let summary = block_on(async move {
@@ -357,7 +357,7 @@ fn the_learner_service_runs_in_process() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         };
-        tidemark_trainer::run(config, done).await.unwrap()
+        tidemark_learner::run(config, done).await.unwrap()
     });
     assert_eq!(summary.learned, 2100);
     let c = latest(&dir).unwrap();

@@ -1,5 +1,6 @@
 //! Guardrails on the code's shape that cost nothing to keep: SQL only in the
-//! store, bidder-facing crates free of IO dependencies, a thin binary.
+//! store, bidder-facing crates free of IO dependencies, the crate table of
+//! docs/ARCHITECTURE.md equal to the dependency graph, a thin binary.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -21,11 +22,11 @@ const SQL_HOMES: [&str; 3] = [
 /// compression dependency may reach them, however indirectly.
 const BIDDER_FACING: [&str; 6] = [
     "tidemark-wire",
-    "tidemark-profile",
+    "tidemark-person",
     "tidemark-plan",
     "tidemark-features",
     "tidemark-checkpoint",
-    "tidemark-learner",
+    "tidemark-ftrl",
 ];
 
 const IO_CRATES: [&str; 11] = [
@@ -127,68 +128,196 @@ fn sql_lives_only_in_the_store() {
     assert_eq!(sql_in(r#"  tracing::info!("selected {n}")"#), None);
 }
 
-#[test]
-fn bidder_facing_crates_have_no_io_dependency() {
-    let out = std::process::Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--locked",
-            "--manifest-path",
-        ])
-        .arg(Path::new(ROOT).join("Cargo.toml"))
-        .output()
-        .expect("run cargo metadata");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let name_of: HashMap<&str, &str> = meta["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p["id"].as_str().unwrap(), p["name"].as_str().unwrap()))
-        .collect();
-    // Normal (not dev, not build) dependencies of each package.
-    let deps: HashMap<&str, Vec<&str>> = meta["resolve"]["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| {
-            let normal = n["deps"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|d| {
-                    d["dep_kinds"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .any(|k| k["kind"].is_null())
-                })
-                .map(|d| d["pkg"].as_str().unwrap())
-                .collect();
-            (n["id"].as_str().unwrap(), normal)
-        })
-        .collect();
-    for krate in BIDDER_FACING {
-        let root = name_of
+/// The workspace's dependency graph, as `cargo metadata` resolves it.
+struct Graph {
+    /// Package id to name.
+    name_of: HashMap<String, String>,
+    /// Package id to its normal (not dev, not build) dependencies' ids.
+    deps: HashMap<String, Vec<String>>,
+    /// Ids of the workspace's members.
+    members: Vec<String>,
+}
+
+impl Graph {
+    fn load() -> Graph {
+        let out = std::process::Command::new(env!("CARGO"))
+            .args([
+                "metadata",
+                "--format-version",
+                "1",
+                "--locked",
+                "--manifest-path",
+            ])
+            .arg(Path::new(ROOT).join("Cargo.toml"))
+            .output()
+            .expect("run cargo metadata");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let s = |v: &serde_json::Value| v.as_str().unwrap().to_owned();
+        let name_of = meta["packages"]
+            .as_array()
+            .unwrap()
             .iter()
-            .find(|(_, n)| **n == krate)
-            .map(|(id, _)| *id)
-            .unwrap_or_else(|| panic!("{krate} is in the workspace"));
+            .map(|p| (s(&p["id"]), s(&p["name"])))
+            .collect();
+        let deps = meta["resolve"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                let normal = n["deps"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|d| {
+                        d["dep_kinds"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .any(|k| k["kind"].is_null())
+                    })
+                    .map(|d| s(&d["pkg"]))
+                    .collect();
+                (s(&n["id"]), normal)
+            })
+            .collect();
+        let members = meta["workspace_members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(s)
+            .collect();
+        Graph {
+            name_of,
+            deps,
+            members,
+        }
+    }
+
+    fn id(&self, krate: &str) -> &str {
+        self.name_of
+            .iter()
+            .find(|(_, n)| *n == krate)
+            .map(|(id, _)| id.as_str())
+            .unwrap_or_else(|| panic!("{krate} is in the workspace"))
+    }
+
+    /// Names of everything `krate` links, however indirectly.
+    fn closure(&self, krate: &str) -> BTreeSet<&str> {
         let mut seen = BTreeSet::new();
-        let mut todo = vec![root];
+        let mut todo = vec![self.id(krate)];
         while let Some(id) = todo.pop() {
-            if seen.insert(name_of[id]) {
-                todo.extend(deps.get(id).into_iter().flatten().copied());
+            if seen.insert(self.name_of[id].as_str()) {
+                todo.extend(self.deps.get(id).into_iter().flatten().map(String::as_str));
             }
         }
+        seen.remove(krate);
+        seen
+    }
+
+    /// The workspace crates `krate` depends on directly (normal dependencies).
+    fn direct(&self, krate: &str) -> BTreeSet<&str> {
+        self.deps[self.id(krate)]
+            .iter()
+            .filter(|d| self.members.contains(*d))
+            .map(|d| self.name_of[d].as_str())
+            .collect()
+    }
+}
+
+#[test]
+fn bidder_facing_crates_have_no_io_dependency() {
+    let graph = Graph::load();
+    for krate in BIDDER_FACING {
+        let seen = graph.closure(krate);
         let io: Vec<&&str> = IO_CRATES.iter().filter(|c| seen.contains(**c)).collect();
         assert!(io.is_empty(), "{krate} depends on {io:?} (all: {seen:?})");
+    }
+}
+
+/// One row of the crate table in docs/ARCHITECTURE.md.
+struct Row {
+    krate: String,
+    layer: u32,
+    depends_on: BTreeSet<String>,
+    links: [bool; 3],
+}
+
+fn crate_table() -> Vec<Row> {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("docs/ARCHITECTURE.md")).unwrap();
+    let yes = |c: &str| match c {
+        "yes" => true,
+        "no" => false,
+        other => panic!("{other:?}: a cell of the crate table is yes or no"),
+    };
+    text.lines()
+        .filter(|l| l.starts_with("| `tidemark"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let krate = cells[1].trim_matches('`').to_owned();
+            let layer = cells[2].split(' ').next().unwrap().parse().unwrap();
+            let depends_on = match cells[3] {
+                "—" => BTreeSet::new(),
+                list => list.split(", ").map(|d| format!("tidemark-{d}")).collect(),
+            };
+            Row {
+                krate,
+                layer,
+                depends_on,
+                links: [yes(cells[4]), yes(cells[5]), yes(cells[6])],
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn the_crate_table_is_the_dependency_graph() {
+    let graph = Graph::load();
+    let table = crate_table();
+    let mut members: Vec<&str> = graph
+        .members
+        .iter()
+        .map(|id| graph.name_of[id].as_str())
+        .collect();
+    members.sort();
+    let mut rows: Vec<&str> = table.iter().map(|r| r.krate.as_str()).collect();
+    rows.sort();
+    assert_eq!(rows, members, "one row per workspace crate");
+    let layer: HashMap<&str, u32> = table.iter().map(|r| (r.krate.as_str(), r.layer)).collect();
+    for row in &table {
+        let k = row.krate.as_str();
+        let direct: BTreeSet<String> = graph.direct(k).into_iter().map(str::to_owned).collect();
+        assert_eq!(
+            direct, row.depends_on,
+            "{k}: its dependencies as the table says"
+        );
+        for d in &direct {
+            assert!(
+                layer[d.as_str()] < row.layer,
+                "{k} (layer {}) depends on {d} (layer {}): only lower layers",
+                row.layer,
+                layer[d.as_str()]
+            );
+        }
+        let closure = graph.closure(k);
+        for (io, links) in ["zmq", "tokio-postgres", "tokio"].iter().zip(row.links) {
+            assert_eq!(
+                closure.contains(io),
+                links,
+                "{k}: links {io} as the table says"
+            );
+        }
+    }
+    let readme = std::fs::read_to_string(Path::new(ROOT).join("README.md")).unwrap();
+    for k in members.iter().filter(|k| **k != "tidemark") {
+        assert!(
+            readme.contains(&format!("`crates/{k}`")),
+            "README's layout names crates/{k}"
+        );
     }
 }
 

@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
-use tidemark_learner::Models;
+use tidemark_ftrl::Models;
+use tidemark_learner::Config;
 use tidemark_store::demo::Scored;
-use tidemark_trainer::Config;
 
 /// One decile of predictions (equal row counts, by predicted probability).
 #[derive(Debug, Clone, PartialEq)]
@@ -128,7 +128,7 @@ fn figures(r: &Rows, t0_ms: i64) -> TargetEval {
         rows: n,
         label_rate: rate,
         logloss,
-        auc: tidemark_learner::auc(&mut pairs),
+        auc: tidemark_ftrl::auc(&mut pairs),
         without_profiles_logloss: ll(&r.without),
         truth_logloss: truth,
         truth_rows: known.len(),

@@ -309,7 +309,7 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
                 .collect()
         })
         .unwrap_or_default();
-    let config = tidemark_trainer::Config::from_toml(&learn_text)?;
+    let config = tidemark_learner::Config::from_toml(&learn_text)?;
     let features: Vec<String> = COUNTERS.iter().map(|c| c.0.to_owned()).collect();
     let (targets, delays, bridging) = rt.block_on(async {
         let c = tidemark_store::connect(&url).await?;

@@ -54,27 +54,51 @@ pub struct Keys<'a> {
     pub rcvhwm: Option<i64>,
 }
 
-/// A subscription key that cannot be used.
+/// A configuration that cannot be used, naming the key at fault (every
+/// process's configuration reports its errors this way).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {message}")]
-pub struct KeyError {
+pub struct ConfigError {
     /// The key, as written in the file.
-    pub key: &'static str,
+    pub key: String,
     /// What is wrong with it.
     pub message: String,
 }
 
-fn err(key: &'static str, message: impl Into<String>) -> KeyError {
-    KeyError {
-        key,
-        message: message.into(),
+impl ConfigError {
+    /// An error of `key`.
+    pub fn new(key: impl Into<String>, message: impl ToString) -> ConfigError {
+        ConfigError {
+            key: key.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+fn err(key: &str, message: impl ToString) -> ConfigError {
+    ConfigError::new(key, message)
+}
+
+/// Names of processes (shards name their tables with them) and counters:
+/// `[a-z][a-z0-9_]{0,31}`.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    let b = name.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 32
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{name:?} must match [a-z][a-z0-9_]{{0,31}}"))
     }
 }
 
 impl Subscription {
     /// Validates the keys; `rcvhwm_default` is the owner's (a process that
     /// batches more holds more).
-    pub fn from_keys(k: Keys<'_>, rcvhwm_default: i32) -> Result<Subscription, KeyError> {
+    pub fn from_keys(k: Keys<'_>, rcvhwm_default: i32) -> Result<Subscription, ConfigError> {
         if k.endpoints.is_empty() {
             return Err(err("endpoints", "at least one endpoint is required"));
         }
@@ -104,7 +128,7 @@ impl Subscription {
                 ))
             }
         };
-        let dur = |key: &'static str, v: Option<&str>, default: Duration| {
+        let dur = |key: &str, v: Option<&str>, default: Duration| {
             v.map_or(Ok(default), |s| parse_duration(s).map_err(|m| err(key, m)))
         };
         let rcvhwm = match k.rcvhwm {
@@ -163,6 +187,14 @@ mod tests {
         assert_eq!(s.max_future, Duration::from_secs(600));
         assert_eq!(s.rcvhwm, 7);
         assert_eq!(s.rate(), 1.0);
+    }
+
+    #[test]
+    fn names_are_plain_identifiers() {
+        assert!(validate_name("s0_eu").is_ok());
+        for bad in ["", "0s", "S0", "a-b", &"a".repeat(33)] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod sockets;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use clock::{EventClock, Socket};
-pub use config::{ClockKind, KeyError, Keys, Subscription};
+pub use config::{validate_name, ClockKind, ConfigError, Keys, Subscription};
 pub use door::{Door, TickVerdict};
 pub use drive::{drive, DriveError, Failure, Step};
 pub use sockets::{read_rest, socket_of, spawn, subscriptions, Handler, Intake, Sockets};

@@ -1,20 +1,19 @@
-//! The learner's mathematics: FTRL-Proximal logistic regression with
-//! per-coordinate learning rates and elastic net (McMahan et al., KDD 2013,
-//! Algorithm 1), progressive validation metrics, and a set of models per
-//! target fed JSON feature objects.
+//! The learning service: the online learner that follows shards'
+//! observation streams and writes checkpoints (`tidemark learn --config`),
+//! and the offline progressive pass over TSV files (`tidemark learn --input`).
 //!
-//! Owns: model state (z, n), prediction and update, metrics, conversion to and
-//! from checkpoint targets. Does no IO: no files, no database, no runtime.
-//! Features are hashed only through `tidemark-features`, as bidders score
-//! them. The services that feed it (online over shard databases, offline over
-//! TSV files) live in `tidemark-trainer`.
+//! Owns: the learner's configuration (validated once, durations parsed),
+//! the loop (read a batch per stream, learn, checkpoint, register positions),
+//! resuming from the latest checkpoint, retrying sources that are away, and
+//! file and gzip IO of the offline mode. The maths is `tidemark-ftrl`'s;
+//! every SQL statement is `tidemark-store`'s.
 
 #![warn(missing_docs)]
 
-mod ftrl;
-mod metrics;
-mod models;
+mod config;
+pub mod offline;
+mod online;
+mod sources;
 
-pub use ftrl::{Ftrl, Params};
-pub use metrics::{auc, Metrics, Window};
-pub use models::Models;
+pub use config::{Config, ConfigError, Source};
+pub use online::{run, Summary, TrainError};

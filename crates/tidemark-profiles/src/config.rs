@@ -6,24 +6,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
-use tidemark_intake::{Keys, Subscription};
+use tidemark_intake::{validate_name, Keys, Subscription};
 use tidemark_wire::{parse_duration, Types};
 
-/// A configuration that cannot be used, naming the key at fault.
-#[derive(Debug, thiserror::Error)]
-#[error("{key}: {message}")]
-pub struct ConfigError {
-    /// The key, as written in the file.
-    pub key: String,
-    /// What is wrong with it.
-    pub message: String,
-}
+pub use tidemark_intake::ConfigError;
 
 fn err(key: impl Into<String>, message: impl ToString) -> ConfigError {
-    ConfigError {
-        key: key.into(),
-        message: message.to_string(),
-    }
+    ConfigError::new(key, message)
 }
 
 /// One `[[counters]]` entry.
@@ -140,16 +129,6 @@ fn default_blocklist_after() -> i64 {
     100
 }
 
-/// `[a-z][a-z0-9_]{0,31}`: names of processes and counters.
-fn valid_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 32
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
-}
-
 impl Config {
     /// Reads and validates a configuration file.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
@@ -163,9 +142,7 @@ impl Config {
             // toml names the key in its message; keep it whole.
             err("config", e.message())
         })?;
-        if !valid_name(&raw.name) {
-            return Err(err("name", "must be [a-z][a-z0-9_]{0,31}"));
-        }
+        validate_name(&raw.name).map_err(|m| err("name", m))?;
         let subscription = Subscription::from_keys(
             Keys {
                 endpoints: &raw.endpoints,
@@ -177,8 +154,7 @@ impl Config {
                 rcvhwm: raw.rcvhwm,
             },
             1_000_000,
-        )
-        .map_err(|e| err(e.key, e.message))?;
+        )?;
         let duration = |key: &str, v: &str| parse_duration(v).map_err(|e| err(key, e));
         let known = Types::new(&raw.custom_types).map_err(|e| err("custom_types", e))?;
         let types = match raw.types {
@@ -216,9 +192,7 @@ impl Config {
         let mut counters = Vec::with_capacity(raw.counters.len());
         for (i, c) in raw.counters.into_iter().enumerate() {
             let key = |k: &str| format!("counters[{i}].{k}");
-            if !valid_name(&c.name) {
-                return Err(err(key("name"), "must be [a-z][a-z0-9_]{0,31}"));
-            }
+            validate_name(&c.name).map_err(|m| err(key("name"), m))?;
             if !names.insert(c.name.clone()) {
                 return Err(err(key("name"), format!("{:?} is defined twice", c.name)));
             }

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tidemark_intake::{wall_ms, ClockKind, Door, Handler, Intake, IntakeError, Socket, Sockets};
-use tidemark_profile::Identities;
+use tidemark_person::Identities;
 use tidemark_wire::{Decoder, Event as WireEvent, Reject, Tick, Txid, Types};
 use tokio::sync::mpsc;
 

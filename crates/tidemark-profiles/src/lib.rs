@@ -9,7 +9,7 @@
 //! copies are committed before the next batch is judged, so "the first copy
 //! received" holds across batches, restarts and `kill -9`. Holds no SQL
 //! (`tidemark-store::profiles` does) and no profile maths
-//! (`tidemark-profile` does).
+//! (`tidemark-person` does).
 
 #![warn(missing_docs)]
 
@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tidemark_intake::{drive, DriveError, Failure, Step};
-use tidemark_profile::CounterSlot;
+use tidemark_person::CounterSlot;
 use tidemark_store::profiles::{self as store, Daily, Saved, DAY_MS};
 use tidemark_store::StoreError;
 use tokio::sync::mpsc;

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use tidemark_profile::Person;
+use tidemark_person::Person;
 use tidemark_store::profiles::{self, IdRow, Merge, StoredPerson, TrailRow};
 use tidemark_store::StoreError;
 use tokio_postgres::Client;

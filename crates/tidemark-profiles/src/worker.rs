@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use tidemark_profile::{CounterSlot, Person};
+use tidemark_person::{CounterSlot, Person};
 use tidemark_store::profiles::{self, StoredId, StoredPerson, TrailRow};
 use tidemark_store::StoreError;
 use tokio_postgres::Client;

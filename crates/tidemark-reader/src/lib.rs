@@ -7,7 +7,7 @@
 //! of the person and per day), and the counter definitions, read once and
 //! re-read when a profile shows a newer one. Besides `tidemark-store`, the
 //! one place SQL lives: a bidder should not need the store's dependencies.
-//! Counter values are computed with `tidemark-profile`'s `Decayed`, the
+//! Counter values are computed with `tidemark-person`'s `Decayed`, the
 //! same maths the profile process writes with.
 
 #![warn(missing_docs)]
@@ -20,7 +20,7 @@ use std::time::Instant;
 pub use times::{Histogram, Times};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tidemark_profile::Decayed;
+use tidemark_person::Decayed;
 
 /// Why a read failed.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,6 @@
 //! The expected state of a profile process (SPEC 11), computed from the
 //! messages it received, written from SPEC.md alone, sharing no code with
-//! tidemark-profile, tidemark-profiles or tidemark-reader.
+//! tidemark-person, tidemark-profiles or tidemark-reader.
 //!
 //! It is the oracle of the profile differential tests, so it is written the
 //! slow and obvious way: every message is validated with `serde_json::Value`,

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tidemark_intake::{Keys, Subscription};
+
+pub use tidemark_intake::{validate_name, ConfigError};
 use tidemark_wire::{parse_duration, Types};
 
 pub use tidemark_intake::ClockKind;
@@ -100,21 +102,8 @@ pub enum Given {
     Click,
 }
 
-/// A configuration error, naming the key at fault.
-#[derive(Debug, thiserror::Error)]
-#[error("{key}: {message}")]
-pub struct ConfigError {
-    /// The key at fault, as written in the file.
-    pub key: String,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-fn err(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
-    ConfigError {
-        key: key.into(),
-        message: message.into(),
-    }
+fn err(key: impl Into<String>, message: impl ToString) -> ConfigError {
+    ConfigError::new(key, message)
 }
 
 #[derive(Deserialize)]
@@ -216,8 +205,7 @@ impl Config {
                 rcvhwm: raw.rcvhwm,
             },
             50_000,
-        )
-        .map_err(|e| err(e.key, e.message))?;
+        )?;
         let dur =
             |key: &str, v: &Option<String>, default: Duration| -> Result<Duration, ConfigError> {
                 v.as_deref()
@@ -319,21 +307,6 @@ fn positive<T: PartialOrd + Default + Copy + std::fmt::Display>(
         None => Ok(default),
         Some(x) if x > T::default() => Ok(x),
         Some(x) => Err(err(key, format!("must be greater than 0, got {x}"))),
-    }
-}
-
-/// Shard names become SQL identifiers and table names: keep them plain.
-pub fn validate_name(name: &str) -> Result<(), String> {
-    let b = name.as_bytes();
-    let ok = !b.is_empty()
-        && b.len() <= 32
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("{name:?} must match [a-z][a-z0-9_]{{0,31}}"))
     }
 }
 

@@ -7,7 +7,7 @@
 //! connection that holds the lock, since DDL on a partitioned table waits for
 //! every writer.
 
-use tidemark_profile::{Decayed, Person, TypeStats};
+use tidemark_person::{Decayed, Person, TypeStats};
 use tokio_postgres::{Client, GenericClient, Transaction};
 
 use crate::StoreError;

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use futures_util::future::try_join_all;
 use tidemark_checkpoint::Checkpoint;
-use tidemark_learner::Models;
+use tidemark_ftrl::Models;
 use tidemark_store::observations::{self, Observation};
 use tidemark_store::StoreError;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tidemark_features::Hashing;
-use tidemark_learner::Params;
+use tidemark_ftrl::Params;
 use tidemark_wire::parse_duration;
 
 /// A configuration that cannot be used, naming the key at fault.

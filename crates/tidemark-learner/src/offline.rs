@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use tidemark_features::Hashing;
-use tidemark_learner::{auc, Ftrl, Metrics, Params};
+use tidemark_ftrl::{auc, Ftrl, Metrics, Params};
 
 /// Why an offline pass stopped.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,20 @@
+//! The learner's mathematics: FTRL-Proximal logistic regression with
+//! per-coordinate learning rates and elastic net (McMahan et al., KDD 2013,
+//! Algorithm 1), progressive validation metrics, and a set of models per
+//! target fed JSON feature objects.
+//!
+//! Owns: model state (z, n), prediction and update, metrics, conversion to and
+//! from checkpoint targets. Does no IO: no files, no database, no runtime.
+//! Features are hashed only through `tidemark-features`, as bidders score
+//! them. The services that feed it (online over shard databases, offline over
+//! TSV files) live in `tidemark-learner`.
+
+#![warn(missing_docs)]
+
+mod ftrl;
+mod metrics;
+mod models;
+
+pub use ftrl::{Ftrl, Params};
+pub use metrics::{auc, Metrics, Window};
+pub use models::Models;
