@@ -196,3 +196,124 @@ pub async fn drive<S: Step>(
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step that holds what it takes and writes it only when `finish`
+    /// is allowed to succeed.
+    #[derive(Default)]
+    struct Holding {
+        held: Vec<u32>,
+        written: Vec<u32>,
+        finish_ok: bool,
+        finishes: usize,
+    }
+
+    impl Step for Holding {
+        type Chunk = Vec<u32>;
+        type Error = String;
+        fn take(&mut self, chunk: Vec<u32>, _: Instant) {
+            self.held.extend(chunk);
+        }
+        fn room(&self) -> bool {
+            true
+        }
+        fn due(&self, now: Instant) -> Instant {
+            now + Duration::from_secs(3600)
+        }
+        async fn work(&mut self, _: Instant) -> Result<(), Failure<String>> {
+            Ok(())
+        }
+        fn held(&self) -> usize {
+            self.held.len()
+        }
+        fn report(&mut self, _: usize) {}
+        async fn finish(&mut self) -> Result<(), Failure<String>> {
+            self.finishes += 1;
+            if self.finish_ok {
+                self.written.append(&mut self.held);
+                Ok(())
+            } else {
+                Err(Failure::Retry("the database is away".into()))
+            }
+        }
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_panic_in_intake_is_an_error_after_what_it_handed_over_is_written() {
+        let (tx, rx) = mpsc::channel(4);
+        let stop = Arc::new(AtomicBool::new(false));
+        let intake = std::thread::spawn(move || {
+            tx.blocking_send(vec![1, 2]).unwrap();
+            tx.blocking_send(vec![3]).unwrap();
+            panic!("broken invariant");
+        });
+        let mut step = Holding {
+            finish_ok: true,
+            ..Holding::default()
+        };
+        let never = std::future::pending::<()>();
+        let r = rt().block_on(drive(
+            &mut step,
+            intake,
+            stop,
+            rx,
+            never,
+            Duration::from_secs(5),
+        ));
+        match r {
+            Err(DriveError::IntakePanicked(what)) => assert_eq!(what, "broken invariant"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(step.written, [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_stop_writes_what_is_held_or_says_how_much_it_could_not() {
+        for finish_ok in [true, false] {
+            let (tx, rx) = mpsc::channel(4);
+            let stop = Arc::new(AtomicBool::new(false));
+            let seen = stop.clone();
+            let intake = std::thread::spawn(move || {
+                tx.blocking_send(vec![7, 8]).unwrap();
+                // Intake reads until the loop asks it to stop.
+                while !seen.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                tx.blocking_send(vec![9]).unwrap();
+            });
+            let mut step = Holding {
+                finish_ok,
+                ..Holding::default()
+            };
+            let shutdown = async { tokio::time::sleep(Duration::from_millis(50)).await };
+            let r = rt().block_on(drive(
+                &mut step,
+                intake,
+                stop,
+                rx,
+                shutdown,
+                Duration::from_millis(400),
+            ));
+            if finish_ok {
+                assert!(r.is_ok(), "{r:?}");
+                assert_eq!(step.written, [7, 8, 9], "what intake held at the stop too");
+            } else {
+                match r {
+                    Err(DriveError::ShutdownTimeout { unwritten, .. }) => assert_eq!(unwritten, 3),
+                    other => panic!("{other:?}"),
+                }
+                assert!(step.finishes > 1, "retried within the time given");
+            }
+        }
+    }
+}
