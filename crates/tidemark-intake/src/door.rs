@@ -46,11 +46,6 @@ impl Door {
         }
     }
 
-    /// The clock this process follows.
-    pub fn kind(&self) -> ClockKind {
-        self.kind
-    }
-
     /// What `max_future` is measured from at wall time `wall` (SPEC 1): wall
     /// time under the wall clock; under the event clock the newest tick heard
     /// from any publisher on either socket, never the (oldest-tick) sweeping

@@ -25,12 +25,12 @@ pub enum Failure<E> {
     Fatal(E),
 }
 
-/// Why [`drive`] returned other than cleanly.
-#[derive(Debug)]
-pub enum DriveError<E> {
-    /// The step failed in a way retrying cannot fix.
-    Fatal(E),
+/// Why a process stopped after a stop was asked for or intake ended,
+/// other than cleanly; every process's error wraps it.
+#[derive(Debug, thiserror::Error)]
+pub enum Stopped {
     /// At a stop, the step could not write what it holds within the time given.
+    #[error("stopped without writing {unwritten} accepted events: the database stayed away for the whole shutdown_timeout ({waited:?}); last error: {error}")]
     ShutdownTimeout {
         /// Accepted events not written.
         unwritten: usize,
@@ -41,6 +41,7 @@ pub enum DriveError<E> {
     },
     /// The intake thread panicked: a broken invariant, so the process must
     /// not exit as if it stopped cleanly.
+    #[error("the intake thread panicked (what it had handed over was written): {0}")]
     IntakePanicked(String),
 }
 
@@ -52,8 +53,8 @@ pub enum DriveError<E> {
 pub trait Step {
     /// What intake hands over.
     type Chunk;
-    /// What can go wrong.
-    type Error: std::fmt::Display;
+    /// What can go wrong; a [`Stopped`] is one of them.
+    type Error: std::fmt::Display + From<Stopped>;
     /// Takes a chunk received at `now`.
     fn take(&mut self, chunk: Self::Chunk, now: Instant);
     /// Whether another chunk fits (the process's memory bound); while not,
@@ -88,7 +89,7 @@ pub async fn drive<S: Step>(
     mut rx: mpsc::Receiver<S::Chunk>,
     shutdown: impl Future<Output = ()>,
     shutdown_timeout: Duration,
-) -> Result<(), DriveError<S::Error>> {
+) -> Result<(), S::Error> {
     tokio::pin!(shutdown);
     let mut next_report = Instant::now() + REPORT_EVERY;
     let mut backoff = Backoff::new();
@@ -140,7 +141,7 @@ pub async fn drive<S: Step>(
             }
             Err(Failure::Fatal(e)) => {
                 stop.store(true, Ordering::Relaxed);
-                return Err(DriveError::Fatal(e));
+                return Err(e);
             }
         }
         if now >= next_report {
@@ -172,16 +173,17 @@ pub async fn drive<S: Step>(
     loop {
         let error = match step.finish().await {
             Ok(()) => break,
-            Err(Failure::Fatal(e)) => return Err(DriveError::Fatal(e)),
+            Err(Failure::Fatal(e)) => return Err(e),
             Err(Failure::Retry(e)) => e.to_string(),
         };
         let wait = backoff.fail();
         if Instant::now() + wait >= deadline {
-            return Err(DriveError::ShutdownTimeout {
+            return Err(Stopped::ShutdownTimeout {
                 unwritten: step.held(),
                 waited: shutdown_timeout,
                 error,
-            });
+            }
+            .into());
         }
         tracing::warn!(
             "stopping: cannot write {} events yet, retrying in {:.1}s: {error}",
@@ -192,7 +194,7 @@ pub async fn drive<S: Step>(
     }
     step.report(0);
     match panicked {
-        Some(what) => Err(DriveError::IntakePanicked(what)),
+        Some(what) => Err(Stopped::IntakePanicked(what).into()),
         None => Ok(()),
     }
 }
@@ -211,9 +213,27 @@ mod tests {
         finishes: usize,
     }
 
+    #[derive(Debug)]
+    enum Error {
+        Away,
+        Stopped(Stopped),
+    }
+
+    impl std::fmt::Display for Error {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{self:?}")
+        }
+    }
+
+    impl From<Stopped> for Error {
+        fn from(s: Stopped) -> Error {
+            Error::Stopped(s)
+        }
+    }
+
     impl Step for Holding {
         type Chunk = Vec<u32>;
-        type Error = String;
+        type Error = Error;
         fn take(&mut self, chunk: Vec<u32>, _: Instant) {
             self.held.extend(chunk);
         }
@@ -223,20 +243,20 @@ mod tests {
         fn due(&self, now: Instant) -> Instant {
             now + Duration::from_secs(3600)
         }
-        async fn work(&mut self, _: Instant) -> Result<(), Failure<String>> {
+        async fn work(&mut self, _: Instant) -> Result<(), Failure<Error>> {
             Ok(())
         }
         fn held(&self) -> usize {
             self.held.len()
         }
         fn report(&mut self, _: usize) {}
-        async fn finish(&mut self) -> Result<(), Failure<String>> {
+        async fn finish(&mut self) -> Result<(), Failure<Error>> {
             self.finishes += 1;
             if self.finish_ok {
                 self.written.append(&mut self.held);
                 Ok(())
             } else {
-                Err(Failure::Retry("the database is away".into()))
+                Err(Failure::Retry(Error::Away))
             }
         }
     }
@@ -271,7 +291,9 @@ mod tests {
             Duration::from_secs(5),
         ));
         match r {
-            Err(DriveError::IntakePanicked(what)) => assert_eq!(what, "broken invariant"),
+            Err(Error::Stopped(Stopped::IntakePanicked(what))) => {
+                assert_eq!(what, "broken invariant")
+            }
             other => panic!("{other:?}"),
         }
         assert_eq!(step.written, [1, 2, 3]);
@@ -309,7 +331,9 @@ mod tests {
                 assert_eq!(step.written, [7, 8, 9], "what intake held at the stop too");
             } else {
                 match r {
-                    Err(DriveError::ShutdownTimeout { unwritten, .. }) => assert_eq!(unwritten, 3),
+                    Err(Error::Stopped(Stopped::ShutdownTimeout { unwritten, .. })) => {
+                        assert_eq!(unwritten, 3)
+                    }
                     other => panic!("{other:?}"),
                 }
                 assert!(step.finishes > 1, "retried within the time given");

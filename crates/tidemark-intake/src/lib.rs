@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub use clock::{EventClock, Socket};
 pub use config::{validate_name, ClockKind, ConfigError, Keys, Subscription};
 pub use door::{Door, TickVerdict};
-pub use drive::{drive, DriveError, Failure, Step};
+pub use drive::{drive, Failure, Step, Stopped};
 pub use sockets::{read_rest, socket_of, spawn, subscriptions, Handler, Intake, Sockets};
 
 /// Why intake could not start.

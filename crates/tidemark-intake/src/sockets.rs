@@ -206,7 +206,7 @@ impl<H: Handler> Intake<H> {
                 let created = e.txid.created_ms() as i64;
                 if created > limit || (self.bound_ts && e.ts > limit) {
                     self.handler.future(which, &e);
-                    log.log("future", topic, "txid or ts beyond max_future");
+                    log.log("future", topic, "beyond max_future of the reference");
                 } else {
                     self.handler.event(which, e);
                 }

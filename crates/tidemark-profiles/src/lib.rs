@@ -25,7 +25,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tidemark_intake::{drive, DriveError, Failure, Step};
+use tidemark_intake::{drive, Failure, Step, Stopped};
 use tidemark_person::CounterSlot;
 use tidemark_store::profiles::{self as store, Daily, Saved, DAY_MS};
 use tidemark_store::StoreError;
@@ -64,19 +64,9 @@ pub enum ProfilesError {
     /// Intake could not start.
     #[error(transparent)]
     Intake(#[from] tidemark_intake::IntakeError),
-    /// The intake thread panicked (after what was accepted was applied).
-    #[error("the intake thread panicked: {0}")]
-    IntakePanicked(String),
-    /// The database stayed away for the whole `shutdown_timeout`.
-    #[error("stopped without applying {unwritten} accepted events: the database stayed away for the whole shutdown_timeout ({waited:?}); last error: {error}")]
-    ShutdownTimeout {
-        /// Events not applied.
-        unwritten: usize,
-        /// How long it tried.
-        waited: Duration,
-        /// The last error.
-        error: String,
-    },
+    /// Stopped without writing what it held, or intake panicked.
+    #[error(transparent)]
+    Stopped(#[from] Stopped),
 }
 
 /// What one run did, by reason (`applied`, `duplicate`, `stale`, ...).
@@ -167,22 +157,7 @@ pub async fn run(
         next_status: Instant::now(),
         board,
     };
-    match drive(&mut p, intake, stop, rx, shutdown, shutdown_timeout).await {
-        Ok(()) => {}
-        Err(DriveError::Fatal(e)) => return Err(e),
-        Err(DriveError::ShutdownTimeout {
-            unwritten,
-            waited,
-            error,
-        }) => {
-            return Err(ProfilesError::ShutdownTimeout {
-                unwritten,
-                waited,
-                error,
-            })
-        }
-        Err(DriveError::IntakePanicked(what)) => return Err(ProfilesError::IntakePanicked(what)),
-    }
+    drive(&mut p, intake, stop, rx, shutdown, shutdown_timeout).await?;
     tracing::info!(counts = ?p.run_counts, "profile process stopped cleanly");
     Ok(Summary {
         counts: p.run_counts,

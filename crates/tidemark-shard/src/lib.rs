@@ -22,9 +22,9 @@ mod writer;
 use std::future::Future;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tidemark_intake::{drive, DriveError, Failure, Step};
+use tidemark_intake::{drive, Failure, Step, Stopped};
 
 use tidemark_store::{state, StoreError};
 use tokio::sync::mpsc;
@@ -53,22 +53,12 @@ pub enum ShardError {
     /// Intake could not start.
     #[error(transparent)]
     Intake(#[from] tidemark_intake::IntakeError),
-    /// The intake thread panicked (after what was accepted was written).
-    #[error("the intake thread panicked: {0}")]
-    IntakePanicked(String),
+    /// Stopped without writing what it held, or intake panicked.
+    #[error(transparent)]
+    Stopped(#[from] Stopped),
     /// The metrics endpoint could not start (`metrics_addr`).
     #[error(transparent)]
     Metrics(#[from] tidemark_metrics::ServeError),
-    /// The database stayed away for the whole `shutdown_timeout`.
-    #[error("stopped without writing {unwritten} accepted events: the database stayed away for the whole shutdown_timeout ({waited:?}); last error: {error}")]
-    ShutdownTimeout {
-        /// Accepted events not written.
-        unwritten: usize,
-        /// How long it tried.
-        waited: Duration,
-        /// The last database error.
-        error: String,
-    },
 }
 
 /// What a shard did in this run.
@@ -124,7 +114,7 @@ pub async fn run(
         url: database_url,
         counters: counters.clone(),
     };
-    match drive(
+    drive(
         &mut step,
         intake,
         stop,
@@ -132,23 +122,7 @@ pub async fn run(
         shutdown,
         config.shutdown_timeout,
     )
-    .await
-    {
-        Ok(()) => {}
-        Err(DriveError::Fatal(e)) => return Err(e),
-        Err(DriveError::ShutdownTimeout {
-            unwritten,
-            waited,
-            error,
-        }) => {
-            return Err(ShardError::ShutdownTimeout {
-                unwritten,
-                waited,
-                error,
-            })
-        }
-        Err(DriveError::IntakePanicked(what)) => return Err(ShardError::IntakePanicked(what)),
-    }
+    .await?;
     tracing::info!(shard = config.name, "shard stopped cleanly");
     Ok(Summary {
         counters: counters.snapshot(),
