@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 use tidemark_wire::Txid;
 
-use crate::profiles::{fence, profile_get, Rng, HOUR, LINKS};
-use crate::support::*;
+use tidemark_testkit::profiles::{compare_links, fence, oracle, profile_get, publish, LINKS};
+use tidemark_testkit::*;
+use tidemark_testkit::{Rng, HOUR};
 
 /// Events of 80 true persons (user, devices, member login; every 16th
 /// without a user, so its devices meet only through the member), four chains
@@ -345,7 +346,7 @@ fn the_linked_market_is_bridged_exactly_and_scored_against_its_true_persons() {
                 })
             })
             .collect();
-        crate::profiles::publish(&mut publisher, &part);
+        publish(&mut publisher, &part);
         fence(
             &mut publisher,
             &db.url,
@@ -354,15 +355,15 @@ fn the_linked_market_is_bridged_exactly_and_scored_against_its_true_persons() {
         );
         messages.extend(part);
     }
-    let oracle = crate::profiles::oracle(LINKS, &messages, now);
-    crate::profiles::compare_links(&db.url, &oracle, &messages, now, true);
+    let oracle = oracle(LINKS, &messages, now);
+    compare_links(&db.url, &oracle, &messages, now, true);
 
     // Purity and completeness, from the database's bridging and the
     // market's knowledge of who is who.
     let url = db.url.clone();
     let rows = block_on(async move {
         let c = tidemark_store::connect(&url).await.unwrap();
-        tidemark_store::profiles::identifiers(&c).await.unwrap()
+        tidemark_profiles::store::identifiers(&c).await.unwrap()
     });
     let q = tidemark_market::Quality::measure(rows.iter().map(|(id, p)| (id.as_str(), *p)));
     eprintln!("{q}");

@@ -1,6 +1,6 @@
 //! `tidemark plan` and argument handling, through the binary.
 
-use crate::support::bin;
+use tidemark_testkit::bin;
 
 #[test]
 fn plan_json_gives_disjoint_sets_within_tolerance() {

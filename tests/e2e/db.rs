@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use crate::support::{bin, block_on, run_ok, TestDb};
+use tidemark_testkit::{bin, block_on, run_ok, TestDb};
 
 #[test]
 fn db_up_url_down_in_a_private_home() {
@@ -74,7 +74,7 @@ fn test_databases_are_migrated_and_independent() {
     assert_eq!(counts, (1, 0));
     let name = a.name.clone();
     drop(a);
-    let admin = tidemark_store::Cluster::new(&crate::support::test_home())
+    let admin = tidemark_store::Cluster::new(&tidemark_testkit::test_home())
         .unwrap()
         .url_for("postgres");
     let gone = block_on(async move {
@@ -135,7 +135,7 @@ fn the_views_classify_every_counter_as_telemetry_defines_it() {
         .await
         .unwrap();
         let deltas: Vec<(String, i64)> = rows.iter().map(|r| (r.0.clone(), 1)).collect();
-        tidemark_store::state::add_counters(&c, "v", &deltas)
+        tidemark_shard::store::state::add_counters(&c, "v", &deltas)
             .await
             .unwrap();
         // The view has no `name` column: rebuild it from family and subject.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::*;
+use tidemark_testkit::*;
 
 /// One demo at a time: they share a port and a database.
 static DEMO: Mutex<()> = Mutex::new(());

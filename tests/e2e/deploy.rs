@@ -36,7 +36,7 @@ fn every_unit_starts_a_command_line_tidemark_takes() {
             .map(|a| a.replace("%i", "s0"))
             .chain(["--help".to_owned()])
             .collect();
-        let out = crate::support::bin().args(&args).output().unwrap();
+        let out = tidemark_testkit::bin().args(&args).output().unwrap();
         assert!(
             out.status.success(),
             "{}: tidemark {args:?}: {}",
@@ -104,13 +104,13 @@ fn plan_writes_shard_configurations_that_check_and_never_overwrites() {
         "--write-configs",
         d,
     ];
-    crate::support::run_ok(&args);
+    tidemark_testkit::run_ok(&args);
     let files: Vec<String> = (0..4)
         .map(|i| dir.join(format!("shard-s{i}.toml")).display().to_string())
         .collect();
     let mut check = vec!["plan", "--check"];
     check.extend(files.iter().map(String::as_str));
-    let out = crate::support::run_ok(&check);
+    let out = tidemark_testkit::run_ok(&check);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         said.contains("shards 4, sampled share 0.250000000"),
@@ -122,7 +122,7 @@ fn plan_writes_shard_configurations_that_check_and_never_overwrites() {
         "{text}"
     );
     // A second plan into the same directory refuses, naming the file.
-    let again = crate::support::bin().args(args).output().unwrap();
+    let again = tidemark_testkit::bin().args(args).output().unwrap();
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("not overwritten"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -131,7 +131,7 @@ fn plan_writes_shard_configurations_that_check_and_never_overwrites() {
 #[test]
 fn logs_are_json_lines_on_request_and_plain_text_off_a_terminal() {
     let publish = |extra: &[&str]| {
-        let out = crate::support::bin()
+        let out = tidemark_testkit::bin()
             .env("RUST_LOG", "info")
             .args(["publish", "--bind", "tcp://127.0.0.1:*", "--tps", "10"])
             .args(["--duration", "1s", "--warmup", "0s", "--drain", "1s"])
@@ -158,8 +158,8 @@ fn logs_are_json_lines_on_request_and_plain_text_off_a_terminal() {
 
 #[test]
 fn the_database_url_comes_from_the_environment() {
-    let db = crate::support::TestDb::new("env_url");
-    let out = crate::support::bin()
+    let db = tidemark_testkit::TestDb::new("env_url");
+    let out = tidemark_testkit::bin()
         .env("TIDEMARK_DATABASE_URL", &db.url)
         .args(["export", "--target", "ctr"])
         .output()
@@ -171,7 +171,7 @@ fn the_database_url_comes_from_the_environment() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("0 observations of ctr"));
     // A URL that leads nowhere fails: the variable is what was used.
-    let out = crate::support::bin()
+    let out = tidemark_testkit::bin()
         .env(
             "TIDEMARK_DATABASE_URL",
             "postgresql://nobody@/none?host=/nonexistent",
@@ -201,11 +201,11 @@ fn the_example_configurations_parse() {
 #[test]
 fn the_proxy_forwards_everything_and_counts_it_by_kind() {
     let (front, back, metrics) = (
-        crate::support::free_addr(),
-        crate::support::free_addr(),
-        crate::support::free_addr(),
+        tidemark_testkit::free_addr(),
+        tidemark_testkit::free_addr(),
+        tidemark_testkit::free_addr(),
     );
-    let mut proxy = crate::support::bin()
+    let mut proxy = tidemark_testkit::bin()
         .args(["proxy", "--frontend", &format!("tcp://{front}")])
         .args([
             "--backend",
@@ -223,7 +223,7 @@ fn the_proxy_forwards_everything_and_counts_it_by_kind() {
     let publ = ctx.socket(zmq::PUB).unwrap();
     publ.connect(&format!("tcp://{front}")).unwrap();
     // Ticks until one comes through: the subscription has reached the publisher.
-    crate::support::wait_for("a tick through the proxy", || {
+    tidemark_testkit::wait_for("a tick through the proxy", || {
         publ.send("tick", zmq::SNDMORE).unwrap();
         publ.send("{}", 0).unwrap();
         sub.recv_multipart(0).ok()
@@ -239,13 +239,14 @@ fn the_proxy_forwards_everything_and_counts_it_by_kind() {
         got += 1;
     }
     assert_eq!(got, 110, "every message forwarded");
-    let text = crate::support::wait_for("the counts", || {
-        let t = crate::support::try_scrape(&metrics)?;
-        let clicks = crate::support::metric(&t, r#"tidemark_proxy_messages_total{kind="click"}"#)?;
+    let text = tidemark_testkit::wait_for("the counts", || {
+        let t = tidemark_testkit::try_scrape(&metrics)?;
+        let clicks =
+            tidemark_testkit::metric(&t, r#"tidemark_proxy_messages_total{kind="click"}"#)?;
         (clicks == 10.0).then_some(t)
     });
     let m = |k: &str| {
-        crate::support::metric(
+        tidemark_testkit::metric(
             &text,
             &format!(r#"tidemark_proxy_messages_total{{kind="{k}"}}"#),
         )
@@ -264,7 +265,7 @@ fn a_shard_refused_by_its_database_at_start_exits_saying_so() {
     let dir = std::env::temp_dir().join(format!("tidemark-refused-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("s.toml");
-    let port = crate::support::free_addr();
+    let port = tidemark_testkit::free_addr();
     std::fs::write(
         &cfg,
         format!(
@@ -273,7 +274,7 @@ fn a_shard_refused_by_its_database_at_start_exits_saying_so() {
     )
     .unwrap();
     let started = std::time::Instant::now();
-    let out = crate::support::bin()
+    let out = tidemark_testkit::bin()
         .args(["shard", "--config", cfg.to_str().unwrap()])
         .output()
         .unwrap();
@@ -301,7 +302,7 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
     // this checkout, the shipped configurations (only the checkpoint
     // directory moved), the database URL from the environment as
     // tidemark.env gives it. Fixed ports, as shipped: 5555/5556, 9399-9420.
-    let _heavy = crate::support::HEAVY
+    let _heavy = tidemark_testkit::HEAVY
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     for port in [5555, 5556, 9399, 9400, 9401, 9402, 9403, 9410, 9420] {
@@ -310,7 +311,7 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
             "port {port} is taken: this test runs the layout on its shipped ports"
         );
     }
-    let db = crate::support::TestDb::new("layout");
+    let db = tidemark_testkit::TestDb::new("layout");
     let etc = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("layout-etc");
     let _ = std::fs::remove_dir_all(&etc);
     std::fs::create_dir_all(&etc).unwrap();
@@ -337,7 +338,7 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
             unit.file_stem().unwrap().to_string_lossy()
         ));
         let out = std::fs::File::create(&log).unwrap();
-        let child = crate::support::bin()
+        let child = tidemark_testkit::bin()
             .env("TIDEMARK_DATABASE_URL", &db.url)
             .env("RUST_LOG", "info")
             .args(&argv[1..])
@@ -356,7 +357,7 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
     services.push(start(&unit("tidemark-learner.service"), ""));
 
     // The shipped shards run on wall time: a live market, through the proxy.
-    let out = crate::support::bin()
+    let out = tidemark_testkit::bin()
         .args([
             "publish",
             "--connect",
@@ -374,9 +375,9 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
     );
 
     let scrape_until = |addr: &str, series: &str| {
-        crate::support::wait_for(&format!("{series} at {addr}"), || {
-            let t = crate::support::try_scrape(addr)?;
-            (crate::support::metric(&t, series)? > 0.0).then_some(())
+        tidemark_testkit::wait_for(&format!("{series} at {addr}"), || {
+            let t = tidemark_testkit::try_scrape(addr)?;
+            (tidemark_testkit::metric(&t, series)? > 0.0).then_some(())
         })
     };
     scrape_until(
@@ -392,8 +393,8 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
         );
         let events = format!(r#"tidemark_buffer_rows{{shard="{s}",tier="events"}}"#);
         // Live traffic waits in the buffer for its windows.
-        crate::support::wait_for("buffered rows", || {
-            let n = crate::support::metric(&crate::support::try_scrape(&addr)?, &events)?;
+        tidemark_testkit::wait_for("buffered rows", || {
+            let n = tidemark_testkit::metric(&tidemark_testkit::try_scrape(&addr)?, &events)?;
             (n > 0.0).then_some(())
         });
     }
@@ -403,9 +404,9 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
     );
     // No click window (1 h) passes in a test: the learner has nothing to
     // learn yet, and says how old its last checkpoint is.
-    crate::support::wait_for("the learner's endpoint", || {
-        let t = crate::support::try_scrape("127.0.0.1:9410")?;
-        crate::support::metric(&t, "tidemark_checkpoint_age_seconds")
+    tidemark_testkit::wait_for("the learner's endpoint", || {
+        let t = tidemark_testkit::try_scrape("127.0.0.1:9410")?;
+        tidemark_testkit::metric(&t, "tidemark_checkpoint_age_seconds")
     });
     // A clean stop of each, as `systemctl stop` sends it (SIGTERM). The
     // proxy holds nothing and ends by the signal itself, which systemd

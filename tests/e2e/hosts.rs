@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::exact::{
+use tidemark_testkit::exact::{
     assert_same, config_text, counter, expected, finish, market, observed, replay, sent_of,
     wait_all_swept,
 };
-use crate::support::{query_i64, wait_for, TestDb};
+use tidemark_testkit::{query_i64, wait_for, TestDb};
 
 fn ip(args: &[&str]) {
     let out = Command::new("ip")
@@ -191,7 +191,7 @@ fn host_db(dir: &Path, ns: &str, addr: &str) -> HostDb {
     let socket = cluster.url();
     // listen_addresses in postgresql.auto.conf wins over tidemark.conf; the
     // network of the hosts may connect (trust: the namespaces are private).
-    crate::support::block_on({
+    tidemark_testkit::block_on({
         let (socket, addr) = (socket.clone(), addr.to_owned());
         async move {
             let c = tidemark_store::connect(&socket).await.unwrap();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tidemark_checkpoint::Checkpoint;
 
-use crate::support::{bin, block_on, query_i64, wait_for, TestDb};
+use tidemark_testkit::{bin, block_on, query_i64, wait_for, TestDb};
 
 /// Inserts `n` observations per target into `shard`, seq continuing from `from`.
 fn insert(db: &TestDb, shard: &str, from: i64, n: i64) {
@@ -295,7 +295,7 @@ fn the_learner_waits_out_a_lost_database_and_goes_on() {
     let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("learn-away-home");
     let cluster = tidemark_store::Cluster::new(&home).unwrap();
     let _ = cluster.destroy();
-    crate::support::run_ok(&["db", "up", "--home", home.to_str().unwrap()]);
+    tidemark_testkit::run_ok(&["db", "up", "--home", home.to_str().unwrap()]);
     let db = TestDb::external("learn_away", &cluster.url());
     let dir = workdir("away");
     let cfg = config(&dir, &db);
@@ -391,26 +391,26 @@ fn the_learner_serves_its_rows_logloss_positions_and_checkpoint_age() {
     let db = TestDb::new("learn_metrics");
     let dir = workdir("metrics");
     let cfg = config(&dir, &db);
-    let addr = crate::support::free_addr();
+    let addr = tidemark_testkit::free_addr();
     let text = std::fs::read_to_string(&cfg).unwrap();
     std::fs::write(&cfg, format!("metrics_addr = \"{addr}\"\n{text}")).unwrap();
     insert(&db, "a", 0, 3000);
     let mut child = start(&cfg, &dir.join("learn.log"));
     let m = |s: &str| format!("tidemark_{s}");
     wait_for("every row learned, as the endpoint says", || {
-        let t = crate::support::try_scrape(&addr)?;
-        let rows = crate::support::metric(&t, &m(r#"learner_rows_total{target="ctr"}"#))?;
+        let t = tidemark_testkit::try_scrape(&addr)?;
+        let rows = tidemark_testkit::metric(&t, &m(r#"learner_rows_total{target="ctr"}"#))?;
         (rows == 3000.0).then_some(())
     });
     let c = wait_for("a checkpoint of every row", || {
         latest(&dir).filter(|c| c.targets.iter().map(|t| t.trained).sum::<u64>() == 9000)
     });
-    let scraped = crate::support::scrape(&addr);
+    let scraped = tidemark_testkit::scrape(&addr);
     for t in &c.targets {
         let series = |name: &str| m(&format!("{name}{{target=\"{}\"}}", t.name));
-        let rows = crate::support::metric(&scraped, &series("learner_rows_total")).unwrap();
+        let rows = tidemark_testkit::metric(&scraped, &series("learner_rows_total")).unwrap();
         assert_eq!(rows as u64, t.trained, "{}", t.name);
-        let logloss = crate::support::metric(&scraped, &series("learner_logloss")).unwrap();
+        let logloss = tidemark_testkit::metric(&scraped, &series("learner_logloss")).unwrap();
         let want = t.metrics["logloss"].as_f64().unwrap();
         assert!(
             (logloss - want).abs() < 1e-9,
@@ -419,9 +419,9 @@ fn the_learner_serves_its_rows_logloss_positions_and_checkpoint_age() {
         );
     }
     let last = query_i64(&db.url, "SELECT max(seq) FROM tidemark.observations").unwrap();
-    let pos = crate::support::metric(&scraped, &m(r#"learner_position{stream="local/a"}"#));
+    let pos = tidemark_testkit::metric(&scraped, &m(r#"learner_position{stream="local/a"}"#));
     assert_eq!(pos, Some(last as f64));
-    let age = crate::support::metric(&scraped, &m("checkpoint_age_seconds"));
+    let age = tidemark_testkit::metric(&scraped, &m("checkpoint_age_seconds"));
     assert!(age.is_some_and(|a| (0.0..60.0).contains(&a)), "{age:?}");
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

@@ -1,8 +1,7 @@
 //! End-to-end tests: the built `tidemark` binary, a real PostgreSQL cluster
 //! and real ZeroMQ sockets. One test binary, so one cluster serves them all.
-
-#[path = "../support/mod.rs"]
-mod support;
+//! Helpers come only from `tidemark-testkit`; the guardrails that need no
+//! database are the `tidy` test target.
 
 mod bridging;
 mod cli;
@@ -14,5 +13,4 @@ mod hosts;
 mod learn;
 mod profiles;
 mod shard;
-mod tidy;
 mod tls;

@@ -2,13 +2,11 @@
 //! get` and `trail` against real ZeroMQ and PostgreSQL, compared row by row
 //! with `tidemark_reference::profiles`, an oracle written from SPEC.md alone.
 
-use std::collections::BTreeSet;
-
 use serde_json::Value;
-use tidemark_reference::profiles::{Profiles, Setup};
 use tidemark_wire::Txid;
 
-use crate::support::*;
+use tidemark_testkit::profiles::*;
+use tidemark_testkit::*;
 
 const CONFIG: &str = r#"
 clock = "wall"
@@ -29,234 +27,6 @@ name = "ins_7d"
 event = "install"
 half_life = "7d"
 "#;
-
-pub(crate) const HOUR: i64 = 3_600_000;
-pub(crate) const DAY: i64 = 24 * HOUR;
-
-/// A small deterministic generator (xorshift64*), so a failing run can be replayed.
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// The messages of one run, in publication order: `(topic, payload)`.
-/// Persons are `user:u<i>`, or for a few events only `ids` with one entry;
-/// duplicates (identical and with another `ts`), out-of-order `ts`, bad
-/// identifiers, stale and future txids, junk.
-fn stream(seed: u64, events: usize, now: i64) -> Vec<(String, String)> {
-    let mut rng = Rng(seed | 1);
-    let types = ["impression", "click", "install"];
-    let mut out: Vec<(String, String)> = Vec::new();
-    for n in 0..events {
-        let t = types[[0, 0, 0, 0, 1, 1, 2][rng.below(7) as usize]];
-        let created = now - 6 * HOUR + rng.below(6 * HOUR as u64) as i64;
-        let txid = Txid::new(u128::from(rng.next()) << 16 | n as u128, created as u64);
-        // Out of order: ts anywhere in the hour after creation, up to now.
-        let ts = (created + rng.below(HOUR as u64) as i64).min(now);
-        let person = rng.below(120);
-        let who = match rng.below(20) {
-            0 => format!(r#""ids": {{"device": "d{person}"}}"#),
-            1 => format!(r#""user": "u{person}", "ids": {{"Bad Kind": "x"}}"#),
-            2 => format!(r#""user": 7, "ids": {{"email": "e{person}"}}"#),
-            3 => r#""user": """#.to_string(),
-            _ => format!(r#""user": "u{person}""#),
-        };
-        let topic = format!("{t}-{}", txid.as_str());
-        let payload = |ts: i64| {
-            format!(
-                r#"{{"type": "{t}", "txid": "{}", "ts": {ts}, {who}}}"#,
-                txid.as_str()
-            )
-        };
-        out.push((topic.clone(), payload(ts)));
-        match rng.below(10) {
-            0 => out.push((topic, payload(ts))),
-            1 => out.push((topic, payload((ts - 1000).max(created)))),
-            _ => {}
-        }
-    }
-    // Stale (created 9 days ago), future (an hour ahead), junk.
-    let stale = Txid::new(1, (now - 9 * DAY) as u64);
-    let future = Txid::new(2, (now + HOUR) as u64);
-    for (tx, ts) in [(stale, now - 9 * DAY), (future, now + HOUR)] {
-        out.push((
-            format!("click-{}", tx.as_str()),
-            format!(
-                r#"{{"type": "click", "txid": "{}", "ts": {ts}, "user": "u1"}}"#,
-                tx.as_str()
-            ),
-        ));
-    }
-    out.push(("click-zz".into(), "{}".into()));
-    out.push((
-        "impression-".to_string() + Txid::new(3, now as u64).as_str(),
-        "not json".into(),
-    ));
-    out
-}
-
-/// What the process must end with after receiving `messages` in order, all
-/// at wall time `now` (its clock and reference).
-pub(crate) fn oracle(config: &str, messages: &[(String, String)], now: i64) -> Profiles {
-    let setup = Setup::from_toml(config).expect("the oracle reads the test configuration");
-    let mut oracle = Profiles::new(setup);
-    for (t, m) in messages {
-        oracle.receive(t.as_bytes(), m.as_bytes(), now, Some(now));
-    }
-    oracle
-}
-
-pub(crate) fn publish(p: &mut Publisher, messages: &[(String, String)]) {
-    for (i, (t, m)) in messages.iter().enumerate() {
-        p.raw(&[t.as_bytes(), m.as_bytes()]);
-        if i % 500 == 499 {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-    }
-}
-
-/// Sends one impression and one click for `user:<name>` (one per socket) and
-/// waits until both are counted: everything sent before on either socket is in.
-pub(crate) fn fence(p: &mut Publisher, url: &str, name: &str, now: i64) {
-    for (i, t) in ["impression", "click"].iter().enumerate() {
-        let tx = Txid::new(
-            0xfe_0000 + i as u128 + u128::from(name.len() as u32) * 7,
-            now as u64,
-        );
-        p.event(t, &tx, now, &format!(r#""user": "{name}""#));
-    }
-    let id = format!("user:{name}");
-    wait_for("the fence events to be counted", || {
-        let v = profile_get(url, &[id.as_str()], now).pop()?;
-        let counts = v["counts"].as_object()?.len();
-        (counts == 2).then_some(())
-    });
-}
-
-pub(crate) fn profile_get(url: &str, ids: &[&str], at: i64) -> Vec<Value> {
-    let mut args = vec!["profile", "get"];
-    args.extend_from_slice(ids);
-    let at = at.to_string();
-    args.extend_from_slice(&["--at", &at, "--json", "--database-url", url]);
-    let out = run_ok(&args);
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect()
-}
-
-fn trail(url: &str, id: &str, from: i64, to: i64, types: Option<&str>) -> Vec<Value> {
-    let (from, to) = (from.to_string(), to.to_string());
-    let mut args = vec![
-        "trail",
-        id,
-        "--from",
-        &from,
-        "--to",
-        &to,
-        "--json",
-        "--database-url",
-        url,
-    ];
-    if let Some(t) = types {
-        args.extend_from_slice(&["--types", t]);
-    }
-    let out = run_ok(&args);
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-/// Every field equal, counters to 1e-9 relative.
-fn assert_same_profile(got: &Value, want: &Value) {
-    for key in [
-        "id",
-        "master",
-        "size",
-        "blocklisted",
-        "at",
-        "counts",
-        "first",
-        "last",
-    ] {
-        assert_eq!(
-            got[key], want[key],
-            "{key} of {}: got {got}, want {want}",
-            want["id"]
-        );
-    }
-    let (g, w) = (
-        got["counters"].as_object().unwrap(),
-        want["counters"].as_object().unwrap(),
-    );
-    assert_eq!(
-        g.keys().collect::<Vec<_>>(),
-        w.keys().collect::<Vec<_>>(),
-        "counter names"
-    );
-    for (name, wv) in w {
-        let (gv, wv) = (g[name].as_f64().unwrap(), wv.as_f64().unwrap());
-        let tolerance = 1e-9 * wv.abs().max(1e-300);
-        assert!(
-            (gv - wv).abs() <= tolerance,
-            "{name} of {}: got {gv}, want {wv}",
-            want["id"]
-        );
-    }
-}
-
-/// Compares every identifier of the stream (and an unknown one) at two
-/// times, and the trails of a sample, with the oracle.
-fn compare(url: &str, oracle: &Profiles, messages: &[(String, String)], now: i64) {
-    let mut ids: BTreeSet<String> = BTreeSet::new();
-    for (_, m) in messages {
-        if let Ok(v) = serde_json::from_str::<Value>(m) {
-            if let Some(u) = v["user"].as_str().filter(|u| !u.is_empty()) {
-                ids.insert(format!("user:{u}"));
-            }
-            if let Some(d) = v["ids"]["device"].as_str() {
-                ids.insert(format!("device:{d}"));
-            }
-            if let Some(e) = v["ids"]["email"].as_str() {
-                ids.insert(format!("email:{e}"));
-            }
-        }
-    }
-    ids.insert("user:nobody".into());
-    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    for at in [now, now + 3 * DAY, now - 2 * HOUR] {
-        let got = profile_get(url, &ids, at);
-        assert_eq!(got.len(), ids.len());
-        for (g, id) in got.iter().zip(&ids) {
-            assert_same_profile(g, &oracle.get(id, at));
-        }
-    }
-    for id in ids.iter().step_by(7) {
-        assert_eq!(
-            trail(url, id, 0, now + DAY, None),
-            oracle.trail(id, 0, now + DAY, None),
-            "trail of {id}"
-        );
-        let (from, to) = (now - 3 * HOUR, now - HOUR);
-        assert_eq!(
-            trail(url, id, from, to, Some("click,install")),
-            oracle.trail(id, from, to, Some(&["click", "install"])),
-            "filtered trail of {id}"
-        );
-    }
-}
 
 #[test]
 fn profiles_match_the_reference_row_by_row() {
@@ -533,9 +303,9 @@ fn the_synthetic_bidder_reads_profiles_into_its_bids() {
     assert!(enriched > 100, "{enriched} bids");
 
     // The same bidder on a socket, serving its metrics: every lookup timed.
-    let addr = crate::support::free_addr();
-    let bind = format!("tcp://{}", crate::support::free_addr());
-    let child = crate::support::bin()
+    let addr = tidemark_testkit::free_addr();
+    let bind = format!("tcp://{}", tidemark_testkit::free_addr());
+    let child = tidemark_testkit::bin()
         .env("RUST_LOG", "info")
         .args([
             "publish",
@@ -554,16 +324,19 @@ fn the_synthetic_bidder_reads_profiles_into_its_bids() {
         .unwrap();
     let series = |s: &str| format!(r#"tidemark_{s}{{publisher="tidemark-publish"}}"#);
     let text = wait_for("lookups timed on the endpoint", || {
-        let t = crate::support::try_scrape(&addr)?;
-        let n = crate::support::metric(&t, &series("profile_lookup_seconds_count"))?;
+        let t = tidemark_testkit::try_scrape(&addr)?;
+        let n = tidemark_testkit::metric(&t, &series("profile_lookup_seconds_count"))?;
         (n >= 3.0).then_some(t)
     });
-    let count = crate::support::metric(&text, &series("profile_lookup_seconds_count")).unwrap();
+    let count = tidemark_testkit::metric(&text, &series("profile_lookup_seconds_count")).unwrap();
     let inf = r#"tidemark_profile_lookup_seconds_bucket{le="+Inf",publisher="tidemark-publish"}"#;
-    assert_eq!(crate::support::metric(&text, inf), Some(count), "{text}");
-    assert!(crate::support::metric(&text, &series("profile_lookup_seconds_sum")).unwrap() > 0.0);
+    assert_eq!(tidemark_testkit::metric(&text, inf), Some(count), "{text}");
+    assert!(tidemark_testkit::metric(&text, &series("profile_lookup_seconds_sum")).unwrap() > 0.0);
     let bids = r#"tidemark_published_events_total{publisher="tidemark-publish",type="bid"}"#;
-    assert!(crate::support::metric(&text, bids).unwrap() > 0.0, "{text}");
+    assert!(
+        tidemark_testkit::metric(&text, bids).unwrap() > 0.0,
+        "{text}"
+    );
     let out = child.wait_with_output().unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -647,7 +420,7 @@ fn a_postgresql_crash_under_ingest_loses_nothing_committed() {
     // Its replay hides a lost batch except where a transaction's first copy
     // was lost and its second kept (seen twice in CI before the fix); the
     // connection-cut test below finds such losses directly (docs/profiles.md).
-    let _heavy = crate::support::HEAVY
+    let _heavy = tidemark_testkit::HEAVY
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     // A cluster of its own: crashing the shared one would disturb other tests.
@@ -679,234 +452,11 @@ fn a_postgresql_crash_under_ingest_loses_nothing_committed() {
     cluster.down().unwrap();
 }
 
-pub(crate) const LINKS: &str = r#"
-clock = "wall"
-trail = "7d"
-batch_delay = "50ms"
-batch_events = 300
-workers = 2
-max_ids = 6
-blocklist_after = 3
-[[counters]]
-name = "imp_1h"
-event = "impression"
-half_life = "1h"
-[[counters]]
-name = "clk_1d"
-event = "click"
-half_life = "1d"
-"#;
-
-/// Events of 60 true persons, each with a user, up to three devices and a
-/// member id, linked at random; some carry a shared carrier IP or the test
-/// device, which would glue unrelated persons into super-nodes, or a link
-/// of a chain that grows past `max_ids`.
-///
-/// Links depend on arrival order, which is known only within one socket:
-/// every event that may link is an impression (the high-frequency socket);
-/// clicks carry only a `user`.
-fn link_stream(seed: u64, events: usize, now: i64) -> Vec<(String, String)> {
-    let mut rng = Rng(seed | 1);
-    let mut out = Vec::new();
-    // Two persons of four, then a link between them: refused (8 > 6), and
-    // as they are the same size, charged to both sides.
-    for (i, ids) in [
-        r#""user": "tA", "ids": {"device": "tA1", "member": "tA2"}"#,
-        r#""user": "tA", "ids": {"email": "tA3"}"#,
-        r#""user": "tB", "ids": {"device": "tB1", "member": "tB2"}"#,
-        r#""user": "tB", "ids": {"email": "tB3"}"#,
-        r#""user": "tA", "ids": {"device": "tB1"}"#,
-    ]
-    .iter()
-    .enumerate()
-    {
-        let txid = Txid::new(0x7e1e + i as u128, (now - HOUR) as u64);
-        out.push((
-            format!("impression-{}", txid.as_str()),
-            format!(
-                r#"{{"type": "impression", "txid": "{}", "ts": {}, {ids}}}"#,
-                txid.as_str(),
-                now - HOUR + i as i64
-            ),
-        ));
-    }
-    for n in 0..events {
-        let t = ["impression", "impression", "click"][rng.below(3) as usize];
-        if t == "click" {
-            let created = now - 5 * HOUR + rng.below(5 * HOUR as u64) as i64;
-            let txid = Txid::new(u128::from(rng.next()) << 16 | n as u128, created as u64);
-            let ts = (created + rng.below(HOUR as u64) as i64).min(now);
-            let payload = format!(
-                r#"{{"type": "click", "txid": "{}", "ts": {ts}, "user": "u{}"}}"#,
-                txid.as_str(),
-                rng.below(60)
-            );
-            out.push((format!("click-{}", txid.as_str()), payload));
-            continue;
-        }
-        let created = now - 5 * HOUR + rng.below(5 * HOUR as u64) as i64;
-        let txid = Txid::new(u128::from(rng.next()) << 16 | n as u128, created as u64);
-        let ts = (created + rng.below(HOUR as u64) as i64).min(now);
-        let p = rng.below(60);
-        let mut ids = Vec::new();
-        if rng.below(3) > 0 {
-            ids.push(format!(r#""device": "d{p}_{}""#, rng.below(3)));
-        }
-        if rng.below(3) == 0 {
-            ids.push(format!(r#""member": "m{p}""#));
-        }
-        match rng.below(25) {
-            0 => ids.push(format!(r#""ip": "10.0.0.{}""#, rng.below(2))),
-            1 => ids.push(r#""test": "device""#.to_string()),
-            // A chain x:c0 – y:c0 – x:c1 – y:c1 – … that grows past max_ids.
-            2 => {
-                let c = rng.below(12);
-                ids.push(format!(r#""x": "c{}", "y": "c{c}""#, c + rng.below(2)));
-            }
-            _ => {}
-        }
-        let user = if rng.below(4) > 0 {
-            format!(r#""user": "u{p}", "#)
-        } else {
-            String::new()
-        };
-        let payload = format!(
-            r#"{{"type": "{t}", "txid": "{}", "ts": {ts}, {user}"ids": {{{}}}}}"#,
-            txid.as_str(),
-            ids.join(", ")
-        );
-        out.push((format!("{t}-{}", txid.as_str()), payload));
-    }
-    out
-}
-
-fn link_ids(messages: &[(String, String)]) -> Vec<String> {
-    let mut ids = BTreeSet::new();
-    for (_, m) in messages {
-        let v: Value = serde_json::from_str(m).unwrap();
-        if let Some(u) = v["user"].as_str() {
-            ids.insert(format!("user:{u}"));
-        }
-        for (k, x) in v["ids"].as_object().into_iter().flatten() {
-            ids.insert(format!("{k}:{}", x.as_str().unwrap()));
-        }
-    }
-    ids.into_iter().collect()
-}
-
-/// Compares persons, profiles, trails, refusals, the blocklist and the merge
-/// log with the reference. The log's masters ("as they stood") depend on
-/// every event before the merge, so they are compared only when
-/// `masters_in_log` says the two sockets' order was known to the reference.
-pub(crate) fn compare_links(
-    url: &str,
-    oracle: &Profiles,
-    messages: &[(String, String)],
-    now: i64,
-    masters_in_log: bool,
-) {
-    // Invariants first: every identifier in exactly one existing person,
-    // sizes true, masters among the identifiers.
-    let broken = query_rows(
-        url,
-        "SELECT 'orphan ' || i.id FROM tidemark.profile_ids i LEFT JOIN tidemark.profiles p USING (person)
-           WHERE p.person IS NULL
-         UNION ALL SELECT 'masterless ' || p.person FROM tidemark.profiles p
-           LEFT JOIN tidemark.profile_ids m ON m.id = p.master AND m.person = p.person WHERE m.id IS NULL
-         UNION ALL SELECT 'size ' || p.person FROM tidemark.profiles p
-           WHERE p.size <> (SELECT count(*) FROM tidemark.profile_ids i WHERE i.person = p.person)",
-    );
-    assert!(broken.is_empty(), "{broken:?}");
-    let ids = link_ids(messages);
-    for id in &ids {
-        let members: Vec<String> = query_rows(
-            url,
-            &format!(
-                "SELECT o.id FROM tidemark.profile_ids me JOIN tidemark.profile_ids o USING (person)
-                 WHERE me.id = '{id}' ORDER BY o.id COLLATE \"C\""
-            ),
-        )
-        .into_iter()
-        .map(|r| r[0].clone().unwrap())
-        .collect();
-        assert_eq!(members, oracle.person(id), "the person holding {id}");
-    }
-    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    for at in [now, now + DAY] {
-        for (g, id) in profile_get(url, &refs, at).iter().zip(&refs) {
-            assert_same_profile(g, &oracle.get(id, at));
-        }
-    }
-    for id in refs.iter().step_by(5) {
-        assert_eq!(
-            trail(url, id, 0, now + DAY, None),
-            oracle.trail(id, 0, now + DAY, None),
-            "trail of {id}"
-        );
-    }
-    let blocklist: Vec<(String, u64)> = query_rows(
-        url,
-        "SELECT identifier, refusals::text FROM tidemark.profile_blocklist ORDER BY 1",
-    )
-    .into_iter()
-    .map(|r| {
-        (
-            r[0].clone().unwrap(),
-            r[1].clone().unwrap().parse().unwrap(),
-        )
-    })
-    .collect();
-    let mut want = oracle.blocklist();
-    want.sort();
-    assert_eq!(blocklist, want, "blocklist");
-    let refusals: Vec<(String, u64)> = query_rows(
-        url,
-        "SELECT id, refusals::text FROM tidemark.profile_ids WHERE refusals > 0 ORDER BY id COLLATE \"C\"",
-    )
-    .into_iter()
-    .map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap().parse().unwrap()))
-    .collect();
-    assert_eq!(refusals, oracle.refusals(), "refusals charged");
-    let mut merges: Vec<(i64, String, String, String)> = query_rows(
-        url,
-        "SELECT ts::text, txid, master, absorbed FROM tidemark.profile_merges",
-    )
-    .into_iter()
-    .map(|r| {
-        let r: Vec<String> = r.into_iter().map(Option::unwrap).collect();
-        (
-            r[0].parse().unwrap(),
-            r[1].clone(),
-            r[2].clone(),
-            r[3].clone(),
-        )
-    })
-    .collect();
-    merges.sort();
-    let mut want = oracle.merges().to_vec();
-    want.sort();
-    if !masters_in_log {
-        let strip = |m: &mut Vec<(i64, String, String, String)>| {
-            m.iter_mut()
-                .for_each(|m| (m.2, m.3) = (String::new(), String::new()));
-            m.sort();
-        };
-        strip(&mut merges);
-        strip(&mut want);
-    }
-    let extra: Vec<_> = merges.iter().filter(|m| !want.contains(m)).collect();
-    let missing: Vec<_> = want.iter().filter(|m| !merges.contains(m)).collect();
-    assert!(
-        extra.is_empty() && missing.is_empty() && merges.len() == want.len(),
-        "the merge log: logged but not in the reference {extra:?}, missing {missing:?}"
-    );
-}
-
 #[test]
 fn links_merge_persons_as_the_reference_does() {
     let db = TestDb::new("profiles_links");
     let mut publisher = Publisher::new();
-    let metrics = crate::support::free_addr();
+    let metrics = tidemark_testkit::free_addr();
     let config = format!("metrics_addr = \"{metrics}\"\n{LINKS}");
     let mut proc = ShardProc::start_profiles(&db, "links", &publisher.endpoint, &config);
     publisher.wait_subscribed("tick", 2);
@@ -941,7 +491,7 @@ fn links_merge_persons_as_the_reference_does() {
     // The metrics endpoint counts what the database counts (this run is the
     // database's only one), reason by reason.
     wait_for("the endpoint's counts to match the database's", || {
-        let text = crate::support::try_scrape(&metrics)?;
+        let text = tidemark_testkit::try_scrape(&metrics)?;
         let counts = query_rows(
             &db.url,
             "SELECT reason, sum(n)::text FROM tidemark.profile_counts GROUP BY 1 HAVING sum(n) > 0",
@@ -954,7 +504,7 @@ fn links_merge_persons_as_the_reference_does() {
                 let series = format!(
                     r#"tidemark_profile_events_total{{profiles="links",reason="{reason}"}}"#
                 );
-                crate::support::metric(&text, &series) == n.parse().ok()
+                tidemark_testkit::metric(&text, &series) == n.parse().ok()
             })
             .then_some(())
     });
@@ -974,7 +524,7 @@ fn connections_cut_at_random_lose_nothing_and_count_nothing_twice() {
     let (mut messages, clicks): (Vec<_>, Vec<_>) = link_stream(now as u64 ^ 0xc07, 3000, now)
         .into_iter()
         .partition(|(t, _)| t.starts_with("impression"));
-    let cutter = crate::support::Cutter::start(&db.url, "tidemark profiles cut:%", 50, 200, true);
+    let cutter = tidemark_testkit::Cutter::start(&db.url, "tidemark profiles cut:%", 50, 200, true);
     // Slowly, so the cuts fall on every step of many batches.
     for (part, name) in [(&messages, "fence_cut"), (&clicks, "fence_cut_2")] {
         for piece in part.chunks(30) {

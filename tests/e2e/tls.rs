@@ -3,86 +3,9 @@
 //! a certificate made by the `openssl` command, each mode checked by what
 //! the server says of the session (`pg_stat_ssl`) or by the refusal.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
-use crate::support::{block_on, free_addr, query_i64, run_ok, Publisher, ShardProc, TestDb};
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("the openssl command (installed by .ci/run)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA, a server certificate it signs for IP 127.0.0.1 only, and another CA.
-fn certificates(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    let ca = |name: &str| {
-        openssl(
-            dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-days",
-                "2",
-                "-subj",
-                &format!("/CN=tidemark test {name}"),
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.crt"),
-            ],
-        )
-    };
-    ca("ca");
-    ca("other");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ],
-    );
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            "server.crt",
-        ],
-    );
-}
+use tidemark_testkit::{block_on, free_addr, query_i64, run_ok, Publisher, ShardProc, TestDb};
 
 /// Whether the session of `url` is encrypted, as the server sees it; the
 /// error's text when it cannot connect.
@@ -118,7 +41,7 @@ fn the_url_asks_for_tls_and_gets_what_libpq_would_give() {
     }
     let _down = Down(tidemark_store::Cluster::new(&home).unwrap());
     let _ = std::fs::remove_dir_all(&dir);
-    certificates(&dir.join("certs"));
+    tidemark_testkit::certificates(&dir.join("certs")).unwrap();
     let port: u16 = free_addr().rsplit(':').next().unwrap().parse().unwrap();
     let certs = dir.join("certs");
     run_ok(&[
@@ -138,7 +61,7 @@ fn the_url_asks_for_tls_and_gets_what_libpq_would_give() {
     let other = dir.join("certs/other.crt").display().to_string();
     let url =
         |host: &str, query: &str| format!("postgresql://tidemark@{host}:{port}/tidemark?{query}");
-    crate::support::wait_for("the server serving TLS", || {
+    tidemark_testkit::wait_for("the server serving TLS", || {
         encrypted(&url("127.0.0.1", "sslmode=require"))
             .ok()
             .filter(|s| *s)
@@ -209,7 +132,7 @@ fn the_url_asks_for_tls_and_gets_what_libpq_would_give() {
             ),
         )
     };
-    crate::support::wait_for("the shard's sessions", || {
+    tidemark_testkit::wait_for("the shard's sessions", || {
         sessions("tidemark shard tls").filter(|n| *n > 0)
     });
     let n = sessions("tidemark shard tls").unwrap();

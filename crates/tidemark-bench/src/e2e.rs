@@ -178,10 +178,7 @@ async fn run(
     let c = tidemark_store::connect(&url).await?;
     let deadline = Instant::now() + Duration::from_secs(1800);
     loop {
-        let clock: Option<i64> = c
-            .query_opt("SELECT clock_ms FROM tidemark.shards WHERE name = 'e'", &[])
-            .await?
-            .and_then(|r| r.get(0));
+        let clock = crate::store::shard_clock(&c, "e").await?;
         if clock.is_some_and(|c| c >= end - LATENESS_MS) {
             break;
         }
@@ -191,13 +188,7 @@ async fn run(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let last_ms: f64 = c
-        .query_one(
-            "SELECT coalesce(extract(epoch FROM max(emitted_at)) * 1000, 0)::float8 FROM tidemark.observations",
-            &[],
-        )
-        .await?
-        .get(0);
+    let last_ms = crate::store::last_emission_ms(&c).await?;
     terminate(&mut shard);
     let seconds = (last_ms - first_ms as f64) / 1000.0;
 
@@ -254,13 +245,7 @@ async fn observed(
     c: &tokio_postgres::Client,
 ) -> anyhow::Result<BTreeMap<(String, String), reference::Expected>> {
     let mut out = BTreeMap::new();
-    for r in c
-        .query(
-            "SELECT target, txid, label, features FROM tidemark.observations",
-            &[],
-        )
-        .await?
-    {
+    for r in crate::store::observations(c).await? {
         let features: serde_json::Value = r.get(3);
         let features = features
             .as_object()

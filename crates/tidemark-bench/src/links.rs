@@ -132,10 +132,7 @@ pub async fn run(bin: &Path, cluster: &Cluster) -> anyhow::Result<()> {
         crate::terminate(&mut child);
         let (id, size, master, blocklisted) = &shape.expect;
         let got = Reader::new(&url, 1)?.get(&[id], t).await?.remove(0);
-        let merges: i64 = c
-            .query_one("SELECT count(*) FROM tidemark.profile_merges", &[])
-            .await?
-            .get(0);
+        let merges = crate::store::merges(&c).await?;
         println!(
             "{}: {n} events applied in {:.0} ms; {merges} merges; {id}: size {}, master {}, blocklisted {}\n  {xacts}",
             shape.name,

@@ -13,13 +13,17 @@ mod e2e;
 mod links;
 mod ops;
 mod profiles;
+mod store;
+
+use tidemark_testkit::terminate;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use tidemark_market::{Market, MarketConfig, Out};
-use tidemark_store::buffer::{EventRow, Layout};
+use tidemark_shard::store::buffer::{EventRow, Layout};
+use tidemark_shard::store::state;
 use tidemark_store::telemetry::{Counter, Family};
-use tidemark_store::{quote_ident, state, Cluster};
+use tidemark_store::Cluster;
 
 #[derive(Parser)]
 #[command(about = "Tidemark benchmarks")]
@@ -196,17 +200,7 @@ fn main() -> anyhow::Result<()> {
 
 /// A fresh, migrated database.
 async fn fresh_db(cluster: &Cluster, name: &str) -> anyhow::Result<String> {
-    let admin = tidemark_store::connect(&cluster.url_for("postgres")).await?;
-    // Two statements: CREATE DATABASE cannot share an implicit transaction.
-    admin
-        .batch_execute(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            quote_ident(name)
-        ))
-        .await?;
-    admin
-        .batch_execute(&format!("CREATE DATABASE {}", quote_ident(name)))
-        .await?;
+    tidemark_store::recreate_database(&cluster.url_for("postgres"), name).await?;
     let url = cluster.url_for(name);
     let mut c = tidemark_store::connect(&url).await?;
     tidemark_store::migrate(&mut c).await?;
@@ -253,13 +247,6 @@ fn spawn_shard(
         .spawn()?)
 }
 
-fn terminate(child: &mut Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
-}
-
 /// CPU seconds (user + system) and peak RSS in MB of a process.
 fn proc_usage(pid: u32) -> (f64, f64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -296,13 +283,7 @@ struct Sample {
 
 async fn sample(c: &tokio_postgres::Client, shard: &str, pid: u32) -> anyhow::Result<Sample> {
     let counters = state::counters(c, shard).await?;
-    let rows: i64 = c
-        .query_one(
-            "SELECT coalesce(sum(n_live_tup), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = $1",
-            &[&format!("shard_{shard}")],
-        )
-        .await?
-        .get(0);
+    let rows = store::live_rows(c, &format!("shard_{shard}")).await?;
     let (cpu, _) = proc_usage(pid);
     Ok(Sample {
         at: Instant::now(),
@@ -534,10 +515,7 @@ async fn phases(bin: &Path, cluster: &Cluster, transactions: u64) -> anyhow::Res
     let events = rows.len();
     let fill = copy_rate(&url, "p", true, &rows).await?;
     let c = tidemark_store::connect(&url).await?;
-    let buffered: i64 = c
-        .query_one("SELECT count(*) FROM shard_p.events", &[])
-        .await?
-        .get(0);
+    let buffered = store::buffered(&c, "p").await?;
     println!("phases: {transactions} transactions, {events} events buffered (filled at {fill:.0} rows/s)");
 
     let ctx = zmq::Context::new();
@@ -552,10 +530,7 @@ async fn phases(bin: &Path, cluster: &Cluster, transactions: u64) -> anyhow::Res
     let tick = tidemark_wire::tick_payload("bench", target + 1000, &[]);
     loop {
         publ.send_multipart([b"tick".as_slice(), tick.as_bytes()], 0)?;
-        let clock: Option<i64> = c
-            .query_one("SELECT clock_ms FROM tidemark.shards WHERE name = 'p'", &[])
-            .await?
-            .get(0);
+        let clock = store::shard_clock(&c, "p").await?;
         if clock.is_some_and(|v| v >= target) {
             break;
         }

@@ -5,82 +5,18 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{bail, Context};
-use futures_util::SinkExt;
 use tidemark_store::Cluster;
 
 const PORT: u16 = 55_433;
-
-fn openssl(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .context("the openssl command")?;
-    if !out.status.success() {
-        bail!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(())
-}
 
 /// A cluster serving TLS on 127.0.0.1:PORT; returns the CA's path.
 async fn tls_cluster(home: &Path) -> anyhow::Result<(Cluster, String)> {
     let cluster = Cluster::new(home)?;
     let _ = cluster.destroy();
     let certs = home.join("certs");
-    std::fs::create_dir_all(&certs)?;
-    let subj = [
-        "-subj",
-        "/CN=bench CA",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-    ];
-    let mut ca = vec![
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-    ];
-    ca.extend(subj);
-    openssl(&certs, &ca)?;
-    openssl(
-        &certs,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ],
-    )?;
-    std::fs::write(certs.join("san.ext"), "subjectAltName=IP:127.0.0.1\n")?;
-    openssl(
-        &certs,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            "server.crt",
-        ],
-    )?;
+    tidemark_testkit::certificates(&certs).map_err(anyhow::Error::msg)?;
     cluster.use_tls(&certs.join("server.crt"), &certs.join("server.key"))?;
     tidemark_store::up(&cluster, Some(PORT)).await?;
     Ok((cluster, certs.join("ca.crt").display().to_string()))
@@ -98,17 +34,11 @@ async fn measure(label: &str, url: &str, samples: usize, copy_rows: usize) -> an
     for _ in 0..200 {
         let t = Instant::now();
         let c = tidemark_store::connect(url).await?;
-        c.simple_query("SELECT 1").await?;
+        crate::store::ping(&c).await?;
         connects.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let c = tidemark_store::connect(url).await?;
-    let ssl: bool = c
-        .query_one(
-            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
-            &[],
-        )
-        .await?
-        .get(0);
+    let ssl = crate::store::ssl(&c).await?;
     let reader = tidemark_reader::Reader::new(url, 1)?;
     let ids: Vec<String> = (0..100).map(|i| format!("user:bench{i}")).collect();
     let mut lookups = [Vec::new(), Vec::new()];
@@ -121,22 +51,8 @@ async fn measure(label: &str, url: &str, samples: usize, copy_rows: usize) -> an
             lookups[k].push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
-    c.batch_execute("CREATE TEMP TABLE copied (n bigint, pad text)")
-        .await?;
-    let pad = "x".repeat(90);
     let t = Instant::now();
-    let sink = c.copy_in("COPY copied FROM STDIN").await?;
-    futures_util::pin_mut!(sink);
-    let mut buf = String::with_capacity(1 << 20);
-    for i in 0..copy_rows {
-        buf.push_str(&format!("{i}\t{pad}\n"));
-        if buf.len() > (1 << 20) - 200 {
-            sink.send(bytes::Bytes::from(std::mem::take(&mut buf)))
-                .await?;
-        }
-    }
-    sink.send(bytes::Bytes::from(buf)).await?;
-    sink.finish().await?;
+    crate::store::copy_rows(&c, copy_rows).await?;
     let copy = t.elapsed().as_secs_f64();
     let mb = copy_rows as f64 * 100.0 / 1e6;
     let (c50, c99) = quantiles(connects);

@@ -15,6 +15,7 @@ use tidemark_store::Cluster;
 use tidemark_wire::Txid;
 
 use crate::{fresh_db, proc_usage, terminate};
+use tidemark_testkit::Rng;
 
 const COUNTERS: &str = r#"
 [[counters]]
@@ -34,21 +35,6 @@ name = "ins_30d"
 event = "install"
 half_life = "30d"
 "#;
-
-/// xorshift64*: cheap enough not to be what is measured.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 /// Publishes impressions, clicks and installs (70/20/10) of Zipf persons at
 /// `rate` events/s until `stop`; counts what it sent in `sent`. With `linked`
@@ -147,13 +133,7 @@ pub(crate) fn spawn_profiles(
         .spawn()?)
 }
 
-pub(crate) async fn applied(c: &tokio_postgres::Client) -> anyhow::Result<i64> {
-    Ok(
-        c.query_opt("SELECT events_applied FROM tidemark.profile_status", &[])
-            .await?
-            .map_or(0, |r| r.get(0)),
-    )
-}
+pub(crate) use crate::store::applied;
 
 /// The profile process's transactions as seen from `pg_stat_activity`,
 /// sampled every 5 ms: a row lock is held no longer than the transaction
@@ -182,17 +162,7 @@ impl Xacts {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = tokio::spawn(async move {
-            let q = c
-                .prepare(
-                    "SELECT pid, (extract(epoch FROM xact_start) * 1e6)::bigint,
-                            extract(epoch FROM clock_timestamp() - xact_start)::float8 * 1e3,
-                            CASE WHEN wait_event_type = 'Lock' THEN wait_event END,
-                            application_name, backend_xid IS NOT NULL
-                     FROM pg_stat_activity
-                     WHERE datname = current_database() AND pid <> pg_backend_pid()
-                       AND xact_start IS NOT NULL AND backend_type = 'client backend'",
-                )
-                .await?;
+            let q = crate::store::transactions_statement(&c).await?;
             let mut seen: BTreeMap<(i32, u64), Xact> = BTreeMap::new();
             while !flag.load(Ordering::Relaxed) {
                 for r in c.query(&q, &[]).await? {
@@ -355,17 +325,7 @@ pub async fn ingest(
     let final_applied = applied(&c).await?;
     terminate(&mut child);
     let sustained = (a1 - a0) as f64 / el;
-    let size: (f64, i64, i64, i64, i64) = {
-        let r = c
-            .query_one(
-                "SELECT avg(pg_column_size(p.*))::float8, count(*), pg_total_relation_size('tidemark.profiles'),
-                        (SELECT count(*) FROM tidemark.profile_ids), (SELECT count(*) FROM tidemark.profile_merges)
-                 FROM tidemark.profiles p",
-                &[],
-            )
-            .await?;
-        (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))
-    };
+    let size = crate::store::profile_sizes(&c).await?;
     let summary = format!(
         "sustained {sustained:.0} events/s over {el:.0}s (worst 10s interval {worst:.0}/s); published {total}, applied {final_applied} ({} missing after catch-up {:.1}s); \
          CPU over the measured window: profile process {:.0}%, PostgreSQL {:.0}% (of one core); \
@@ -483,9 +443,9 @@ pub async fn trail_bench(
     let t = Instant::now();
     for d in 0..8 {
         let start = day0 + d * day;
-        tidemark_store::profiles::create_partition(
+        tidemark_profiles::store::create_partition(
             &c,
-            tidemark_store::profiles::Daily::Trail,
+            tidemark_profiles::store::Daily::Trail,
             start,
         )
         .await?;
@@ -495,24 +455,11 @@ pub async fn trail_bench(
     let mut done = 0;
     while done < rows {
         let n = chunk.min(rows - done);
-        c.execute(
-            "INSERT INTO tidemark.profile_trail (id, ts, type, txid, ids)
-             SELECT 'user:p' || (g % $4), $1 + (hashint8(g)::bigint & 2147483647) % (7 * 86400000::bigint),
-                    (ARRAY['impression','click','install'])[1 + g % 3], md5(g::text), ARRAY['user:p' || (g % $4)]
-             FROM generate_series($2::bigint, $3::bigint) g",
-            &[&day0, &done, &(done + n - 1), &persons],
-        )
-        .await?;
+        crate::store::fill_trail(&c, day0, done, done + n - 1, persons).await?;
         done += n;
     }
-    // What autovacuum does to a day's partition once it is written
-    // (insert-triggered vacuum): set the visibility map, so index-only scans.
-    c.batch_execute("VACUUM (ANALYZE) tidemark.profile_trail")
-        .await?;
-    let size: i64 = c
-        .query_one("SELECT sum(pg_total_relation_size(inhrelid))::bigint FROM pg_inherits WHERE inhparent = 'tidemark.profile_trail'::regclass", &[])
-        .await?
-        .get(0);
+    crate::store::vacuum_trail(&c).await?;
+    let size = crate::store::trail_bytes(&c).await?;
     println!(
         "trail table: {rows} events, {persons} persons (~{} each over 7 days), {:.0} MB, loaded in {:.0}s",
         rows / persons,

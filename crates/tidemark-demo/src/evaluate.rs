@@ -6,10 +6,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::store::Scored;
 use serde_json::{Map, Value};
 use tidemark_ftrl::Models;
 use tidemark_learner::Config;
-use tidemark_store::demo::Scored;
 
 /// One decile of predictions (equal row counts, by predicted probability).
 #[derive(Debug, Clone, PartialEq)]

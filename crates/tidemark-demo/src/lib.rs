@@ -10,8 +10,8 @@
 //! against the market's truth, with and without the profile counters.
 //!
 //! Owns: the demo's orchestration (configurations, child processes,
-//! progress, Ctrl-C), its evaluation and its report. Its SQL is
-//! `tidemark-store`'s.
+//! progress, Ctrl-C), its evaluation and its report, and the demo-only
+//! truth table its evaluation joins (`store`).
 
 #![warn(missing_docs)]
 
@@ -20,6 +20,7 @@ mod html;
 mod procs;
 mod progress;
 mod report;
+mod store;
 mod svg;
 
 pub use evaluate::{deciles, logloss, Decile, TargetEval};
@@ -314,11 +315,11 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
     let (targets, delays, bridging) = rt.block_on(async {
         let c = tidemark_store::connect(&url).await?;
         let tsv = std::fs::read(&truth_file).with_context(|| truth_file.display().to_string())?;
-        tidemark_store::demo::load_truth(&c, tsv).await?;
-        let rows = tidemark_store::demo::scored(&c).await?;
+        crate::store::load_truth(&c, tsv).await?;
+        let rows = crate::store::scored(&c).await?;
         let targets = evaluate::evaluate(&rows, &config, &features, t0_ms)?;
-        let delays = tidemark_store::demo::delays(&c).await?;
-        let ids = tidemark_store::profiles::identifiers(&c).await?;
+        let delays = crate::store::delays(&c).await?;
+        let ids = tidemark_profiles::store::identifiers(&c).await?;
         let persons = ids
             .iter()
             .map(|r| r.1)
@@ -420,7 +421,7 @@ async fn final_report(url: &str, shards: &[String]) -> anyhow::Result<String> {
     let c = tidemark_store::connect(url).await?;
     let mut out = String::new();
     for s in shards {
-        let counters = tidemark_store::state::counters(&c, s).await?;
+        let counters = tidemark_shard::store::state::counters(&c, s).await?;
         writeln!(
             out,
             "shard {s:<7} received {:>8}  lost on the wire {:>3}  rejected {:>3}  late {:>5}  duplicates {:>5}  orphans {:>4}  kept after impression {:>7}  after click {:>6}",
@@ -434,7 +435,7 @@ async fn final_report(url: &str, shards: &[String]) -> anyhow::Result<String> {
             Counter::KeptClicked.get(&counters)
         )?;
     }
-    let rates = tidemark_store::state::observation_rates(&c).await?;
+    let rates = tidemark_store::observations::rates(&c).await?;
     writeln!(
         out,
         "observations  {:<10} {:>9} {:>10}",

@@ -39,17 +39,17 @@ pub async fn sample(
 ) -> anyhow::Result<Sample> {
     let mut received = 0;
     for s in shards {
-        received += Family::Received.sum(&tidemark_store::state::counters(c, s).await?);
+        received += Family::Received.sum(&tidemark_shard::store::state::counters(c, s).await?);
     }
     let mut s = Sample {
         t,
         received,
-        tiers: tidemark_store::demo::buffer_rows(c).await?,
-        observations: tidemark_store::demo::observations_by_target(c)
+        tiers: crate::store::buffer_rows(c).await?,
+        observations: crate::store::observations_by_target(c)
             .await?
             .into_iter()
             .collect(),
-        profile_events: tidemark_store::profiles::counts(c)
+        profile_events: tidemark_profiles::store::counts(c)
             .await?
             .iter()
             .filter(|(r, _)| r == "applied")

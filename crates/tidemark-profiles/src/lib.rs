@@ -1,40 +1,46 @@
 //! The profile process (SPEC 11): `tidemark profiles --config FILE`.
 //!
 //! Owns: its configuration, its side of intake (identifiers judged, counts
-//! by reason; the sockets, door and clock are `tidemark-intake`'s), the
-//! coordinator (its [`Step`] of the shared run loop) that batches events, drops copies within a batch, judges
-//! staleness and routes each event by the person it counts for to one of
-//! `workers` workers, and the workers that apply a batch each in one
-//! transaction. Batches are applied one after another: a batch's first
-//! copies are committed before the next batch is judged, so "the first copy
-//! received" holds across batches, restarts and `kill -9`. Holds no SQL
-//! (`tidemark-store::profiles` does) and no profile maths
-//! (`tidemark-person` does).
+//! by reason; the sockets, door and clock are `tidemark-intake`'s), its
+//! decisions (`core`, pure: which copies a batch keeps, which events go to
+//! the serial link stage and which ride along, how the rest is routed by
+//! the person each counts for to one of `workers` workers, and what each
+//! link-stage or worker transaction writes, as a plan of plain data), the
+//! coordinator (its [`Step`] of the shared run loop) that batches events and
+//! runs those decisions, and the link stage and the workers, which load
+//! what a plan needs and write it, each in one transaction. Batches are
+//! applied one after another: a batch's first copies are committed before
+//! the next batch is judged, so "the first copy received" holds across
+//! batches, restarts and `kill -9`. Its SQL is in [`store`] (the profile
+//! columns as read are `tidemark-reader`'s, so the schema is spelled once);
+//! its profile maths is `tidemark-person`'s.
 
 #![warn(missing_docs)]
 
 pub mod config;
+mod core;
 pub mod intake;
 mod links;
+pub mod store;
 mod worker;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
-use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use store::{Daily, Saved, DAY_MS};
 use tidemark_intake::{drive, Failure, Step, Stopped};
 use tidemark_person::CounterSlot;
-use tidemark_store::profiles::{self as store, Daily, Saved, DAY_MS};
 use tidemark_store::StoreError;
 use tokio::sync::mpsc;
 use tokio_postgres::Client;
 
+use crate::core::{Caps, Counts, Entry, Layout, Placed, Work};
 pub use config::{Config, ConfigError, CounterDef};
 use intake::{Chunk, Event, Tally};
-use worker::{Layout, Work, Worker};
+use worker::Worker;
 
 /// Why the profile process stopped other than cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -341,7 +347,9 @@ fn describe(c: &Config) -> serde_json::Value {
 /// Checks the configured counters against the stored ones and appends new
 /// types and counters; returns where each lives in the arrays.
 async fn define(c: &Client, config: &Config) -> Result<Layout, ProfilesError> {
-    let (mut types, mut counters) = store::definitions(c).await?;
+    let (mut types, mut counters) = tidemark_reader::store::definitions(c)
+        .await
+        .map_err(StoreError::from)?;
     for t in &config.types {
         if !types.iter().any(|(_, n)| n == t) {
             let pos = store::add_type(c, t).await?;
@@ -395,29 +403,13 @@ async fn define(c: &Client, config: &Config) -> Result<Layout, ProfilesError> {
 }
 
 /// Splits a batch (arrival order, in `rest`) between the link stage and
-/// the workers. An event carrying several identifiers that all sit in one
-/// stored person already links nothing wherever it falls (links are never
-/// undone), so the workers count it in parallel with the rest; the serial
-/// link stage keeps only events that may create identifiers or merge (a
-/// person's devices seen again, the common case, never reach it).
-///
-/// Riders: an event left to the workers that arrived before the batch's
-/// last link and brings an identifier of a person that may merge an earlier
-/// first ts (or creates an identifier a link will carry) is also given to
-/// the link stage, which places it in order, so every merge sees the
-/// masters as they stood in arrival order.
+/// the workers (`core::split` decides, from where its identifiers sit).
 async fn settle(main: &Client, inflight: &mut Inflight) -> Result<(), StoreError> {
-    if inflight.rest.iter().all(|e| e.ids.ids.len() < 2) {
+    if !core::has_links(&inflight.rest) {
         inflight.settled = true;
         return Ok(());
     }
-    let ids: BTreeSet<&str> = inflight
-        .rest
-        .iter()
-        .flat_map(|e| e.ids.ids.iter().map(|i| i.as_str()))
-        .collect();
-    let ids: Vec<&str> = ids.into_iter().collect();
-    let placed: HashMap<String, (i64, i64)> = store::placed(main, &ids)
+    let placed: Placed = store::placed(main, &core::carried(&inflight.rest))
         .await?
         .into_iter()
         .map(|(id, person, first_ts)| (id, (person, first_ts)))
@@ -426,50 +418,9 @@ async fn settle(main: &Client, inflight: &mut Inflight) -> Result<(), StoreError
     // error above keeps it whole for the retry.
     inflight.settled = true;
     let events = std::mem::take(&mut inflight.rest);
-    let links: Vec<bool> = events
-        .iter()
-        .map(|e| {
-            let mut of = e
-                .ids
-                .ids
-                .iter()
-                .map(|i| placed.get(i.as_str()).map(|p| p.0));
-            let first = of.next().flatten();
-            e.ids.ids.len() > 1 && !(first.is_some() && of.all(|p| p == first))
-        })
-        .collect();
-    let linked: HashSet<String> = events
-        .iter()
-        .zip(&links)
-        .filter(|(_, l)| **l)
-        .flat_map(|(e, _)| e.ids.ids.iter().map(|i| i.as_str().to_owned()))
-        .collect();
-    let merging: HashSet<i64> = linked
-        .iter()
-        .filter_map(|id| placed.get(id).map(|p| p.0))
-        .collect();
-    let last = links.iter().rposition(|l| *l).unwrap_or(0);
-    for (i, (e, link)) in events.into_iter().zip(links).enumerate() {
-        if link {
-            inflight.links.push(links::Entry {
-                event: e,
-                rider: false,
-            });
-            continue;
-        }
-        let rides = i < last
-            && e.ids.ids.iter().any(|id| match placed.get(id.as_str()) {
-                Some((person, first_ts)) => e.ts < *first_ts && merging.contains(person),
-                None => linked.contains(id.as_str()),
-            });
-        if rides {
-            inflight.links.push(links::Entry {
-                event: e.clone(),
-                rider: true,
-            });
-        }
-        inflight.rest.push(e);
-    }
+    let (links, rest) = core::split(events, &placed);
+    inflight.links.extend(links);
+    inflight.rest.extend(rest);
     Ok(())
 }
 
@@ -478,13 +429,13 @@ async fn settle(main: &Client, inflight: &mut Inflight) -> Result<(), StoreError
 /// are committed, per worker until each part commits.
 struct Inflight {
     /// The link stage's entries not yet committed, in arrival order.
-    links: Vec<links::Entry>,
+    links: Vec<Entry>,
     /// Whether the batch was split (`settle`); until then `rest` holds it
     /// all in arrival order.
     settled: bool,
     rest: Vec<Event>,
     /// Duplicates within the batch and stale copies, committed with part 0.
-    judged: BTreeMap<&'static str, i64>,
+    judged: Counts,
     parts: Option<Vec<Option<Work>>>,
     trail_from: Option<i64>,
 }
@@ -547,7 +498,7 @@ impl Process<'_> {
         )
         .await?;
         let inflight = self.inflight.as_mut().expect("formed above");
-        let caps = links::Caps {
+        let caps = Caps {
             max_ids: self.config.max_ids,
             blocklist_after: self.config.blocklist_after.min(i32::MAX as u64) as i32,
         };
@@ -568,33 +519,22 @@ impl Process<'_> {
             inflight.links.drain(..n);
         }
         if inflight.parts.is_none() {
-            let primaries: Vec<&str> = inflight
-                .rest
-                .iter()
-                .filter_map(|e| e.ids.primary().map(|i| i.as_str()))
-                .collect();
-            let person: HashMap<String, i64> = store::persons_of(&*main, &primaries)
-                .await?
-                .into_iter()
-                .collect();
+            let person: HashMap<String, i64> =
+                store::persons_of(&*main, &core::primaries(&inflight.rest))
+                    .await?
+                    .into_iter()
+                    .collect();
             // Taken only after the query: an error there keeps the batch.
             let rest = std::mem::take(&mut inflight.rest);
-            let mut works: Vec<Work> = (0..self.workers.len()).map(|_| Work::default()).collect();
-            for e in rest {
-                // By person: two identifiers of one bridged person go to one worker.
-                let w = match e.ids.primary().map(|i| i.as_str()) {
-                    Some(id) => match person.get(id) {
-                        Some(p) => bucket(&self.hasher, self.workers.len(), p),
-                        None => bucket(&self.hasher, self.workers.len(), id),
-                    },
-                    None => bucket(&self.hasher, self.workers.len(), e.txid.as_str()),
-                };
-                works[w].events.push(e);
-            }
-            for w in &mut works {
-                w.trail_from = inflight.trail_from;
-            }
-            works[0].counts = std::mem::take(&mut inflight.judged);
+            let judged = std::mem::take(&mut inflight.judged);
+            let works = core::route(
+                rest,
+                &person,
+                &self.hasher,
+                self.workers.len(),
+                inflight.trail_from,
+                judged,
+            );
             inflight.parts = Some(works.into_iter().map(Some).collect());
         }
         for w in &mut self.workers {
@@ -634,32 +574,19 @@ impl Process<'_> {
         }
     }
 
-    /// Drops later copies within the batch and stale copies; the rest stays
-    /// in arrival order for `settle`.
+    /// Drops later copies within the batch and stale copies
+    /// (`core::judge`); the rest stays in arrival order for `settle`.
     fn judge(&self, events: Vec<Event>) -> Inflight {
         let stale_before = self
             .saved
             .clock_ms
             .map(|c| c - self.config.dedup.as_millis() as i64);
-        let mut seen = HashSet::with_capacity(events.len());
-        let (mut duplicate, mut stale) = (0, 0);
-        let mut rest = Vec::with_capacity(events.len());
-        for e in events {
-            if stale_before.is_some_and(|s| e.created < s) {
-                stale += 1;
-                continue;
-            }
-            if !seen.insert((e.type_index, e.txid)) {
-                duplicate += 1;
-                continue;
-            }
-            rest.push(e);
-        }
+        let (rest, judged) = core::judge(events, stale_before);
         Inflight {
             links: Vec::new(),
             settled: false,
             rest,
-            judged: BTreeMap::from([("duplicate", duplicate), ("stale", stale)]),
+            judged,
             parts: None,
             trail_from: self.trail_from(),
         }
@@ -792,15 +719,6 @@ async fn ensure_partitions(
         }
     }
     Ok(())
-}
-
-/// The worker of a key (a person, or an identifier or txid without one).
-fn bucket(
-    hasher: &std::collections::hash_map::RandomState,
-    workers: usize,
-    key: impl Hash,
-) -> usize {
-    (hasher.hash_one(key) % workers as u64) as usize
 }
 
 /// The start of the UTC day holding `ms`.

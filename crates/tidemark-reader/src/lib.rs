@@ -5,22 +5,25 @@
 //! number of identifiers in one round trip: identifier → person → profile
 //! is one join), `trail(id, from, to)` (one index range scan per identifier
 //! of the person and per day), and the counter definitions, read once and
-//! re-read when a profile shows a newer one. Besides `tidemark-store`, the
-//! one place SQL lives: a bidder should not need the store's dependencies.
-//! Counter values are computed with `tidemark-person`'s `Decayed`, the
+//! re-read when a profile shows a newer one; and, in [`store`], the one
+//! spelling of the profile tables as read, which the profile process writes
+//! with. It does not link `tidemark-store`: a bidder should not need the
+//! store's dependencies. Counter values are computed with `tidemark-person`'s `Decayed`, the
 //! same maths the profile process writes with.
 
 #![warn(missing_docs)]
 
+pub mod store;
 mod times;
 
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
+pub use store::TRAIL_QUERY;
 pub use times::{Histogram, Times};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tidemark_person::Decayed;
+use tidemark_person::{Decayed, Person};
 
 /// Why a read failed.
 #[derive(Debug, thiserror::Error)]
@@ -150,34 +153,6 @@ struct Definitions {
     types: Vec<String>,
 }
 
-const GET: &str =
-    "SELECT p.master, p.size, p.counter_values, p.counter_refs, p.counts, p.firsts, p.lasts,
-            i.blocklisted_at IS NOT NULL
-     FROM unnest($1::text[]) WITH ORDINALITY AS q(id, n)
-     LEFT JOIN tidemark.profile_ids i ON i.id = q.id
-     LEFT JOIN tidemark.profiles p ON p.person = i.person
-     ORDER BY q.n";
-
-/// The identifiers of the person holding `$1` (or `$1` alone), then the
-/// trail: `id = ANY(...)` on the `(id, ts)` index is one range scan per
-/// identifier, in each day's partition the `ts` range keeps. The rare row
-/// whose identifier list was too long for the index costs one more query.
-pub const TRAIL_QUERY: &str =
-    "SELECT t.type, t.txid, t.ts, t.ids, t.id FROM tidemark.profile_trail t
-     WHERE t.id = ANY(coalesce(
-               (SELECT array_agg(o.id) FROM tidemark.profile_ids me
-                JOIN tidemark.profile_ids o ON o.person = me.person WHERE me.id = $1),
-               ARRAY[$1]))
-       AND t.ts >= $2 AND t.ts < $3 AND ($4::text[] IS NULL OR t.type = ANY($4))
-     ORDER BY t.ts, t.type COLLATE \"C\", t.txid COLLATE \"C\"";
-
-/// The identifier lists too long for the trail index (their rows' `ids` is
-/// empty: no event carries none).
-const WIDE_QUERY: &str =
-    "SELECT w.id, w.ts, w.type, w.txid, w.ids FROM tidemark.profile_trail_wide w
-     JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS u(id, ts, type, txid)
-       ON (w.id, w.ts, w.type, w.txid) = (u.id, u.ts, u.type, u.txid)";
-
 /// A pool of connections to a profile database.
 #[derive(Clone)]
 pub struct Reader {
@@ -217,24 +192,9 @@ impl Reader {
             return Ok(current);
         }
         let c = self.pool.get().await?;
-        let counters = c
-            .query(
-                "SELECT name, half_life_ms FROM tidemark.profile_counters ORDER BY position",
-                &[],
-            )
-            .await?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
-        let types = c
-            .query(
-                "SELECT name FROM tidemark.profile_types ORDER BY position",
-                &[],
-            )
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let (types, counters) = store::definitions(&**c).await?;
+        let counters = counters.into_iter().map(|(_, n, _, h)| (n, h)).collect();
+        let types = types.into_iter().map(|(_, n)| n).collect();
         let d = Arc::new(Definitions { counters, types });
         *self.defs.write().expect("defs lock") = d.clone();
         Ok(d)
@@ -248,22 +208,24 @@ impl Reader {
         let mut defs = self.definitions(false).await?;
         let rows = {
             let c = self.pool.get().await?;
-            let stmt = c.prepare_cached(GET).await?;
+            let stmt = c.prepare_cached(&store::get_query()).await?;
             c.query(&stmt, &[&ids]).await?
         };
-        let newer = rows.iter().any(|r| {
-            let values: Option<Vec<f64>> = r.get(2);
-            let counts: Option<Vec<i64>> = r.get(4);
-            values.is_some_and(|v| v.len() > defs.counters.len())
-                || counts.is_some_and(|c| c.len() > defs.types.len())
-        });
+        let persons: Vec<(Option<Person>, bool)> = rows
+            .iter()
+            .map(|r| (store::person_at(r, 0, 0), store::blocklisted(r)))
+            .collect();
+        let newer = persons
+            .iter()
+            .filter_map(|(p, _)| p.as_ref())
+            .any(|p| p.counters.len() > defs.counters.len() || p.types.len() > defs.types.len());
         if newer {
             defs = self.definitions(true).await?;
         }
         let profiles = ids
             .iter()
-            .zip(&rows)
-            .map(|(id, r)| profile(id, r, &defs, at))
+            .zip(persons)
+            .map(|(id, (person, blocklisted))| profile(id, person, blocklisted, &defs, at))
             .collect();
         self.times.record(started.elapsed());
         Ok(profiles)
@@ -304,7 +266,7 @@ impl Reader {
             let ts: Vec<i64> = wide.iter().map(|i| events[*i].ts).collect();
             let ty: Vec<&str> = wide.iter().map(|i| events[*i].type_name.as_str()).collect();
             let tx: Vec<&str> = wide.iter().map(|i| events[*i].txid.as_str()).collect();
-            let lists = c.query(WIDE_QUERY, &[&under, &ts, &ty, &tx]).await?;
+            let lists = c.query(store::WIDE_QUERY, &[&under, &ts, &ty, &tx]).await?;
             let mut by_key: std::collections::HashMap<(i64, String, String), Vec<String>> = lists
                 .iter()
                 .map(|r| ((r.get(1), r.get(2), r.get(3)), r.get(4)))
@@ -321,30 +283,29 @@ impl Reader {
     /// The profile process's clock as saved (the default `at`), if any.
     pub async fn clock(&self) -> Result<Option<i64>, ReadError> {
         let c = self.pool.get().await?;
-        let r = c
-            .query_one("SELECT max(clock_ms) FROM tidemark.profile_process", &[])
-            .await?;
-        Ok(r.get(0))
+        Ok(store::clock(&**c).await?)
     }
 }
 
-fn profile(id: &str, r: &tokio_postgres::Row, defs: &Definitions, at: i64) -> Profile {
-    let master: Option<String> = r.get(0);
-    let size: Option<i32> = r.get(1);
-    let values: Vec<f64> = r.get::<_, Option<_>>(2).unwrap_or_default();
-    let refs: Vec<i64> = r.get::<_, Option<_>>(3).unwrap_or_default();
-    let counts: Vec<i64> = r.get::<_, Option<_>>(4).unwrap_or_default();
-    let firsts: Vec<i64> = r.get::<_, Option<_>>(5).unwrap_or_default();
-    let lasts: Vec<i64> = r.get::<_, Option<_>>(6).unwrap_or_default();
+fn profile(
+    id: &str,
+    person: Option<Person>,
+    blocklisted: bool,
+    defs: &Definitions,
+    at: i64,
+) -> Profile {
+    let (master, size) = person
+        .as_ref()
+        .map_or((id.to_owned(), 1), |p| (p.master.clone(), p.size));
     let state: Vec<(Decayed, i64)> = defs
         .counters
         .iter()
         .enumerate()
         .map(|(i, (_, half_life))| {
-            let c = Decayed {
-                value: values.get(i).copied().unwrap_or(0.0),
-                reference: refs.get(i).copied().unwrap_or(0),
-            };
+            let c = person
+                .as_ref()
+                .and_then(|p| p.counters.get(i).copied())
+                .unwrap_or_default();
             (c, *half_life)
         })
         .collect();
@@ -354,23 +315,24 @@ fn profile(id: &str, r: &tokio_postgres::Row, defs: &Definitions, at: i64) -> Pr
         .zip(&state)
         .map(|((name, _), (c, half_life))| (name.clone(), c.at(at, *half_life)))
         .collect();
+    let stats = person.as_ref().map_or(&[][..], |p| &p.types[..]);
     let types = defs
         .types
         .iter()
-        .enumerate()
-        .filter(|(j, _)| counts.get(*j).is_some_and(|n| *n > 0))
-        .map(|(j, t)| TypeSeen {
+        .zip(stats)
+        .filter(|(_, s)| s.count > 0)
+        .map(|(t, s)| TypeSeen {
             type_name: t.clone(),
-            count: counts[j],
-            first: firsts[j],
-            last: lasts[j],
+            count: s.count,
+            first: s.first,
+            last: s.last,
         })
         .collect();
     Profile {
         id: id.to_owned(),
-        master: master.unwrap_or_else(|| id.to_owned()),
-        size: size.map_or(1, i64::from),
-        blocklisted: r.get::<_, Option<bool>>(7).unwrap_or(false),
+        master,
+        size,
+        blocklisted,
         at,
         counters,
         types,

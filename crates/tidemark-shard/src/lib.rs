@@ -5,8 +5,10 @@
 //! Owns: the shard configuration, its side of intake (chunks, counts, loss;
 //! the sockets, door and clock are `tidemark-intake`'s), phase arithmetic
 //! (down to the plan of each sweep), the writer that owns the connection
-//! and the buffer's state, and its [`Step`] of the shared run loop. It holds no SQL: every statement
-//! and transaction is `tidemark-store`'s. It knows nothing of the learner.
+//! and the buffer's state, its SQL ([`store`]: the buffer tables, its state
+//! row and counters, the sweeps' statements; connections, migrations and
+//! error classes are `tidemark-store`'s), and its [`Step`] of the shared
+//! run loop. It knows nothing of the learner.
 
 #![warn(missing_docs)]
 
@@ -17,6 +19,7 @@ pub mod live;
 pub mod liveness;
 pub mod loss;
 pub mod phases;
+pub mod store;
 mod writer;
 
 use std::future::Future;
@@ -26,7 +29,8 @@ use std::time::Instant;
 
 use tidemark_intake::{drive, Failure, Step, Stopped};
 
-use tidemark_store::{state, StoreError};
+use crate::store::state;
+use tidemark_store::StoreError;
 use tokio::sync::mpsc;
 
 pub use config::{ClockKind, Config, ConfigError};

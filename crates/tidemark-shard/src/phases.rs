@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use tidemark_store::buffer::TargetSql;
-use tidemark_store::sweep::{SweepPlan, SweepStep};
+use crate::store::buffer::TargetSql;
+use crate::store::sweep::{SweepPlan, SweepStep};
 use tidemark_wire::{EventType, Types};
 
 use crate::config::{Config, Given};

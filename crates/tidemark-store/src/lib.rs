@@ -1,20 +1,18 @@
-//! PostgreSQL for Tidemark: the embedded cluster, schema migrations and
-//! connections. The only crate that speaks SQL.
+//! PostgreSQL for Tidemark: what every owner of tables shares.
 //!
 //! Owns: starting and stopping the private cluster (SPEC 9), the `sql/`
-//! migrations, and every statement run against the buffer, observation and
-//! profile tables. Knows nothing of ZeroMQ or of the learner.
+//! migrations (every owner's schema, applied in one order), connections and
+//! pools, error classes, [`LockGrace`], the observation stream (written by
+//! shards, read by learners and export) and the counter names the SQL views
+//! classify. Each owner's own statements are in its `store` module (the
+//! shard's buffer, the profile process's tables, the reader's profile
+//! columns). Knows nothing of ZeroMQ or of the learner.
 
 #![warn(missing_docs)]
 
-pub mod buffer;
 pub mod cluster;
-pub mod demo;
 mod migrate;
 pub mod observations;
-pub mod profiles;
-pub mod state;
-pub mod sweep;
 pub mod telemetry;
 
 pub use cluster::{Cluster, ClusterError, Status};
@@ -312,4 +310,24 @@ pub fn quote_literal(s: &str) -> String {
 /// Quotes an SQL identifier.
 pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// A timestamptz given as milliseconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgTime(pub i64);
+
+/// Microseconds between the Unix epoch and PostgreSQL's (2000-01-01).
+pub const PG_EPOCH_US: i64 = 946_684_800_000_000;
+
+impl tokio_postgres::types::ToSql for PgTime {
+    fn to_sql(
+        &self,
+        _: &tokio_postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        bytes::BufMut::put_i64(out, self.0 * 1000 - PG_EPOCH_US);
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+    tokio_postgres::types::accepts!(TIMESTAMPTZ);
+    tokio_postgres::types::to_sql_checked!();
 }

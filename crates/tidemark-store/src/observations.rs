@@ -130,7 +130,7 @@ pub async fn record_position(
 /// emitted in `seq` order, so the deleted ones are always a prefix of the
 /// stream. Returns how many went.
 pub async fn prune(c: &Client, shard: &str, before_ms: i64, limit: i64) -> Result<u64, StoreError> {
-    let cutoff = crate::buffer::PgTime(before_ms);
+    let cutoff = crate::PgTime(before_ms);
     Ok(c.execute(
         "WITH readable AS (
                  SELECT coalesce(min(seq), 9223372036854775807) AS upto
@@ -144,4 +144,17 @@ pub async fn prune(c: &Client, shard: &str, before_ms: i64, limit: i64) -> Resul
         &[&shard, &cutoff, &limit],
     )
     .await?)
+}
+
+/// `(target, observations, label rate)` over every shard of the database.
+pub async fn rates(c: &Client) -> Result<Vec<(String, i64, f64)>, StoreError> {
+    Ok(c
+        .query(
+            "SELECT target, count(*), avg(label)::float8 FROM tidemark.observations GROUP BY target ORDER BY target",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
 }

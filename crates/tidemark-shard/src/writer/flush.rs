@@ -5,9 +5,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use tidemark_store::buffer::{EventRow, MergeRow};
+use crate::store::buffer::{EventRow, MergeRow};
+use crate::store::state;
 use tidemark_store::telemetry::{Counter, Family};
-use tidemark_store::{state, ErrorClass, StoreError};
+use tidemark_store::{ErrorClass, StoreError};
 use tidemark_wire::{EventType, Txid};
 
 use super::Writer;

@@ -17,9 +17,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tidemark_store::buffer::{Layout, Partition};
+use crate::store::buffer::{Layout, Partition};
+use crate::store::state;
 use tidemark_store::telemetry::Counter;
-use tidemark_store::{state, StoreError};
+use tidemark_store::StoreError;
 use tokio_postgres::Client;
 
 use tidemark_wire::EventType;

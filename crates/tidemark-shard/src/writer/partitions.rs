@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use tidemark_store::buffer::Partition;
+use crate::store::buffer::Partition;
 use tidemark_store::StoreError;
 
 use super::Writer;

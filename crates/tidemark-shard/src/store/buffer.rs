@@ -16,10 +16,10 @@ use std::fmt::Write as _;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::SinkExt;
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, GenericClient};
 
-use crate::StoreError;
+use tidemark_store::{PgTime, StoreError, PG_EPOCH_US};
 
 /// One event to append to the fresh tier.
 #[derive(Debug, Clone, PartialEq)]
@@ -671,26 +671,6 @@ impl Layout {
             )
             .await?)
     }
-}
-
-/// A timestamptz given as milliseconds since the Unix epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PgTime(pub i64);
-
-/// Microseconds between the Unix epoch and PostgreSQL's (2000-01-01).
-const PG_EPOCH_US: i64 = 946_684_800_000_000;
-
-impl ToSql for PgTime {
-    fn to_sql(
-        &self,
-        _: &Type,
-        out: &mut BytesMut,
-    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        out.put_i64(self.0 * 1000 - PG_EPOCH_US);
-        Ok(tokio_postgres::types::IsNull::No)
-    }
-    tokio_postgres::types::accepts!(TIMESTAMPTZ);
-    tokio_postgres::types::to_sql_checked!();
 }
 
 fn put_text(buf: &mut BytesMut, s: Option<&str>) {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use tokio_postgres::{Client, GenericClient};
 
-use crate::StoreError;
+use tidemark_store::StoreError;
 
 /// Advisory-lock namespace for shard names (the second key is `hashtext(name)`).
 const SHARD_LOCK_CLASS: i32 = 0x7464_6d6b; // "tdmk"
@@ -183,19 +183,6 @@ pub async fn record_gap(
     Ok(())
 }
 
-/// `(target, observations, label rate)` over every shard of the database.
-pub async fn observation_rates(c: &Client) -> Result<Vec<(String, i64, f64)>, StoreError> {
-    Ok(c
-        .query(
-            "SELECT target, count(*), avg(label)::float8 FROM tidemark.observations GROUP BY target ORDER BY target",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect())
-}
-
 /// Records the last database error a shard met (shown by `shard_status`).
 pub async fn record_error(c: &Client, shard: &str, error: &str) -> Result<(), StoreError> {
     c.execute(
@@ -262,7 +249,7 @@ pub async fn record_emission_gap(
 pub async fn configure_session(c: &Client, shard: &str) -> Result<(), StoreError> {
     c.batch_execute(&format!(
         "SET application_name = {}; SET synchronous_commit = off",
-        crate::quote_literal(&format!("tidemark shard {shard}"))
+        tidemark_store::quote_literal(&format!("tidemark shard {shard}"))
     ))
     .await?;
     Ok(())

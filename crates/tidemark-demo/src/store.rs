@@ -7,7 +7,7 @@ use bytes::Bytes;
 use futures_util::SinkExt;
 use tokio_postgres::Client;
 
-use crate::StoreError;
+use tidemark_store::StoreError;
 
 /// Replaces `tidemark_demo.truth` with a truth file's contents (tab-separated,
 /// a header line, empty = absent; `tidemark_market::truth::TSV_HEADER`).

@@ -1,16 +1,20 @@
 //! The profile tables (SPEC 11, `sql/V0007__profiles.sql`): the run lock,
-//! definitions, partitions by UTC day, and the statements a profile worker
-//! runs inside its one transaction per batch.
+//! definitions, partitions by UTC day, and the statements the link stage
+//! and a worker run inside their one transaction each, writing the rows
+//! `core`'s plans decide ([`IdRow`], [`StoredPerson`], [`Merge`],
+//! [`TrailRow`], re-exported here).
 //!
 //! Logged tables and synchronous commits: what a commit returned for is on
 //! disk. Partitions are created and dropped only between batches, by the one
 //! connection that holds the lock, since DDL on a partitioned table waits for
 //! every writer.
 
-use tidemark_person::{Decayed, Person, TypeStats};
+use tidemark_reader::store::{is_wide, PROFILE_COLUMNS};
 use tokio_postgres::{Client, GenericClient, Transaction};
 
-use crate::StoreError;
+use tidemark_store::StoreError;
+
+pub use crate::core::{IdRow, Merge, StoredId, StoredPerson, TrailRow};
 
 /// Advisory-lock key of the profile database's owner ("tdmkprof").
 const PROFILE_LOCK: i64 = 0x7464_6d6b_7072_6f66;
@@ -145,34 +149,6 @@ pub async fn identifiers(c: &impl GenericClient) -> Result<Vec<(String, i64)>, S
         )
         .await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-}
-
-/// A counter as stored: `(position, name, event, half_life_ms)`.
-pub type StoredCounter = (i16, String, String, i64);
-
-/// The stored definitions: type positions by name, and counters.
-pub async fn definitions(
-    c: &impl GenericClient,
-) -> Result<(Vec<(i16, String)>, Vec<StoredCounter>), StoreError> {
-    let types = c
-        .query(
-            "SELECT position, name FROM tidemark.profile_types ORDER BY position",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let counters = c
-        .query(
-            "SELECT position, name, event, half_life_ms FROM tidemark.profile_counters ORDER BY position",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-        .collect();
-    Ok((types, counters))
 }
 
 /// Appends a type at the next position; returns it.
@@ -355,58 +331,11 @@ pub async fn already_seen(
     Ok(pairs.iter().map(|p| old.contains(p)).collect())
 }
 
-/// A person as stored: its number and its profile (arrays by position:
-/// element i of each array is position i + 1).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct StoredPerson {
-    /// Its number.
-    pub person: i64,
-    /// What is known of it.
-    pub profile: Person,
-}
-
-/// An identifier as stored, with its person.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredId {
-    /// The identifier.
-    pub id: String,
-    /// Earliest `ts` of an event carrying it.
-    pub first_ts: i64,
-    /// Refusals charged to it.
-    pub refusals: i32,
-    /// Whether it is blocklisted.
-    pub blocklisted: bool,
-    /// Its person.
-    pub person: StoredPerson,
-}
-
-const PERSON_COLUMNS: &str = "p.person, p.master, p.size, p.counter_values, p.counter_refs, \
-     p.counts, p.firsts, p.lasts, m.first_ts";
-
 fn person_from(r: &tokio_postgres::Row, at: usize) -> StoredPerson {
-    let values: Vec<f64> = r.get(at + 3);
-    let refs: Vec<i64> = r.get(at + 4);
-    let counts: Vec<i64> = r.get(at + 5);
-    let firsts: Vec<i64> = r.get(at + 6);
-    let lasts: Vec<i64> = r.get(at + 7);
     StoredPerson {
         person: r.get(at),
-        profile: Person {
-            master: r.get(at + 1),
-            size: i64::from(r.get::<_, i32>(at + 2)),
-            master_first: r.get(at + 8),
-            counters: values
-                .into_iter()
-                .zip(refs)
-                .map(|(value, reference)| Decayed { value, reference })
-                .collect(),
-            types: counts
-                .into_iter()
-                .zip(firsts)
-                .zip(lasts)
-                .map(|((count, first), last)| TypeStats { count, first, last })
-                .collect(),
-        },
+        profile: tidemark_reader::store::person_at(r, at + 1, r.get(at + 8))
+            .expect("an inner join has a profile"),
     }
 }
 
@@ -415,7 +344,8 @@ pub async fn load(c: &impl GenericClient, ids: &[&str]) -> Result<Vec<StoredId>,
     let rows = c
         .query(
             &format!(
-                "SELECT i.id, i.first_ts, i.refusals, i.blocklisted_at IS NOT NULL, {PERSON_COLUMNS}
+                "SELECT i.id, i.first_ts, i.refusals, i.blocklisted_at IS NOT NULL,
+                        p.person, {PROFILE_COLUMNS}, m.first_ts
                  FROM tidemark.profile_ids i JOIN tidemark.profiles p USING (person)
                  JOIN tidemark.profile_ids m ON m.id = p.master
                  WHERE i.id = ANY($1)"
@@ -481,21 +411,6 @@ pub async fn new_persons(tx: &Transaction<'_>, n: usize) -> Result<Vec<i64>, Sto
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// An identifier row to write whole (new) or update (known).
-#[derive(Debug, Clone, PartialEq)]
-pub struct IdRow {
-    /// The identifier.
-    pub id: String,
-    /// Its person.
-    pub person: i64,
-    /// Earliest `ts` of an event carrying it.
-    pub first_ts: i64,
-    /// Refusals charged to it.
-    pub refusals: i32,
-    /// Whether it is blocklisted (the time is set when it first becomes so).
-    pub blocklisted: bool,
-}
-
 /// Inserts or updates identifier rows.
 pub async fn upsert_ids(tx: &Transaction<'_>, rows: &[IdRow]) -> Result<(), StoreError> {
     if rows.is_empty() {
@@ -542,19 +457,6 @@ pub async fn absorb(
     )
     .await?;
     Ok(())
-}
-
-/// One merge, for `tidemark.profile_merges`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Merge {
-    /// The causing event's `ts`.
-    pub ts: i64,
-    /// Its txid.
-    pub txid: String,
-    /// The surviving master.
-    pub master: String,
-    /// The absorbed person's master.
-    pub absorbed: String,
 }
 
 /// Appends merges to the log.
@@ -668,25 +570,6 @@ pub async fn upsert_persons(
     Ok(())
 }
 
-/// One trail row: the event under the identifier it counted for.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrailRow {
-    /// The identifier it counted for.
-    pub id: String,
-    /// Its `ts`.
-    pub ts: i64,
-    /// Its type.
-    pub type_name: String,
-    /// Its txid.
-    pub txid: String,
-    /// Every identifier it carried, sorted.
-    pub ids: Vec<String>,
-}
-
-/// Identifier lists longer than this (bytes, with per-element overhead) go
-/// to `profile_trail_wide`: a B-tree entry holds about 2.7 kB.
-const WIDE_IDS_BYTES: usize = 1500;
-
 /// Appends trail rows (their days' partitions exist).
 pub async fn insert_trail(tx: &Transaction<'_>, rows: &[TrailRow]) -> Result<(), StoreError> {
     if rows.is_empty() {
@@ -705,7 +588,7 @@ pub async fn insert_trail(tx: &Transaction<'_>, rows: &[TrailRow]) -> Result<(),
         ts.push(r.ts);
         ty.push(r.type_name.as_str());
         txid.push(r.txid.as_str());
-        if r.ids.iter().map(|i| i.len() + 8).sum::<usize>() > WIDE_IDS_BYTES {
+        if is_wide(&r.ids) {
             from.push(0);
             to.push(0);
             wide.push(r);

@@ -7,9 +7,10 @@ use std::time::Instant;
 
 use tokio_postgres::Client;
 
-use crate::buffer::{Consolidated, EventRow, Layout, MergeRow, TargetSql};
-use crate::telemetry::{Counter, Family};
-use crate::{state, ErrorClass, StoreError};
+use super::buffer::{Consolidated, EventRow, Layout, MergeRow, TargetSql};
+use super::state;
+use tidemark_store::telemetry::{Counter, Family};
+use tidemark_store::{ErrorClass, StoreError};
 
 /// One sweep transaction: what to consolidate, emit, keep and forget, over
 /// which creation times, and the progress saved with it.

@@ -1,0 +1,299 @@
+//! A batch judged, split and routed (SPEC 11 "Events", "Persons and links"):
+//! later copies within it and stale copies dropped, the events that may
+//! link given to the link stage with their riders, the rest routed by
+//! person to the workers.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{BuildHasher, Hash};
+
+use super::{Counts, Entry, Work};
+use crate::intake::Event;
+
+/// Where each stored identifier a split looks at sits before the batch:
+/// identifier -> (person, first ts).
+pub type Placed = HashMap<String, (i64, i64)>;
+
+/// Drops later copies within the batch and stale copies (txid created
+/// before `stale_before`); the rest stays in arrival order. The counts
+/// (`duplicate`, `stale`, both present even at 0) commit with worker 0's
+/// share.
+pub fn judge(events: Vec<Event>, stale_before: Option<i64>) -> (Vec<Event>, Counts) {
+    let mut seen = HashSet::with_capacity(events.len());
+    let (mut duplicate, mut stale) = (0, 0);
+    let mut rest = Vec::with_capacity(events.len());
+    for e in events {
+        if stale_before.is_some_and(|s| e.created < s) {
+            stale += 1;
+            continue;
+        }
+        if !seen.insert((e.type_index, e.txid)) {
+            duplicate += 1;
+            continue;
+        }
+        rest.push(e);
+    }
+    (
+        rest,
+        Counts::from([("duplicate", duplicate), ("stale", stale)]),
+    )
+}
+
+/// Whether any event of the batch carries several identifiers: only then
+/// can it link, and does [`split`] need to know where they sit.
+pub fn has_links(events: &[Event]) -> bool {
+    events.iter().any(|e| e.ids.ids.len() >= 2)
+}
+
+/// The identifiers the batch carries, each once, sorted: what [`split`]
+/// needs placed.
+pub fn carried(events: &[Event]) -> Vec<&str> {
+    let ids: BTreeSet<&str> = events
+        .iter()
+        .flat_map(|e| e.ids.ids.iter().map(|i| i.as_str()))
+        .collect();
+    ids.into_iter().collect()
+}
+
+/// Splits a batch (arrival order) between the link stage and the workers;
+/// returns the link stage's entries (arrival order) and the workers'
+/// events (arrival order). An event carrying several identifiers that all
+/// sit in one stored person already links nothing wherever it falls (links
+/// are never undone), so the workers count it in parallel with the rest;
+/// the serial link stage keeps only events that may create identifiers or
+/// merge (a person's devices seen again, the common case, never reach it).
+///
+/// Riders: an event left to the workers that arrived before the batch's
+/// last link and brings an identifier of a person that may merge an earlier
+/// first ts (or creates an identifier a link will carry) is also given to
+/// the link stage, which places it in order, so every merge sees the
+/// masters as they stood in arrival order. It stays with the workers too:
+/// they record and count it.
+pub fn split(events: Vec<Event>, placed: &Placed) -> (Vec<Entry>, Vec<Event>) {
+    let links: Vec<bool> = events
+        .iter()
+        .map(|e| {
+            let mut of = e
+                .ids
+                .ids
+                .iter()
+                .map(|i| placed.get(i.as_str()).map(|p| p.0));
+            let first = of.next().flatten();
+            e.ids.ids.len() > 1 && !(first.is_some() && of.all(|p| p == first))
+        })
+        .collect();
+    let linked: HashSet<String> = events
+        .iter()
+        .zip(&links)
+        .filter(|(_, l)| **l)
+        .flat_map(|(e, _)| e.ids.ids.iter().map(|i| i.as_str().to_owned()))
+        .collect();
+    let merging: HashSet<i64> = linked
+        .iter()
+        .filter_map(|id| placed.get(id).map(|p| p.0))
+        .collect();
+    let last = links.iter().rposition(|l| *l).unwrap_or(0);
+    let (mut entries, mut rest) = (Vec::new(), Vec::new());
+    for (i, (e, link)) in events.into_iter().zip(links).enumerate() {
+        if link {
+            entries.push(Entry {
+                event: e,
+                rider: false,
+            });
+            continue;
+        }
+        let rides = i < last
+            && e.ids.ids.iter().any(|id| match placed.get(id.as_str()) {
+                Some((person, first_ts)) => e.ts < *first_ts && merging.contains(person),
+                None => linked.contains(id.as_str()),
+            });
+        if rides {
+            entries.push(Entry {
+                event: e.clone(),
+                rider: true,
+            });
+        }
+        rest.push(e);
+    }
+    (entries, rest)
+}
+
+/// The identifiers routing looks up once the links committed: each event's
+/// primary (the one it counts for).
+pub fn primaries(events: &[Event]) -> Vec<&str> {
+    events
+        .iter()
+        .filter_map(|e| e.ids.primary().map(|i| i.as_str()))
+        .collect()
+}
+
+/// Routes the workers' events (arrival order kept within each share) by the
+/// person each counts for (`person`: primary -> stored person), so two
+/// identifiers of one bridged person go to one worker; an identifier
+/// without a person goes by itself, an event without identifiers by its
+/// txid. `judged` (the batch's duplicates and stale copies) commits with
+/// share 0.
+pub fn route(
+    events: Vec<Event>,
+    person: &HashMap<String, i64>,
+    hasher: &impl BuildHasher,
+    workers: usize,
+    trail_from: Option<i64>,
+    judged: Counts,
+) -> Vec<Work> {
+    let mut works: Vec<Work> = (0..workers).map(|_| Work::default()).collect();
+    for e in events {
+        let w = match e.ids.primary().map(|i| i.as_str()) {
+            Some(id) => match person.get(id) {
+                Some(p) => bucket(hasher, workers, p),
+                None => bucket(hasher, workers, id),
+            },
+            None => bucket(hasher, workers, e.txid.as_str()),
+        };
+        works[w].events.push(e);
+    }
+    for w in &mut works {
+        w.trail_from = trail_from;
+    }
+    works[0].counts = judged;
+    works
+}
+
+/// The worker of a key (a person, or an identifier or txid without one).
+pub fn bucket(hasher: &impl BuildHasher, workers: usize, key: impl Hash) -> usize {
+    (hasher.hash_one(key) % workers as u64) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::hash_map::DefaultHasher;
+    use std::hash::BuildHasherDefault;
+
+    use crate::core::sim::{created, ev, T0};
+
+    #[test]
+    fn judging_drops_later_copies_in_the_batch_and_stale_ones() {
+        let events = vec![
+            ev(1, 1, T0, Some("u"), &[]),
+            ev(1, 1, T0 + 5, Some("v"), &[]),
+            ev(2, 1, T0, Some("u"), &[]),
+            created(ev(1, 2, T0, Some("u"), &[]), T0 - 10),
+        ];
+        let (rest, counts) = judge(events.clone(), None);
+        assert_eq!(rest.len(), 3);
+        assert_eq!(counts, Counts::from([("duplicate", 1), ("stale", 0)]));
+        let (rest, counts) = judge(events, Some(T0 - 9));
+        let kept: Vec<(usize, i64)> = rest.iter().map(|e| (e.type_index, e.ts)).collect();
+        assert_eq!(kept, [(1, T0), (2, T0)], "the first copy wins");
+        assert_eq!(counts, Counts::from([("duplicate", 1), ("stale", 1)]));
+    }
+
+    #[test]
+    fn links_go_to_the_link_stage_and_known_persons_stay_with_the_workers() {
+        let events = vec![
+            ev(1, 1, T0, Some("a"), &[("d", "1")]),
+            ev(1, 2, T0, Some("b"), &[("d", "2")]),
+            ev(1, 3, T0, Some("c"), &[]),
+            ev(1, 4, T0, None, &[("d", "3"), ("e", "3")]),
+        ];
+        assert!(has_links(&events));
+        assert!(!has_links(&events[2..3]));
+        assert_eq!(
+            carried(&events),
+            ["d:1", "d:2", "d:3", "e:3", "user:a", "user:b", "user:c"]
+        );
+        // user:a and d:1 already one person; user:b and d:2 two; d:3 new.
+        let placed: Placed = [
+            ("user:a", (1, T0)),
+            ("d:1", (1, T0)),
+            ("user:b", (2, T0)),
+            ("d:2", (3, T0)),
+            ("e:3", (4, T0)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let (entries, rest) = split(events, &placed);
+        let txids = |v: Vec<&Event>| -> Vec<u128> { v.iter().map(|e| num(e)).collect() };
+        assert_eq!(txids(entries.iter().map(|e| &e.event).collect()), [2, 4]);
+        assert!(
+            entries.iter().all(|e| !e.rider),
+            "nothing before a link lowers"
+        );
+        assert_eq!(txids(rest.iter().collect()), [1, 3]);
+    }
+
+    fn num(e: &Event) -> u128 {
+        u128::from_str_radix(&e.txid.as_str()[..20], 16).unwrap()
+    }
+
+    #[test]
+    fn riders_are_events_before_the_last_link_that_lower_a_merging_first_ts() {
+        let placed: Placed = [
+            ("user:a", (1, T0 + 100)),
+            ("user:b", (2, T0 + 50)),
+            ("user:c", (3, T0 + 100)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let events = vec![
+            // Lowers user:a, whose person merges below: rides.
+            ev(1, 1, T0 + 10, Some("a"), &[]),
+            // Does not lower: stays with the workers only.
+            ev(1, 2, T0 + 100, Some("a"), &[]),
+            // Lowers user:c, whose person merges with nobody.
+            ev(1, 3, T0 + 10, Some("c"), &[]),
+            // Creates an identifier a link carries: rides.
+            ev(1, 4, T0 + 10, None, &[("d", "new")]),
+            ev(1, 5, T0 + 200, Some("a"), &[("d", "new")]),
+            ev(1, 6, T0 + 200, Some("b"), &[("d", "new")]),
+            // After the last link: nothing left to see it.
+            ev(1, 7, T0 + 1, Some("b"), &[]),
+        ];
+        let (entries, rest) = split(events, &placed);
+        let got: Vec<(u128, bool)> = entries.iter().map(|e| (num(&e.event), e.rider)).collect();
+        assert_eq!(got, [(1, true), (4, true), (5, false), (6, false)]);
+        let rest: Vec<u128> = rest.iter().map(num).collect();
+        assert_eq!(rest, [1, 2, 3, 4, 7], "riders are counted by the workers");
+    }
+
+    #[test]
+    fn routing_keeps_a_person_on_one_worker() {
+        let hasher = BuildHasherDefault::<DefaultHasher>::default();
+        let person: HashMap<String, i64> = [("user:a", 7), ("d:1", 7)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        let events = vec![
+            ev(1, 1, T0, Some("a"), &[]),
+            ev(1, 2, T0, None, &[("d", "1")]),
+            ev(1, 3, T0, Some("z"), &[]),
+            ev(1, 4, T0, None, &[]),
+        ];
+        let no_ids = events[3].txid;
+        assert_eq!(primaries(&events), ["user:a", "d:1", "user:z"]);
+        let judged = Counts::from([("duplicate", 2)]);
+        let works = route(events, &person, &hasher, 4, Some(T0), judged.clone());
+        assert_eq!(works.len(), 4);
+        let share = |n: u128| {
+            works
+                .iter()
+                .position(|w| w.events.iter().any(|e| num(e) == n))
+                .unwrap()
+        };
+        assert_eq!(share(1), bucket(&hasher, 4, 7i64), "by person");
+        assert_eq!(share(2), share(1), "one person, one worker");
+        assert_eq!(share(3), bucket(&hasher, 4, "user:z"), "no person yet");
+        assert_eq!(
+            share(4),
+            bucket(&hasher, 4, no_ids.as_str()),
+            "no identifier"
+        );
+        let order: Vec<u128> = works[share(1)].events.iter().map(num).collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "arrival order");
+        assert!(works.iter().all(|w| w.trail_from == Some(T0)));
+        assert_eq!(works[0].counts, judged);
+        assert!(works[1..].iter().all(|w| w.counts.is_empty()));
+    }
+}

@@ -1,0 +1,125 @@
+//! The profile tables as they are read (SPEC 11, `sql/V0007__profiles.sql`):
+//! the one Rust spelling of a stored profile's columns, of the counter and
+//! type definitions and of the trail's layout. The profile process writes
+//! with these definitions (it depends on this crate); bidders read with them.
+
+use tidemark_person::{Decayed, Person, TypeStats};
+use tokio_postgres::{GenericClient, Row};
+
+/// The columns of `tidemark.profiles` (alias `p`) that make a [`Person`],
+/// in the order [`person_at`] decodes them.
+pub const PROFILE_COLUMNS: &str =
+    "p.master, p.size, p.counter_values, p.counter_refs, p.counts, p.firsts, p.lasts";
+
+/// The person in [`PROFILE_COLUMNS`] starting at column `at`, or `None`
+/// when an outer join found none. Arrays are by position: element i is
+/// position i + 1. `master_first` is not a column of the profile (it is the
+/// master's row in `profile_ids`): the caller reads it if it needs it.
+pub fn person_at(r: &Row, at: usize, master_first: i64) -> Option<Person> {
+    let master: Option<String> = r.get(at);
+    let values: Vec<f64> = r.get::<_, Option<_>>(at + 2).unwrap_or_default();
+    let refs: Vec<i64> = r.get::<_, Option<_>>(at + 3).unwrap_or_default();
+    let counts: Vec<i64> = r.get::<_, Option<_>>(at + 4).unwrap_or_default();
+    let firsts: Vec<i64> = r.get::<_, Option<_>>(at + 5).unwrap_or_default();
+    let lasts: Vec<i64> = r.get::<_, Option<_>>(at + 6).unwrap_or_default();
+    let size: Option<i32> = r.get(at + 1);
+    Some(Person {
+        master: master?,
+        size: size.map_or(1, i64::from),
+        master_first,
+        counters: values
+            .into_iter()
+            .zip(refs)
+            .map(|(value, reference)| Decayed { value, reference })
+            .collect(),
+        types: counts
+            .into_iter()
+            .zip(firsts)
+            .zip(lasts)
+            .map(|((count, first), last)| TypeStats { count, first, last })
+            .collect(),
+    })
+}
+
+/// A counter as stored: `(position, name, event, half_life_ms)`.
+pub type StoredCounter = (i16, String, String, i64);
+
+/// The stored definitions: types `(position, name)` and counters, each by
+/// position.
+pub async fn definitions(
+    c: &impl GenericClient,
+) -> Result<(Vec<(i16, String)>, Vec<StoredCounter>), tokio_postgres::Error> {
+    let types = c
+        .query(
+            "SELECT position, name FROM tidemark.profile_types ORDER BY position",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let counters = c
+        .query(
+            "SELECT position, name, event, half_life_ms FROM tidemark.profile_counters ORDER BY position",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    Ok((types, counters))
+}
+
+/// The profile of each of `$1`'s identifiers, in order: [`PROFILE_COLUMNS`],
+/// then whether the identifier is blocklisted. One join per identifier.
+pub(crate) fn get_query() -> String {
+    format!(
+        "SELECT {PROFILE_COLUMNS}, i.blocklisted_at IS NOT NULL
+         FROM unnest($1::text[]) WITH ORDINALITY AS q(id, n)
+         LEFT JOIN tidemark.profile_ids i ON i.id = q.id
+         LEFT JOIN tidemark.profiles p ON p.person = i.person
+         ORDER BY q.n"
+    )
+}
+
+/// Whether a [`get_query`] row's identifier is blocklisted.
+pub(crate) fn blocklisted(r: &Row) -> bool {
+    r.get::<_, Option<bool>>(7).unwrap_or(false)
+}
+
+/// Identifier lists longer than this (bytes, with per-element overhead) are
+/// stored in `profile_trail_wide`, and the trail row's `ids` is empty (no
+/// event carries none): a B-tree entry holds about 2.7 kB.
+pub const WIDE_IDS_BYTES: usize = 1500;
+
+/// Whether a trail row's identifier list goes to `profile_trail_wide`.
+pub fn is_wide(ids: &[String]) -> bool {
+    ids.iter().map(|i| i.len() + 8).sum::<usize>() > WIDE_IDS_BYTES
+}
+
+/// The identifiers of the person holding `$1` (or `$1` alone), then the
+/// trail: `id = ANY(...)` on the `(id, ts)` index is one range scan per
+/// identifier, in each day's partition the `ts` range keeps. The rare row
+/// whose identifier list was too long for the index costs one more query.
+pub const TRAIL_QUERY: &str =
+    "SELECT t.type, t.txid, t.ts, t.ids, t.id FROM tidemark.profile_trail t
+     WHERE t.id = ANY(coalesce(
+               (SELECT array_agg(o.id) FROM tidemark.profile_ids me
+                JOIN tidemark.profile_ids o ON o.person = me.person WHERE me.id = $1),
+               ARRAY[$1]))
+       AND t.ts >= $2 AND t.ts < $3 AND ($4::text[] IS NULL OR t.type = ANY($4))
+     ORDER BY t.ts, t.type COLLATE \"C\", t.txid COLLATE \"C\"";
+
+/// The identifier lists too long for the trail index, by (id, ts, type, txid).
+pub(crate) const WIDE_QUERY: &str =
+    "SELECT w.id, w.ts, w.type, w.txid, w.ids FROM tidemark.profile_trail_wide w
+     JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS u(id, ts, type, txid)
+       ON (w.id, w.ts, w.type, w.txid) = (u.id, u.ts, u.type, u.txid)";
+
+/// The profile process's clock as saved, if a process ever ran.
+pub(crate) async fn clock(c: &impl GenericClient) -> Result<Option<i64>, tokio_postgres::Error> {
+    let r = c
+        .query_one("SELECT max(clock_ms) FROM tidemark.profile_process", &[])
+        .await?;
+    Ok(r.get(0))
+}

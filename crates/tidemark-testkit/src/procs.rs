@@ -1,0 +1,133 @@
+//! Tidemark processes of the built binary, configured against a test
+//! database, started, restarted, stopped and killed.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::{bin, TestDb};
+
+/// A shard process running the built binary against a test database.
+pub struct ShardProc {
+    pub child: std::process::Child,
+    pub config: PathBuf,
+    pub name: String,
+    log: PathBuf,
+    /// `shard` or `profiles`.
+    command: &'static str,
+}
+
+impl ShardProc {
+    /// Starts `tidemark shard` with `name`, connecting to `endpoint`; `extra` is more TOML.
+    pub fn start(db: &TestDb, name: &str, endpoint: &str, extra: &str) -> ShardProc {
+        ShardProc::start_multi(db, name, &[endpoint], extra)
+    }
+
+    /// Starts a shard connecting to several endpoints.
+    pub fn start_multi(db: &TestDb, name: &str, endpoints: &[&str], extra: &str) -> ShardProc {
+        ShardProc::start_command("shard", db, name, endpoints, extra)
+    }
+
+    /// Starts `tidemark profiles` (SPEC 11) against `db`; `extra` is more TOML.
+    pub fn start_profiles(db: &TestDb, name: &str, endpoint: &str, extra: &str) -> ShardProc {
+        ShardProc::start_command("profiles", db, name, &[endpoint], extra)
+    }
+
+    /// Starts `tidemark profiles` connecting to several endpoints.
+    pub fn start_profiles_multi(
+        db: &TestDb,
+        name: &str,
+        endpoints: &[&str],
+        extra: &str,
+    ) -> ShardProc {
+        ShardProc::start_command("profiles", db, name, endpoints, extra)
+    }
+
+    /// Writes a configuration (name, endpoints, the test database, `extra`)
+    /// under `target/tmp/<command>` and starts `tidemark <command> --config`.
+    fn start_command(
+        command: &'static str,
+        db: &TestDb,
+        name: &str,
+        endpoints: &[&str],
+        extra: &str,
+    ) -> ShardProc {
+        let endpoint = endpoints.join("\", \"");
+        let dir = crate::tmp_dir().join(command);
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join(format!("{}_{name}.toml", db.name));
+        let toml = format!(
+            "name = \"{name}\"\nendpoints = [\"{endpoint}\"]\ndatabase_url = \"{}\"\n{extra}\n",
+            db.url
+        );
+        std::fs::write(&config, toml).unwrap();
+        ShardProc::spawn(config, name, command)
+    }
+
+    fn spawn(config: PathBuf, name: &str, command: &'static str) -> ShardProc {
+        let log = config.with_extension("log");
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = bin()
+            .env("RUST_LOG", "info")
+            .args([command, "--config", config.to_str().unwrap()])
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        ShardProc {
+            child,
+            config,
+            name: name.to_owned(),
+            log,
+            command,
+        }
+    }
+
+    /// Starts the same configuration again (after a stop or a kill).
+    pub fn restart(&mut self) {
+        let _ = self.child.try_wait();
+        *self = ShardProc::spawn(self.config.clone(), &self.name, self.command);
+    }
+
+    /// SIGTERM, then waits; asserts a clean exit.
+    pub fn stop(&mut self) {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "shard exited with {status}; log:\n{}",
+            self.log()
+        );
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ShardProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// SIGTERM to a child, then waits for it (its status is the caller's
+/// business: a bench reads the log, a test asserts).
+pub fn terminate(child: &mut std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
