@@ -54,6 +54,53 @@ pub struct Keys<'a> {
     pub rcvhwm: Option<i64>,
 }
 
+/// Declares a process's configuration as written in its file (a struct
+/// the process derives `Deserialize` for), with the subscription keys
+/// added, and `keys()` to hand them to [`Subscription::from_keys`]. A macro
+/// rather than a nested struct: serde's `flatten` cannot be combined with
+/// `deny_unknown_fields`, which is what names a misspelt key, and it would
+/// lose the spans that name a mistyped one.
+///
+/// ```ignore
+/// tidemark_intake::raw_config! {
+///     #[derive(serde::Deserialize)]
+///     #[serde(deny_unknown_fields)]
+///     struct Raw { name: String, period: Option<String> }
+/// }
+/// ```
+#[macro_export]
+macro_rules! raw_config {
+    ($(#[$meta:meta])* struct $raw:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$meta])*
+        struct $raw {
+            #[serde(default)]
+            endpoints: Vec<String>,
+            prefixes: Option<Vec<String>>,
+            clock: Option<String>,
+            lateness: Option<String>,
+            publisher_timeout: Option<String>,
+            max_future: Option<String>,
+            rcvhwm: Option<i64>,
+            $($(#[$fmeta])* $field: $ty),*
+        }
+
+        impl $raw {
+            /// The subscription keys as written.
+            fn keys(&self) -> $crate::Keys<'_> {
+                $crate::Keys {
+                    endpoints: &self.endpoints,
+                    prefixes: self.prefixes.as_deref(),
+                    clock: self.clock.as_deref(),
+                    lateness: self.lateness.as_deref(),
+                    publisher_timeout: self.publisher_timeout.as_deref(),
+                    max_future: self.max_future.as_deref(),
+                    rcvhwm: self.rcvhwm,
+                }
+            }
+        }
+    };
+}
+
 /// A configuration that cannot be used, naming the key at fault (every
 /// process's configuration reports its errors this way).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,6 +124,32 @@ impl ConfigError {
 
 fn err(key: &str, message: impl ToString) -> ConfigError {
     ConfigError::new(key, message)
+}
+
+/// Reads a configuration file's text into `T` (a [`raw_config!`] struct),
+/// naming the key at fault from toml's span: an unknown key's span is the
+/// key; a wrong value's span is the value, whose key is left of its `=`
+/// (`config` only when toml gives no span).
+pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        let key = e
+            .span()
+            .and_then(|s| key_at(text, s.start, s.end))
+            .unwrap_or_else(|| "config".into());
+        err(&key, e.message())
+    })
+}
+
+/// The key a span of `text` belongs to (see [`parse_toml`]).
+fn key_at(text: &str, start: usize, end: usize) -> Option<String> {
+    let line_start = text.get(..start)?.rfind('\n').map_or(0, |i| i + 1);
+    let before = text.get(line_start..start)?;
+    let key = match before.find('=') {
+        Some(eq) => &before[..eq],
+        None => text.get(start..end)?,
+    };
+    let key = key.trim().trim_matches('"');
+    (!key.is_empty()).then(|| key.to_owned())
 }
 
 /// Names of processes (shards name their tables with them) and counters:
@@ -169,6 +242,36 @@ impl Subscription {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    crate::raw_config! {
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        struct Raw {
+            name: String,
+            #[serde(default)]
+            batch_events: i64,
+        }
+    }
+
+    #[test]
+    fn a_raw_config_reads_the_subscription_keys_and_names_the_key_at_fault() {
+        let ok =
+            "name = \"a\"\nendpoints = [\"tcp://127.0.0.1:1\"]\nclock = \"event\"\nrcvhwm = 5\n";
+        let raw: Raw = parse_toml(ok).unwrap();
+        let s = Subscription::from_keys(raw.keys(), 7).unwrap();
+        assert_eq!((raw.name.as_str(), raw.batch_events), ("a", 0));
+        assert_eq!((s.clock, s.rcvhwm), (ClockKind::Event, 5));
+        let key = |text: &str| parse_toml::<Raw>(text).unwrap_err().key;
+        // A wrong type names the key, not the value.
+        assert_eq!(
+            key("name = \"a\"\nbatch_events = \"50000\""),
+            "batch_events"
+        );
+        assert_eq!(key("name = \"a\"\nrcvhwm = \"x\""), "rcvhwm");
+        // An unknown key names itself.
+        assert_eq!(key("name = \"a\"\nbatch_event = 5"), "batch_event");
+        assert_eq!(key("name = 5"), "name");
+    }
 
     fn keys(endpoints: &[String]) -> Keys<'_> {
         Keys {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
-use tidemark_intake::{validate_name, Keys, Subscription};
+use tidemark_intake::{validate_name, Subscription};
 use tidemark_wire::{parse_duration, Types};
 
 pub use tidemark_intake::ConfigError;
@@ -62,40 +62,34 @@ pub struct Config {
     pub metrics_addr: Option<String>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Raw {
-    name: String,
-    #[serde(default)]
-    endpoints: Vec<String>,
-    prefixes: Option<Vec<String>>,
-    database_url: Option<String>,
-    clock: Option<String>,
-    lateness: Option<String>,
-    publisher_timeout: Option<String>,
-    max_future: Option<String>,
-    types: Option<Vec<String>>,
-    #[serde(default)]
-    custom_types: Vec<String>,
-    #[serde(default = "default_dedup")]
-    dedup: String,
-    #[serde(default = "default_max_ids")]
-    max_ids: i64,
-    #[serde(default = "default_blocklist_after")]
-    blocklist_after: i64,
-    trail: Option<String>,
-    #[serde(default)]
-    counters: Vec<RawCounter>,
-    #[serde(default = "default_workers")]
-    workers: i64,
-    #[serde(default = "default_batch_events")]
-    batch_events: i64,
-    #[serde(default = "default_batch_delay")]
-    batch_delay: String,
-    rcvhwm: Option<i64>,
-    #[serde(default = "default_shutdown_timeout")]
-    shutdown_timeout: String,
-    metrics_addr: Option<String>,
+tidemark_intake::raw_config! {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Raw {
+        name: String,
+        database_url: Option<String>,
+        types: Option<Vec<String>>,
+        #[serde(default)]
+        custom_types: Vec<String>,
+        #[serde(default = "default_dedup")]
+        dedup: String,
+        #[serde(default = "default_max_ids")]
+        max_ids: i64,
+        #[serde(default = "default_blocklist_after")]
+        blocklist_after: i64,
+        trail: Option<String>,
+        #[serde(default)]
+        counters: Vec<RawCounter>,
+        #[serde(default = "default_workers")]
+        workers: i64,
+        #[serde(default = "default_batch_events")]
+        batch_events: i64,
+        #[serde(default = "default_batch_delay")]
+        batch_delay: String,
+        #[serde(default = "default_shutdown_timeout")]
+        shutdown_timeout: String,
+        metrics_addr: Option<String>,
+    }
 }
 
 fn default_workers() -> i64 {
@@ -138,23 +132,9 @@ impl Config {
 
     /// Parses and validates a configuration.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let raw: Raw = toml::from_str(text).map_err(|e| {
-            // toml names the key in its message; keep it whole.
-            err("config", e.message())
-        })?;
+        let raw: Raw = tidemark_intake::config::parse_toml(text)?;
         validate_name(&raw.name).map_err(|m| err("name", m))?;
-        let subscription = Subscription::from_keys(
-            Keys {
-                endpoints: &raw.endpoints,
-                prefixes: raw.prefixes.as_deref(),
-                clock: raw.clock.as_deref(),
-                lateness: raw.lateness.as_deref(),
-                publisher_timeout: raw.publisher_timeout.as_deref(),
-                max_future: raw.max_future.as_deref(),
-                rcvhwm: raw.rcvhwm,
-            },
-            1_000_000,
-        )?;
+        let subscription = Subscription::from_keys(raw.keys(), 1_000_000)?;
         let duration = |key: &str, v: &str| parse_duration(v).map_err(|e| err(key, e));
         let known = Types::new(&raw.custom_types).map_err(|e| err("custom_types", e))?;
         let types = match raw.types {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
-use tidemark_intake::{Keys, Subscription};
+use tidemark_intake::Subscription;
 
 pub use tidemark_intake::{validate_name, ConfigError};
 use tidemark_wire::{parse_duration, Types};
@@ -106,41 +106,35 @@ fn err(key: impl Into<String>, message: impl ToString) -> ConfigError {
     ConfigError::new(key, message)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Raw {
-    name: Option<String>,
-    #[serde(default)]
-    endpoints: Vec<String>,
-    prefixes: Option<Vec<String>>,
-    database_url: Option<String>,
-    clock: Option<String>,
-    lateness: Option<String>,
-    publisher_timeout: Option<String>,
-    period: Option<String>,
-    max_future: Option<String>,
-    #[serde(default)]
-    custom_types: Vec<String>,
-    #[serde(default)]
-    windows: BTreeMap<String, String>,
-    #[serde(default)]
-    grace: BTreeMap<String, String>,
-    #[serde(default)]
-    targets: Vec<RawTarget>,
-    rcvhwm: Option<i64>,
-    batch_events: Option<usize>,
-    batch_delay: Option<String>,
-    max_pending: Option<usize>,
-    partition: Option<String>,
-    retention: Option<String>,
-    retention_check: Option<String>,
-    quarantine_max: Option<i64>,
-    shutdown_timeout: Option<String>,
-    sweep_rows: Option<u64>,
-    partition_rows: Option<u64>,
-    metrics_addr: Option<String>,
-    liveness_silence: Option<String>,
-    liveness_max_hold: Option<String>,
+tidemark_intake::raw_config! {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Raw {
+        name: Option<String>,
+        database_url: Option<String>,
+        period: Option<String>,
+        #[serde(default)]
+        custom_types: Vec<String>,
+        #[serde(default)]
+        windows: BTreeMap<String, String>,
+        #[serde(default)]
+        grace: BTreeMap<String, String>,
+        #[serde(default)]
+        targets: Vec<RawTarget>,
+        batch_events: Option<usize>,
+        batch_delay: Option<String>,
+        max_pending: Option<usize>,
+        partition: Option<String>,
+        retention: Option<String>,
+        retention_check: Option<String>,
+        quarantine_max: Option<i64>,
+        shutdown_timeout: Option<String>,
+        sweep_rows: Option<u64>,
+        partition_rows: Option<u64>,
+        metrics_addr: Option<String>,
+        liveness_silence: Option<String>,
+        liveness_max_hold: Option<String>,
+    }
 }
 
 #[derive(Deserialize)]
@@ -182,30 +176,10 @@ impl Config {
 
     /// Parses and validates a configuration.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let raw: Raw = toml::from_str(text).map_err(|e| {
-            // toml names the key in its message; keep its first line.
-            let msg = e.message().to_owned();
-            let key = e
-                .span()
-                .and_then(|s| text.get(s))
-                .map(|k| k.trim().to_owned())
-                .unwrap_or_else(|| "config".into());
-            err(key, msg)
-        })?;
-        let name = raw.name.ok_or_else(|| err("name", "is required"))?;
+        let raw: Raw = tidemark_intake::config::parse_toml(text)?;
+        let name = raw.name.clone().ok_or_else(|| err("name", "is required"))?;
         validate_name(&name).map_err(|m| err("name", m))?;
-        let subscription = Subscription::from_keys(
-            Keys {
-                endpoints: &raw.endpoints,
-                prefixes: raw.prefixes.as_deref(),
-                clock: raw.clock.as_deref(),
-                lateness: raw.lateness.as_deref(),
-                publisher_timeout: raw.publisher_timeout.as_deref(),
-                max_future: raw.max_future.as_deref(),
-                rcvhwm: raw.rcvhwm,
-            },
-            50_000,
-        )?;
+        let subscription = Subscription::from_keys(raw.keys(), 50_000)?;
         let dur =
             |key: &str, v: &Option<String>, default: Duration| -> Result<Duration, ConfigError> {
                 v.as_deref()
@@ -540,5 +514,9 @@ grace = "1h"
             "targets[0].until"
         );
         assert!(key_of(&format!("name = \"a\"\n{base}bogus = 1")).contains("bogus"));
+        assert_eq!(
+            key_of(&format!("name = \"a\"\n{base}batch_events = \"50000\"")),
+            "batch_events"
+        );
     }
 }
