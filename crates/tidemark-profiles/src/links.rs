@@ -53,12 +53,7 @@ pub async fn apply(
     profiles::upsert_persons(&tx, &plan.persons, layout.counters.len(), layout.types).await?;
     profiles::log_merges(&tx, &plan.merges).await?;
     profiles::insert_trail(&tx, &plan.trail).await?;
-    let rows: Vec<(String, i64)> = plan
-        .counts
-        .iter()
-        .map(|(k, v)| (k.to_string(), *v))
-        .collect();
-    profiles::add_counts(&tx, counts_row, &rows).await?;
+    profiles::add_counts(&tx, counts_row, plan.counts.iter().map(|(k, v)| (*k, *v))).await?;
     tx.commit().await?;
     Ok(plan.counts)
 }

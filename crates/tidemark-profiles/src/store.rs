@@ -101,20 +101,16 @@ pub async fn save_status(
         &[&name, &saved.clock_ms, &saved.reference_ms],
     )
     .await?;
-    add_counts(c, -1, counts).await
+    add_counts(c, -1, counts.iter().map(|(r, n)| (r.as_str(), *n))).await
 }
 
 /// Adds to a worker's counts by reason.
-pub async fn add_counts(
+pub async fn add_counts<'a>(
     c: &impl GenericClient,
     worker: i16,
-    counts: &[(String, i64)],
+    counts: impl IntoIterator<Item = (&'a str, i64)>,
 ) -> Result<(), StoreError> {
-    let (reasons, ns): (Vec<&str>, Vec<i64>) = counts
-        .iter()
-        .filter(|(_, n)| *n != 0)
-        .map(|(r, n)| (r.as_str(), *n))
-        .unzip();
+    let (reasons, ns): (Vec<&str>, Vec<i64>) = counts.into_iter().filter(|(_, n)| *n != 0).unzip();
     if reasons.is_empty() {
         return Ok(());
     }

@@ -57,12 +57,7 @@ impl Worker {
         profiles::lower_first_ts(&tx, &plan.lowered, &plan.lowered_first).await?;
         profiles::upsert_persons(&tx, &persons, layout.counters.len(), layout.types).await?;
         profiles::insert_trail(&tx, &plan.trail).await?;
-        let rows: Vec<(String, i64)> = plan
-            .counts
-            .iter()
-            .map(|(k, v)| (k.to_string(), *v))
-            .collect();
-        profiles::add_counts(&tx, self.index, &rows).await?;
+        profiles::add_counts(&tx, self.index, plan.counts.iter().map(|(k, v)| (*k, *v))).await?;
         tx.commit().await?;
         Ok(plan.counts)
     }

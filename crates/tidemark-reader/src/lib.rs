@@ -208,7 +208,7 @@ impl Reader {
         let mut defs = self.definitions(false).await?;
         let rows = {
             let c = self.pool.get().await?;
-            let stmt = c.prepare_cached(&store::get_query()).await?;
+            let stmt = c.prepare_cached(&store::GET).await?;
             c.query(&stmt, &[&ids]).await?
         };
         let persons: Vec<(Option<Person>, bool)> = rows
@@ -294,9 +294,7 @@ fn profile(
     defs: &Definitions,
     at: i64,
 ) -> Profile {
-    let (master, size) = person
-        .as_ref()
-        .map_or((id.to_owned(), 1), |p| (p.master.clone(), p.size));
+    let size = person.as_ref().map_or(1, |p| p.size);
     let state: Vec<(Decayed, i64)> = defs
         .counters
         .iter()
@@ -330,7 +328,7 @@ fn profile(
         .collect();
     Profile {
         id: id.to_owned(),
-        master,
+        master: person.map_or_else(|| id.to_owned(), |p| p.master),
         size,
         blocklisted,
         at,

@@ -72,7 +72,8 @@ pub async fn definitions(
 
 /// The profile of each of `$1`'s identifiers, in order: [`PROFILE_COLUMNS`],
 /// then whether the identifier is blocklisted. One join per identifier.
-pub(crate) fn get_query() -> String {
+/// Built once: every bidder lookup prepares it (cached by text).
+pub(crate) static GET: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "SELECT {PROFILE_COLUMNS}, i.blocklisted_at IS NOT NULL
          FROM unnest($1::text[]) WITH ORDINALITY AS q(id, n)
@@ -80,7 +81,7 @@ pub(crate) fn get_query() -> String {
          LEFT JOIN tidemark.profiles p ON p.person = i.person
          ORDER BY q.n"
     )
-}
+});
 
 /// Whether a [`get_query`] row's identifier is blocklisted.
 pub(crate) fn blocklisted(r: &Row) -> bool {

@@ -10,7 +10,6 @@
 //! test; its SQL (creating and dropping test databases, the queries tests
 //! inspect with) is in its `store` module.
 
-#![allow(clippy::new_without_default)]
 // `Rng::next` is the generator's step, not an iterator's.
 #![allow(clippy::should_implement_trait)]
 

@@ -11,6 +11,8 @@ pub struct Publisher {
 }
 
 impl Publisher {
+    /// A publisher with no send limit (not `Default`: it binds a socket).
+    #[allow(clippy::new_without_default)]
     pub fn new() -> Publisher {
         Publisher::with_sndhwm(0)
     }

@@ -6,11 +6,6 @@
 pub struct Rng(pub u64);
 
 impl Rng {
-    /// A generator from `seed` (any value: 0 is mapped to 1).
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed | 1)
-    }
-
     /// The next 64 random bits.
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
