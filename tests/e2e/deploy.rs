@@ -389,9 +389,9 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
         let s = format!("s{i}");
         scrape_until(
             &addr,
-            &format!(r#"tidemark_received_events_total{{shard="{s}",type="bid"}}"#),
+            &format!(r#"tidemark_shard_received_events_total{{shard="{s}",type="bid"}}"#),
         );
-        let events = format!(r#"tidemark_buffer_rows{{shard="{s}",tier="events"}}"#);
+        let events = format!(r#"tidemark_shard_buffer_rows{{shard="{s}",tier="events"}}"#);
         // Live traffic waits in the buffer for its windows.
         tidemark_testkit::wait_for("buffered rows", || {
             let n = tidemark_testkit::metric(&tidemark_testkit::try_scrape(&addr)?, &events)?;
@@ -400,14 +400,27 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
     }
     scrape_until(
         "127.0.0.1:9420",
-        r#"tidemark_profile_events_total{profiles="profiles",reason="applied"}"#,
+        r#"tidemark_profiles_events_total{profiles="profiles",reason="applied"}"#,
     );
     // No click window (1 h) passes in a test: the learner has nothing to
     // learn yet, and says how old its last checkpoint is.
     tidemark_testkit::wait_for("the learner's endpoint", || {
         let t = tidemark_testkit::try_scrape("127.0.0.1:9410")?;
-        tidemark_testkit::metric(&t, "tidemark_checkpoint_age_seconds")
+        tidemark_testkit::metric(&t, "tidemark_learner_checkpoint_age_seconds")
     });
+    // Every endpoint names its build and its process's resources.
+    for (addr, component) in [
+        ("127.0.0.1:9399", "proxy"),
+        ("127.0.0.1:9400", "shard"),
+        ("127.0.0.1:9410", "learner"),
+        ("127.0.0.1:9420", "profiles"),
+    ] {
+        let t = tidemark_testkit::scrape(addr);
+        let build = format!(r#"tidemark_build_info{{component="{component}","#);
+        assert!(t.lines().any(|l| l.starts_with(&build)), "{build} in\n{t}");
+        let rss = tidemark_testkit::metric(&t, "process_resident_memory_bytes");
+        assert!(rss.is_some_and(|b| b > 1e6), "{addr}: {rss:?}");
+    }
     // A clean stop of each, as `systemctl stop` sends it (SIGTERM). The
     // proxy holds nothing and ends by the signal itself, which systemd
     // counts as a clean exit too.

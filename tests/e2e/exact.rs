@@ -80,7 +80,8 @@ fn one_shard_replay(label: &str, m: &MarketFile, extra_config: &str, speed: &str
     }
     for (target, (rows, positives)) in per_target {
         for (metric, n) in [("observations", rows), ("positive_observations", positives)] {
-            let line = format!(r#"tidemark_{metric}_total{{shard="x",target="{target}"}} {n}"#);
+            let line =
+                format!(r#"tidemark_shard_{metric}_total{{shard="x",target="{target}"}} {n}"#);
             assert!(
                 scraped.lines().any(|l| l == line),
                 "{line} not in\n{scraped}"
@@ -88,7 +89,7 @@ fn one_shard_replay(label: &str, m: &MarketFile, extra_config: &str, speed: &str
         }
     }
     for tier in ["events", "txns", "long"] {
-        let series = format!(r#"tidemark_buffer_rows{{shard="x",tier="{tier}"}}"#);
+        let series = format!(r#"tidemark_shard_buffer_rows{{shard="x",tier="{tier}"}}"#);
         assert!(
             tidemark_testkit::metric(&scraped, &series).is_some(),
             "{series} in\n{scraped}"

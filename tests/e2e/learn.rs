@@ -421,7 +421,7 @@ fn the_learner_serves_its_rows_logloss_positions_and_checkpoint_age() {
     let last = query_i64(&db.url, "SELECT max(seq) FROM tidemark.observations").unwrap();
     let pos = tidemark_testkit::metric(&scraped, &m(r#"learner_position{stream="local/a"}"#));
     assert_eq!(pos, Some(last as f64));
-    let age = tidemark_testkit::metric(&scraped, &m("checkpoint_age_seconds"));
+    let age = tidemark_testkit::metric(&scraped, &m("learner_checkpoint_age_seconds"));
     assert!(age.is_some_and(|a| (0.0..60.0).contains(&a)), "{age:?}");
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

@@ -325,14 +325,28 @@ fn the_synthetic_bidder_reads_profiles_into_its_bids() {
     let series = |s: &str| format!(r#"tidemark_{s}{{publisher="tidemark-publish"}}"#);
     let text = wait_for("lookups timed on the endpoint", || {
         let t = tidemark_testkit::try_scrape(&addr)?;
-        let n = tidemark_testkit::metric(&t, &series("profile_lookup_seconds_count"))?;
+        let n = tidemark_testkit::metric(
+            &t,
+            &series("publisher_profile_lookup_duration_seconds_count"),
+        )?;
         (n >= 3.0).then_some(t)
     });
-    let count = tidemark_testkit::metric(&text, &series("profile_lookup_seconds_count")).unwrap();
-    let inf = r#"tidemark_profile_lookup_seconds_bucket{le="+Inf",publisher="tidemark-publish"}"#;
+    let count = tidemark_testkit::metric(
+        &text,
+        &series("publisher_profile_lookup_duration_seconds_count"),
+    )
+    .unwrap();
+    let inf = r#"tidemark_publisher_profile_lookup_duration_seconds_bucket{le="+Inf",publisher="tidemark-publish"}"#;
     assert_eq!(tidemark_testkit::metric(&text, inf), Some(count), "{text}");
-    assert!(tidemark_testkit::metric(&text, &series("profile_lookup_seconds_sum")).unwrap() > 0.0);
-    let bids = r#"tidemark_published_events_total{publisher="tidemark-publish",type="bid"}"#;
+    assert!(
+        tidemark_testkit::metric(
+            &text,
+            &series("publisher_profile_lookup_duration_seconds_sum")
+        )
+        .unwrap()
+            > 0.0
+    );
+    let bids = r#"tidemark_publisher_events_total{publisher="tidemark-publish",type="bid"}"#;
     assert!(
         tidemark_testkit::metric(&text, bids).unwrap() > 0.0,
         "{text}"
@@ -502,7 +516,7 @@ fn links_merge_persons_as_the_reference_does() {
             .all(|r| {
                 let (reason, n) = (r[0].as_deref().unwrap(), r[1].as_deref().unwrap());
                 let series = format!(
-                    r#"tidemark_profile_events_total{{profiles="links",reason="{reason}"}}"#
+                    r#"tidemark_profiles_events_total{{profiles="links",reason="{reason}"}}"#
                 );
                 tidemark_testkit::metric(&text, &series) == n.parse().ok()
             })

@@ -71,14 +71,14 @@ fn scrapes(n: usize, times: usize) -> anyhow::Result<()> {
     let samples: Vec<tidemark_metrics::Sample> = (0..n)
         .map(|i| {
             tidemark_metrics::counter(
-                "bench_events",
+                "events",
                 "help",
                 &[("shard", "s0"), ("type", &format!("t{i}"))],
                 i as f64,
             )
         })
         .collect();
-    let e = tidemark_metrics::serve("127.0.0.1:0", move || samples.clone())
+    let e = tidemark_metrics::serve("127.0.0.1:0", "bench", move || samples.clone())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut v = Vec::new();
     let mut bytes = 0;

@@ -87,7 +87,7 @@ pub async fn run(
     let _metrics = match &config.metrics_addr {
         Some(addr) => {
             let (b, at) = (board.clone(), checkpointed.clone());
-            let e = tidemark_metrics::serve(addr, move || {
+            let e = tidemark_metrics::serve(addr, "learner", move || {
                 let mut v = b.read();
                 let age = (now_ms() - at.load(Ordering::Relaxed)) as f64 / 1000.0;
                 v.push(tidemark_metrics::gauge(
@@ -264,19 +264,19 @@ impl State {
         for (target, (model, m)) in &self.models.targets {
             let t = [("target", target.as_str())];
             v.push(counter(
-                "learner_rows",
+                "rows",
                 "observations learned (since the model began)",
                 &t,
                 model.trained as f64,
             ));
             v.push(gauge(
-                "learner_logloss",
+                "logloss",
                 "progressive logloss over every row learned",
                 &t,
                 m.total.logloss(),
             ));
             v.push(gauge(
-                "learner_recent_logloss",
+                "recent_logloss",
                 "progressive logloss over the last `window` rows",
                 &t,
                 m.recent().logloss(),
@@ -284,7 +284,7 @@ impl State {
         }
         for (stream, seq) in &self.positions {
             v.push(gauge(
-                "learner_position",
+                "position",
                 "the last seq read, per <source>/<shard> stream",
                 &[("stream", stream)],
                 *seq as f64,

@@ -99,13 +99,13 @@ pub fn run(
         }
     });
     let c = counts.clone();
-    let _endpoint = tidemark_metrics::serve(addr, move || {
+    let _endpoint = tidemark_metrics::serve(addr, "proxy", move || {
         KINDS
             .iter()
             .zip(c.iter())
             .map(|(k, n)| {
                 tidemark_metrics::counter(
-                    "proxy_messages",
+                    "messages",
                     "messages forwarded, by the kind their topic names",
                     &[("kind", k)],
                     n.load(Ordering::Relaxed) as f64,

@@ -296,7 +296,7 @@ impl Wire {
             .iter()
             .map(|(t, n)| {
                 tidemark_metrics::counter(
-                    "published_events",
+                    "events",
                     "events published, by type",
                     &[("publisher", self.name.as_str()), ("type", t.as_str())],
                     *n as f64,
@@ -304,19 +304,16 @@ impl Wire {
             })
             .collect();
         v.push(tidemark_metrics::counter(
-            "published_ticks",
+            "ticks",
             "ticks published",
             &p,
             self.ticks as f64,
         ));
         if let Some(r) = &self.lookups {
-            let h = r.lookup_times();
-            v.push(tidemark_metrics::histogram(
-                "profile_lookup_seconds",
+            v.push(r.lookup_times().sample(
+                "profile_lookup_duration_seconds",
                 "a bid's profile lookup (one round trip for a batch of persons), seconds",
                 &p,
-                h.buckets,
-                h.sum,
             ));
         }
         board.post(v);
@@ -403,7 +400,7 @@ pub fn publish(
         Some(addr) => {
             let board = tidemark_metrics::Board::default();
             let b = board.clone();
-            let e = tidemark_metrics::serve(addr, move || b.read())
+            let e = tidemark_metrics::serve(addr, "publisher", move || b.read())
                 .map_err(|e| PublishError::Metrics(format!("--metrics-addr: {e}")))?;
             tracing::info!(addr = e.addr, "serving metrics at /metrics");
             wire.board = Some(board);

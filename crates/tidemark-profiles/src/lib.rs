@@ -130,7 +130,7 @@ pub async fn run(
     let _metrics = match &config.metrics_addr {
         Some(addr) => {
             let b = board.clone();
-            let e = tidemark_metrics::serve(addr, move || b.read())
+            let e = tidemark_metrics::serve(addr, "profiles", move || b.read())
                 .map_err(|e| ProfilesError::Metrics(e.to_string()))?;
             tracing::info!(addr = e.addr, "serving metrics at /metrics");
             Some(e)
@@ -644,7 +644,7 @@ impl Process<'_> {
             .map(|(reason, n)| {
                 let labels = [("profiles", name), ("reason", reason.as_str())];
                 counter(
-                    "profile_events",
+                    "events",
                     "events and links counted by reason, this run",
                     &labels,
                     *n as f64,
@@ -653,7 +653,7 @@ impl Process<'_> {
             .collect();
         let pending = self.pending.len() as f64;
         v.push(gauge(
-            "profile_pending_events",
+            "pending_events",
             "events received, not yet applied",
             &[("profiles", name)],
             pending,

@@ -14,13 +14,12 @@
 #![warn(missing_docs)]
 
 pub mod store;
-mod times;
 
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 pub use store::TRAIL_QUERY;
-pub use times::{Histogram, Times};
+pub use tidemark_metrics::{Histogram, Times};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tidemark_person::{Decayed, Person};
@@ -182,7 +181,7 @@ impl Reader {
         Ok(Reader {
             pool,
             defs: Default::default(),
-            times: Default::default(),
+            times: Arc::new(Times::new(tidemark_metrics::LOOKUP_BOUNDS)),
         })
     }
 

@@ -121,9 +121,11 @@ impl Counters {
 }
 
 /// Serves this shard's counters as Prometheus metrics on `addr`: the
-/// per-type families as `tidemark_<family>_events_total{shard, type}`,
-/// refusals as `tidemark_rejected_total{shard, reason}`, every other counter
-/// as `tidemark_<name>_total{shard}`. Values count from this run's start.
+/// per-type families as `tidemark_shard_<family>_events_total{shard, type}`,
+/// refusals as `tidemark_shard_rejected_total{shard, reason}`, database
+/// errors as `tidemark_shard_db_errors_total{shard, class}`, every other
+/// counter as `tidemark_shard_<name>_total{shard}`. Values count from this
+/// run's start.
 pub fn serve_metrics(
     addr: &str,
     shard: &str,
@@ -131,7 +133,7 @@ pub fn serve_metrics(
 ) -> Result<tidemark_metrics::Endpoint, tidemark_metrics::ServeError> {
     use tidemark_metrics::{Kind, Sample};
     let shard = shard.to_owned();
-    let endpoint = tidemark_metrics::serve(addr, move || {
+    let endpoint = tidemark_metrics::serve(addr, "shard", move || {
         let mut live = counters.live.samples(&shard, tidemark_intake::wall_ms());
         live.extend(counters.snapshot().into_iter().map(|(name, value)| {
             let mut labels = vec![("shard", shard.clone())];
@@ -155,7 +157,13 @@ pub fn serve_metrics(
                     };
                     (format!("{}_events", f.prefix()), help)
                 }
-                None => (name, "a shard counter (docs/operations.md)"),
+                None => match name.strip_prefix("db_errors_") {
+                    Some(class) => {
+                        labels.push(("class", class.to_owned()));
+                        ("db_errors".to_owned(), "database errors, by class")
+                    }
+                    None => (name, "a shard counter (docs/operations.md)"),
+                },
             };
             Sample {
                 name: metric,

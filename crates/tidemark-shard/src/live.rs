@@ -5,20 +5,20 @@
 //! read at scrape time, never stored.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tidemark_metrics::{counter, gauge, Sample};
+use tidemark_metrics::{counter, gauge, Sample, Times, WRITE_BOUNDS};
 
 /// See the module documentation.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Live {
     /// Wall ms at which the high (0) and low (1) socket last carried an
     /// accepted event (0: not in this run).
     heard_ms: [AtomicI64; 2],
-    batch_us: AtomicU64,
-    sweep_us: AtomicU64,
+    batches: Times,
+    sweeps: Times,
     /// The clock applied by the last sweep (ms; 0 before the first).
     applied_ms: AtomicI64,
     watermarks: Mutex<Vec<(String, i64)>>,
@@ -28,14 +28,27 @@ pub struct Live {
     buffer_rows: Mutex<Vec<(String, i64)>>,
 }
 
+impl Default for Live {
+    fn default() -> Live {
+        Live {
+            heard_ms: Default::default(),
+            batches: Times::new(WRITE_BOUNDS),
+            sweeps: Times::new(WRITE_BOUNDS),
+            applied_ms: Default::default(),
+            watermarks: Default::default(),
+            emitted: Default::default(),
+            buffer_rows: Default::default(),
+        }
+    }
+}
+
 impl Live {
-    /// Adds a batch write's duration.
+    /// Counts a batch write's duration.
     pub fn batch_took(&self, d: Duration) {
-        self.batch_us
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        self.batches.record(d);
     }
 
-    /// Adds a sweep transaction's duration, where the clock and each
+    /// Counts a sweep transaction's duration, where the clock and each
     /// phase's watermark now stand, and what it emitted per target.
     pub fn swept(
         &self,
@@ -44,8 +57,7 @@ impl Live {
         watermarks: Vec<(String, i64)>,
         emitted: &[(String, i64, i64)],
     ) {
-        self.sweep_us
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        self.sweeps.record(d);
         self.applied_ms.store(clock, Ordering::Relaxed);
         if let Ok(mut w) = self.watermarks.lock() {
             *w = watermarks;
@@ -80,20 +92,15 @@ impl Live {
     /// The figures as metric samples, at wall time `now_ms`.
     pub fn samples(&self, shard: &str, now_ms: i64) -> Vec<Sample> {
         let s = [("shard", shard)];
-        let secs = |us: &AtomicU64| us.load(Ordering::Relaxed) as f64 / 1e6;
         let mut v = vec![
-            counter(
-                "batch_write_seconds",
-                "time spent writing batches (with batches_total: the mean)",
+            self.batches.read().sample(
+                "batch_write_duration_seconds",
+                "a batch written to the buffer (one transaction), seconds",
                 &s,
-                secs(&self.batch_us),
             ),
-            counter(
-                "sweep_seconds",
-                "time spent in sweep transactions (with sweeps_total: the mean)",
-                &s,
-                secs(&self.sweep_us),
-            ),
+            self.sweeps
+                .read()
+                .sample("sweep_duration_seconds", "a sweep transaction, seconds", &s),
         ];
         let applied = self.applied_ms.load(Ordering::Relaxed);
         if applied > 0 {
@@ -107,7 +114,7 @@ impl Live {
         let read = |m: &Mutex<Vec<(String, i64)>>| m.lock().map(|w| w.clone()).unwrap_or_default();
         for (phase, wm) in read(&self.watermarks) {
             v.push(gauge(
-                "watermark_seconds",
+                "watermark_timestamp_seconds",
                 "creation time (epoch s) each phase has swept to",
                 &[("shard", shard), ("phase", &phase)],
                 wm as f64 / 1000.0,
@@ -167,8 +174,13 @@ mod tests {
         assert_eq!(get("observations"), Some(15.0));
         assert_eq!(get("positive_observations"), Some(4.0));
         assert_eq!(get("clock_lag_seconds"), Some(2.0));
-        assert_eq!(get("watermark_seconds"), Some(5.0));
+        assert_eq!(get("watermark_timestamp_seconds"), Some(5.0));
         assert_eq!(get("buffer_rows"), Some(42.0));
-        assert!((get("sweep_seconds").unwrap() - 0.003).abs() < 1e-9);
+        let sweeps = s
+            .iter()
+            .find(|x| x.name == "sweep_duration_seconds")
+            .unwrap();
+        assert!((sweeps.value - 0.003).abs() < 1e-9);
+        assert_eq!(sweeps.buckets.last(), Some(&(f64::INFINITY, 2)));
     }
 }

@@ -284,13 +284,13 @@ fn the_liveness_gate_holds_a_silent_trackers_windows_then_gives_up() {
     assert_eq!(settled("gated", &c), 0, "swept once the bound passed");
     // The endpoint's live figures: time spent, the clock's lag, the watermarks.
     let text = tidemark_testkit::scrape(&metrics);
-    let m = |series: &str| tidemark_testkit::metric(&text, &format!("tidemark_{series}"));
+    let m = |series: &str| tidemark_testkit::metric(&text, &format!("tidemark_shard_{series}"));
     assert!(
-        m(r#"batch_write_seconds_total{shard="gated"}"#).is_some_and(|s| s > 0.0),
+        m(r#"batch_write_duration_seconds_count{shard="gated"}"#).is_some_and(|n| n > 0.0),
         "{text}"
     );
     assert!(
-        m(r#"sweep_seconds_total{shard="gated"}"#).is_some_and(|s| s > 0.0),
+        m(r#"sweep_duration_seconds_sum{shard="gated"}"#).is_some_and(|s| s > 0.0),
         "{text}"
     );
     let lag = m(r#"clock_lag_seconds{shard="gated"}"#).unwrap();
@@ -298,8 +298,8 @@ fn the_liveness_gate_holds_a_silent_trackers_windows_then_gives_up() {
         (0.0..5.0).contains(&lag),
         "swept close to now once the bound passed: {lag}"
     );
-    let ctr = m(r#"watermark_seconds{shard="gated",phase="ctr"}"#).unwrap();
-    let imp = m(r#"watermark_seconds{shard="gated",phase="impression"}"#).unwrap();
+    let ctr = m(r#"watermark_timestamp_seconds{shard="gated",phase="ctr"}"#).unwrap();
+    let imp = m(r#"watermark_timestamp_seconds{shard="gated",phase="impression"}"#).unwrap();
     // The ctr phase trails the impression phase by the click window less the impression window.
     assert!(
         ((imp - ctr) - 1.0).abs() < 1e-6,

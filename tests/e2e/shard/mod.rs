@@ -334,9 +334,11 @@ fn malformed_messages_are_counted_and_never_fatal() {
         // The metrics endpoint says the same while the shard runs.
         let line = match name.split_once('_') {
             Some(("rejected", r)) => {
-                format!(r#"tidemark_rejected_total{{shard="m",reason="{r}"}} {n}"#)
+                format!(r#"tidemark_shard_rejected_total{{shard="m",reason="{r}"}} {n}"#)
             }
-            Some((f, t)) => format!(r#"tidemark_{f}_events_total{{shard="m",type="{t}"}} {n}"#),
+            Some((f, t)) => {
+                format!(r#"tidemark_shard_{f}_events_total{{shard="m",type="{t}"}} {n}"#)
+            }
             None => unreachable!(),
         };
         assert!(

@@ -1,12 +1,13 @@
-//! How long lookups take, as a bidder would chart them: a fixed-bucket
-//! histogram updated with one atomic add per lookup, read without stopping
-//! the readers.
+//! How long something takes, as an operator would chart it: a fixed-bucket
+//! histogram updated with one atomic add per observation, read without
+//! stopping the writers. Needs no exposition, so a bidder's reader links it
+//! without the `serve` feature.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Upper bounds of the buckets, seconds (the last is +Inf).
-pub const BOUNDS: [f64; 12] = [
+/// Bucket bounds for a bidder's lookups, seconds (the last is +Inf).
+pub const LOOKUP_BOUNDS: &[f64] = &[
     0.000_25,
     0.000_5,
     0.001,
@@ -21,33 +22,66 @@ pub const BOUNDS: [f64; 12] = [
     f64::INFINITY,
 ];
 
-/// Lookup durations counted so far.
-#[derive(Debug, Default)]
+/// Bucket bounds for database writes and sweeps, seconds (the last is +Inf).
+pub const WRITE_BOUNDS: &[f64] = &[
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    10.0,
+    f64::INFINITY,
+];
+
+/// Durations counted so far.
+#[derive(Debug)]
 pub struct Times {
-    buckets: [AtomicU64; BOUNDS.len()],
+    bounds: &'static [f64],
+    buckets: Vec<AtomicU64>,
     sum_ns: AtomicU64,
 }
 
 /// A reading of [`Times`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Histogram {
-    /// `(upper bound in seconds, lookups at or under it)`, cumulative, the
-    /// last bound +Inf: Prometheus's shape.
+    /// `(upper bound in seconds, observations at or under it)`, cumulative,
+    /// the last bound +Inf: Prometheus's shape.
     pub buckets: Vec<(f64, u64)>,
-    /// Seconds over every lookup.
+    /// Seconds over every observation.
     pub sum: f64,
-    /// Lookups.
+    /// Observations.
     pub count: u64,
 }
 
 impl Times {
-    /// Counts one lookup.
+    /// Nothing counted yet, in buckets under `bounds` (ascending, the last
+    /// +Inf).
+    pub fn new(bounds: &'static [f64]) -> Times {
+        assert_eq!(
+            bounds.last(),
+            Some(&f64::INFINITY),
+            "the last bound is +Inf"
+        );
+        Times {
+            bounds,
+            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one duration.
     pub fn record(&self, d: Duration) {
         let s = d.as_secs_f64();
-        let i = BOUNDS
+        let i = self
+            .bounds
             .iter()
             .position(|b| s <= *b)
-            .unwrap_or(BOUNDS.len() - 1);
+            .unwrap_or(self.bounds.len() - 1);
         self.buckets[i].fetch_add(1, Ordering::Relaxed);
         self.sum_ns.fetch_add(
             d.as_nanos().min(u128::from(u64::MAX)) as u64,
@@ -58,7 +92,8 @@ impl Times {
     /// What has been counted.
     pub fn read(&self) -> Histogram {
         let mut total = 0;
-        let buckets = BOUNDS
+        let buckets = self
+            .bounds
             .iter()
             .zip(&self.buckets)
             .map(|(b, n)| {
@@ -75,8 +110,18 @@ impl Times {
 }
 
 impl Histogram {
-    /// The smallest bucket bound under which at least `q` of the lookups
-    /// fall (an upper estimate of that quantile), if any were counted.
+    /// This reading as the sample `name` (see [`histogram`](crate::histogram)).
+    pub fn sample(
+        &self,
+        name: &str,
+        help: &'static str,
+        labels: &[(&'static str, &str)],
+    ) -> crate::Sample {
+        crate::histogram(name, help, labels, self.buckets.clone(), self.sum)
+    }
+
+    /// The smallest bucket bound under which at least `q` of the
+    /// observations fall (an upper estimate of that quantile), if any were counted.
     pub fn quantile_bound(&self, q: f64) -> Option<f64> {
         let want = (q * self.count as f64).ceil() as u64;
         (self.count > 0).then(|| {
@@ -94,7 +139,7 @@ mod tests {
 
     #[test]
     fn lookups_fall_in_cumulative_buckets() {
-        let t = Times::default();
+        let t = Times::new(LOOKUP_BOUNDS);
         for us in [100, 300, 300, 1_500, 40_000, 3_000_000] {
             t.record(Duration::from_micros(us));
         }
@@ -109,6 +154,6 @@ mod tests {
         assert_eq!(h.buckets.last(), Some(&(f64::INFINITY, 6)));
         assert_eq!(h.quantile_bound(0.5), Some(0.000_5));
         assert_eq!(h.quantile_bound(1.0), Some(f64::INFINITY));
-        assert_eq!(Times::default().read().quantile_bound(0.5), None);
+        assert_eq!(Times::new(WRITE_BOUNDS).read().quantile_bound(0.5), None);
     }
 }
