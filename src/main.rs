@@ -13,7 +13,7 @@ mod score;
 mod shard;
 mod signals;
 
-use signals::{shutdown_signal, stop_on_signal};
+use signals::{exit_on_panic, shutdown_signal, stop_on_signal};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -99,6 +99,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    exit_on_panic();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Plan(args) => plan::run(args),

@@ -1,4 +1,5 @@
-//! Stopping on SIGTERM or SIGINT (SPEC 7 semantics for every long-running command).
+//! Stopping on SIGTERM or SIGINT (SPEC 7 semantics for every long-running
+//! command), and on a panic.
 
 /// Run on a second signal, just before exiting (the demo stops its children).
 pub static BEFORE_EXIT: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
@@ -43,4 +44,26 @@ pub fn stop_on_signal(flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
             std::future::pending::<()>().await
         });
     });
+}
+
+/// Threads whose panic their owner joins and reports, after writing what
+/// they handed over (`tidemark_intake::drive`); the main thread's panic
+/// ends the process with status 101 by itself.
+const SUPERVISED: [&str; 3] = ["main", "intake", "profile-intake"];
+
+/// A panic on any other thread (metrics, a proxy's counter, a tokio worker)
+/// ends the process at once with status 101, so a supervisor restarts it
+/// rather than leaving it running without the part that died; nothing
+/// accepted is lost that a `kill -9` would not lose either.
+pub fn exit_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("unnamed");
+        tracing::error!(thread = name, "panicked: {info}");
+        if !SUPERVISED.contains(&name) {
+            std::process::exit(101);
+        }
+    }));
 }

@@ -16,6 +16,7 @@ pub mod clock;
 pub mod config;
 pub mod door;
 mod drive;
+pub mod fault;
 pub mod sockets;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

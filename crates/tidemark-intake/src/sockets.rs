@@ -136,7 +136,15 @@ pub fn spawn<H: Handler + Send + 'static>(
     std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || {
-            intake.run(&sockets.pair, &stop);
+            let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                intake.run(&sockets.pair, &stop)
+            }));
+            if let Err(panic) = run {
+                // What the door let in before the panic is handed over, so
+                // the owner writes it before reporting the panic.
+                intake.handler.finish();
+                std::panic::resume_unwind(panic);
+            }
             drop(sockets.pair);
             drop(sockets.ctx);
         })
@@ -162,6 +170,7 @@ impl<H: Handler> Intake<H> {
                         Ok(()) => {
                             idle = false;
                             let frames = read_rest(sock, &topic, &mut payload, &mut extra);
+                            crate::fault::inject("intake_panic", &payload);
                             self.handle(*which, &topic, &payload, frames, &mut log);
                         }
                         Err(zmq::Error::EAGAIN) => break,

@@ -14,6 +14,8 @@ pub struct ShardProc {
     log: PathBuf,
     /// `shard` or `profiles`.
     command: &'static str,
+    /// More environment variables (a `TIDEMARK_FAULT` to inject).
+    env: Vec<(String, String)>,
 }
 
 impl ShardProc {
@@ -42,14 +44,42 @@ impl ShardProc {
         ShardProc::start_command("profiles", db, name, endpoints, extra)
     }
 
-    /// Writes a configuration (name, endpoints, the test database, `extra`)
-    /// under `target/tmp/<command>` and starts `tidemark <command> --config`.
+    /// Starts `tidemark <command>` (`shard` or `profiles`) with more
+    /// environment variables.
+    pub fn start_env(
+        command: &'static str,
+        db: &TestDb,
+        name: &str,
+        endpoint: &str,
+        extra: &str,
+        env: &[(&str, &str)],
+    ) -> ShardProc {
+        let env = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        ShardProc::start_command_env(command, db, name, &[endpoint], extra, env)
+    }
+
     fn start_command(
         command: &'static str,
         db: &TestDb,
         name: &str,
         endpoints: &[&str],
         extra: &str,
+    ) -> ShardProc {
+        ShardProc::start_command_env(command, db, name, endpoints, extra, Vec::new())
+    }
+
+    /// Writes a configuration (name, endpoints, the test database, `extra`)
+    /// under `target/tmp/<command>` and starts `tidemark <command> --config`.
+    fn start_command_env(
+        command: &'static str,
+        db: &TestDb,
+        name: &str,
+        endpoints: &[&str],
+        extra: &str,
+        env: Vec<(String, String)>,
     ) -> ShardProc {
         let endpoint = endpoints.join("\", \"");
         let dir = crate::tmp_dir().join(command);
@@ -60,10 +90,15 @@ impl ShardProc {
             db.url
         );
         std::fs::write(&config, toml).unwrap();
-        ShardProc::spawn(config, name, command)
+        ShardProc::spawn(config, name, command, env)
     }
 
-    fn spawn(config: PathBuf, name: &str, command: &'static str) -> ShardProc {
+    fn spawn(
+        config: PathBuf,
+        name: &str,
+        command: &'static str,
+        env: Vec<(String, String)>,
+    ) -> ShardProc {
         let log = config.with_extension("log");
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -72,6 +107,7 @@ impl ShardProc {
             .unwrap();
         let child = bin()
             .env("RUST_LOG", "info")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .args([command, "--config", config.to_str().unwrap()])
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -83,13 +119,15 @@ impl ShardProc {
             name: name.to_owned(),
             log,
             command,
+            env,
         }
     }
 
     /// Starts the same configuration again (after a stop or a kill).
     pub fn restart(&mut self) {
         let _ = self.child.try_wait();
-        *self = ShardProc::spawn(self.config.clone(), &self.name, self.command);
+        let env = std::mem::take(&mut self.env);
+        *self = ShardProc::spawn(self.config.clone(), &self.name, self.command, env);
     }
 
     /// SIGTERM, then waits; asserts a clean exit.
