@@ -76,6 +76,10 @@ enum Command {
         /// Serve Prometheus metrics (messages forwarded by kind) at http://ADDR/metrics
         #[arg(long, value_name = "ADDR")]
         metrics_addr: Option<String>,
+        /// Messages each connection may queue in each direction (at most 64 KiB each)
+        #[arg(long, default_value_t = tidemark_market::proxy::DEFAULT_HWM,
+              value_parser = clap::value_parser!(i32).range(1..))]
+        hwm: i32,
     },
     /// Run a profile process: per-person counters from the event stream (SPEC 11)
     Profiles(profiles::ProcessArgs),
@@ -116,8 +120,12 @@ fn main() -> ExitCode {
             frontend,
             backend,
             metrics_addr,
-        } => tidemark_market::proxy::run(&publishers, &frontend, &backend, metrics_addr.as_deref())
-            .map_err(Into::into),
+            hwm,
+        } => {
+            let metrics = metrics_addr.as_deref();
+            tidemark_market::proxy::run(&publishers, &frontend, &backend, metrics, hwm)
+                .map_err(Into::into)
+        }
         Command::Db { action, home } => db::run(action, home),
     };
     match result {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tidemark_testkit::exact::counter;
-use tidemark_testkit::{now_ms, wait_for, Publisher, ShardProc, TestDb};
+use tidemark_testkit::{now_ms, wait_for, Publisher, Reaped, ShardProc, TestDb};
 use tidemark_wire::Txid;
 
 const BID: &str = r#""features":{"app":"a"}"#;
@@ -41,4 +41,85 @@ fn a_panic_in_intake_exits_non_zero_after_writing_what_was_accepted() {
     assert!(log.contains("fault injected: intake_panic"), "{log}");
     assert_eq!(counter(&db, "p", "received_bid"), 5, "{log}");
     assert_eq!(counter(&db, "p", "rows_written"), 5, "{log}");
+}
+
+/// A frame over the wire's limit is never read whole: the shard's socket
+/// drops the connection (libzmq does not reconnect a connecting socket
+/// after that), intake connects again within a second and counts it, and
+/// honest messages before and after the oversized one are all kept.
+#[test]
+fn an_oversized_frame_costs_one_connection_which_comes_back() {
+    let db = TestDb::new("oversize");
+    let mut publ = Publisher::new();
+    let mut shard = ShardProc::start(&db, "o", &publ.endpoint, "batch_delay = \"20ms\"");
+    publ.wait_subscribed("tick", 2);
+    let now = now_ms();
+    let bid =
+        |publ: &mut Publisher, n: u128| publ.event("bid", &Txid::new(n, now as u64), now, BID);
+    for n in 0..3 {
+        bid(&mut publ, n);
+    }
+    wait_for("the first bids", || {
+        (counter(&db, "o", "received_bid") == 3).then_some(())
+    });
+    let topic = tidemark_wire::topic("bid", &Txid::new(7, now as u64));
+    let huge = vec![b' '; 8 << 20];
+    publ.raw(&[topic.as_bytes(), &huge]);
+    wait_for("the dropped connection restored", || {
+        (counter(&db, "o", "connections_restored") >= 1).then_some(())
+    });
+    // The restored connection subscribes again.
+    publ.wait_subscribed("tick", 3);
+    std::thread::sleep(Duration::from_millis(200));
+    for n in 10..13 {
+        bid(&mut publ, n);
+    }
+    wait_for("the later bids", || {
+        (counter(&db, "o", "received_bid") == 6).then_some(())
+    });
+    shard.stop();
+    assert_eq!(counter(&db, "o", "connections_restored"), 1);
+    assert!(shard.log().contains("connected again"));
+}
+
+/// The proxy reads no frame over the limit either: connected to a
+/// publisher (`--publishers`), it restores the connection an oversized
+/// frame cost and forwards what follows.
+#[test]
+fn the_proxy_restores_a_publisher_connection_dropped_for_an_oversized_frame() {
+    let (back, metrics) = (tidemark_testkit::free_addr(), tidemark_testkit::free_addr());
+    let mut publ = Publisher::new();
+    let _proxy = Reaped(
+        tidemark_testkit::bin()
+            .args(["proxy", "--publishers", &publ.endpoint])
+            .args(["--backend", &format!("tcp://{back}")])
+            .args(["--metrics-addr", &metrics, "--hwm", "1000"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let ctx = zmq::Context::new();
+    let sub = ctx.socket(zmq::SUB).unwrap();
+    sub.connect(&format!("tcp://{back}")).unwrap();
+    sub.set_subscribe(b"bid-").unwrap();
+    sub.set_rcvtimeo(100).unwrap();
+    publ.wait_subscribed("bid-", 1);
+    let now = now_ms();
+    let topic = tidemark_wire::topic("bid", &Txid::new(1, now as u64));
+    publ.raw(&[topic.as_bytes(), b"{}"]);
+    assert!(sub.recv_multipart(0).is_ok(), "an honest message first");
+    publ.raw(&[topic.as_bytes(), &vec![b' '; 1 << 20]]);
+    publ.wait_subscribed("bid-", 2);
+    let restored = tidemark_testkit::wait_for("the restore counted", || {
+        let t = tidemark_testkit::try_scrape(&metrics)?;
+        tidemark_testkit::metric(&t, "tidemark_proxy_connections_restored_total")
+            .filter(|n| *n >= 1.0)
+    });
+    assert_eq!(restored, 1.0);
+    let got = tidemark_testkit::wait_for("a message after the restore", || {
+        publ.raw(&[topic.as_bytes(), b"{\"after\":1}"]);
+        sub.recv_multipart(0).ok()
+    });
+    assert_eq!(got[1], b"{\"after\":1}");
 }

@@ -18,6 +18,7 @@ pub mod door;
 mod drive;
 pub mod fault;
 pub mod sockets;
+pub mod watch;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

@@ -11,12 +11,15 @@ use tidemark_wire::{Decoder, Event, Message, Reject, Tick};
 use crate::clock::Socket;
 use crate::config::Subscription;
 use crate::door::{Door, TickVerdict};
+use crate::watch::{Watch, MAX_FRAME};
 use crate::{wall_ms, IntakeError, RejectLog};
 
 /// Messages read from one socket before turning to the other.
 const BURST: usize = 256;
 /// How long an idle round waits for a message.
 const IDLE_POLL_MS: i64 = 20;
+/// How often the sockets' monitors are read for dropped connections.
+const WATCH_EVERY: Duration = Duration::from_millis(200);
 
 /// Which socket a type is read on: bids and impressions (and auctions,
 /// for a process that reads them) on the high-frequency one, everything
@@ -62,6 +65,9 @@ pub trait Handler {
     fn future_tick(&mut self);
     /// A message the decoder refused.
     fn rejected(&mut self, r: &Reject);
+    /// A connection libzmq dropped for good (a frame over the maximum
+    /// message size, or another protocol error) was connected again.
+    fn restored(&mut self, which: Socket, endpoint: &str);
     /// After each round, with the event clock's move if any. `false`: the
     /// consumer is gone, stop reading.
     fn turn(&mut self, clock: Option<i64>, stop: &AtomicBool) -> bool;
@@ -73,18 +79,21 @@ pub trait Handler {
 pub struct Sockets {
     ctx: zmq::Context,
     pair: [(Socket, zmq::Socket); 2],
+    watches: [Watch; 2],
 }
 
 impl Sockets {
     /// Opens both sockets for the types read (each on [`socket_of`] its
     /// name), subscribed to the prefixes and to ticks, connected to every
-    /// endpoint.
+    /// endpoint, refusing any frame over the wire's limit (SPEC 2) and
+    /// watched for connections dropped for it.
     pub fn open(sub: &Subscription, types: &[&str]) -> Result<Sockets, IntakeError> {
         let ctx = zmq::Context::new();
-        let open = |which: Socket| -> Result<zmq::Socket, IntakeError> {
+        let open = |which: Socket| -> Result<(zmq::Socket, Watch), IntakeError> {
             let fail = |what: &'static str| move |error| IntakeError::Socket { what, error };
             let s = ctx.socket(zmq::SUB).map_err(fail("create"))?;
             s.set_rcvhwm(sub.rcvhwm).map_err(fail("rcvhwm"))?;
+            s.set_maxmsgsize(MAX_FRAME).map_err(fail("maxmsgsize"))?;
             s.set_linger(0).map_err(fail("linger"))?;
             let mine: Vec<&str> = types
                 .iter()
@@ -95,18 +104,21 @@ impl Sockets {
                 s.set_subscribe(topic.as_bytes())
                     .map_err(fail("subscribe"))?;
             }
+            // Watched before connecting, so no drop goes unseen.
+            let watch = Watch::new(&ctx, &s, &sub.endpoints).map_err(fail("monitor"))?;
             for ep in &sub.endpoints {
                 s.connect(ep).map_err(|error| IntakeError::Connect {
                     endpoint: ep.clone(),
                     error,
                 })?;
             }
-            Ok(s)
+            Ok((s, watch))
         };
-        let high = open(Socket::High)?;
-        let low = open(Socket::Low)?;
+        let (high, high_watch) = open(Socket::High)?;
+        let (low, low_watch) = open(Socket::Low)?;
         Ok(Sockets {
             pair: [(Socket::High, high), (Socket::Low, low)],
+            watches: [high_watch, low_watch],
             ctx,
         })
     }
@@ -133,11 +145,12 @@ pub fn spawn<H: Handler + Send + 'static>(
     mut intake: Intake<H>,
     stop: std::sync::Arc<AtomicBool>,
 ) -> Result<JoinHandle<()>, IntakeError> {
+    let mut sockets = sockets;
     std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || {
             let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                intake.run(&sockets.pair, &stop)
+                intake.run(&mut sockets, &stop)
             }));
             if let Err(panic) = run {
                 // What the door let in before the panic is handed over, so
@@ -145,6 +158,7 @@ pub fn spawn<H: Handler + Send + 'static>(
                 intake.handler.finish();
                 std::panic::resume_unwind(panic);
             }
+            drop(sockets.watches);
             drop(sockets.pair);
             drop(sockets.ctx);
         })
@@ -152,7 +166,9 @@ pub fn spawn<H: Handler + Send + 'static>(
 }
 
 impl<H: Handler> Intake<H> {
-    fn run(&mut self, sockets: &[(Socket, zmq::Socket); 2], stop: &AtomicBool) {
+    fn run(&mut self, all: &mut Sockets, stop: &AtomicBool) {
+        let sockets = &all.pair;
+        let mut watched = Instant::now();
         let mut topic = zmq::Message::new();
         let mut payload = zmq::Message::new();
         let mut extra = zmq::Message::new();
@@ -181,7 +197,21 @@ impl<H: Handler> Intake<H> {
                     }
                 }
             }
-            let clock = self.door.advance(Instant::now());
+            let now = Instant::now();
+            if now.duration_since(watched) >= WATCH_EVERY {
+                watched = now;
+                for ((which, sock), watch) in sockets.iter().zip(&mut all.watches) {
+                    for endpoint in watch.check(sock, now) {
+                        tracing::warn!(
+                            endpoint,
+                            "a connection was dropped for an oversized frame or another \
+                             protocol error; connected again"
+                        );
+                        self.handler.restored(*which, &endpoint);
+                    }
+                }
+            }
+            let clock = self.door.advance(now);
             if !self.handler.turn(clock, stop) {
                 return;
             }

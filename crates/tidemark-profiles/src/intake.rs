@@ -174,6 +174,10 @@ impl Handler for Profiles {
         self.count(&format!("rejected_{}", r.reason()));
     }
 
+    fn restored(&mut self, _: Socket, _: &str) {
+        self.count("connections_restored");
+    }
+
     fn turn(&mut self, clock: Option<i64>, stop: &AtomicBool) -> bool {
         if self.wall_clock {
             self.chunk.clock = Some(wall_ms());

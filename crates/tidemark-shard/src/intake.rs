@@ -201,6 +201,10 @@ impl Handler for Shard {
         });
     }
 
+    fn restored(&mut self, _: Socket, _: &str) {
+        self.counters.add(Counter::ConnectionsRestored, 1);
+    }
+
     fn future(&mut self, _: Socket, e: &Event<'_>) {
         self.loss.arrived(e.kind, e.txid.first_digit());
         self.counters.per_type(Family::Future, e.kind, 1);

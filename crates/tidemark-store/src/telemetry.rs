@@ -60,11 +60,14 @@ pub enum Counter {
     LivenessHolds,
     /// Times the liveness gate gave up holding after `liveness_max_hold`.
     LivenessGaveUp,
+    /// Connections libzmq dropped for good (a frame over the maximum
+    /// message size) and intake connected again (SPEC 2).
+    ConnectionsRestored,
 }
 
 impl Counter {
     /// Every counter, in declaration order (`ALL[c as usize] == c`).
-    pub const ALL: [Counter; 26] = [
+    pub const ALL: [Counter; 27] = [
         Counter::DroppedOverflow,
         Counter::DroppedFeatures,
         Counter::Batches,
@@ -91,6 +94,7 @@ impl Counter {
         Counter::DbErrorsUnknown,
         Counter::LivenessHolds,
         Counter::LivenessGaveUp,
+        Counter::ConnectionsRestored,
     ];
 
     /// Its name in `tidemark.shard_counters`.
@@ -122,6 +126,7 @@ impl Counter {
             Counter::DbErrorsUnknown => "db_errors_unknown",
             Counter::LivenessHolds => "liveness_holds",
             Counter::LivenessGaveUp => "liveness_gave_up",
+            Counter::ConnectionsRestored => "connections_restored",
         }
     }
 

@@ -169,3 +169,14 @@ pub fn terminate(child: &mut std::process::Child) {
         .status();
     let _ = child.wait();
 }
+
+/// A child process killed when the guard drops, so a failing test leaves no
+/// process behind (holding its port, or the test's output pipe).
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
