@@ -123,3 +123,70 @@ fn the_proxy_restores_a_publisher_connection_dropped_for_an_oversized_frame() {
     });
     assert_eq!(got[1], b"{\"after\":1}");
 }
+
+/// Event clock, short windows, publishers let go after 2 s of silence, at
+/// most 8 names counted.
+const GUARDED_CLOCK: &str = r#"
+clock = "event"
+lateness = "0s"
+publisher_timeout = "2s"
+max_publishers = 8
+period = "100ms"
+batch_delay = "20ms"
+[windows]
+impression = "10s"
+click = "60s"
+install_short = "120s"
+install_long = "300s"
+[grace]
+impression = "0s"
+click = "0s"
+install_short = "0s"
+install_long = "0s"
+"#;
+
+/// Old ticks under hundreds of invented names: only `max_publishers` names
+/// count (the rest are refused and counted, on each socket they arrive
+/// on), those that got in hold the clock back only until they fall silent
+/// for `publisher_timeout`, and honest transactions are then labelled as
+/// SPEC 5 says.
+#[test]
+fn ticks_under_invented_names_are_bounded_by_max_publishers() {
+    let db = TestDb::new("names");
+    let mut publ = Publisher::new();
+    let mut shard = ShardProc::start(&db, "n", &publ.endpoint, GUARDED_CLOCK);
+    publ.wait_subscribed("tick", 2);
+    let t0 = 1_700_000_000_000i64;
+    publ.tick(t0);
+    let (clicked, unclicked) = (Txid::new(1, t0 as u64), Txid::new(2, t0 as u64));
+    for t in [&clicked, &unclicked] {
+        publ.event("bid", t, t0, BID);
+        publ.event("impression", t, t0 + 1_000, "");
+    }
+    publ.event("click", &clicked, t0 + 5_000, "");
+    for n in 0..200 {
+        let p = tidemark_wire::tick_payload(&format!("invented{n}"), t0 - 3_600_000, &[]);
+        publ.raw(&[b"tick", p.as_bytes()]);
+    }
+    let label = |t: &Txid| {
+        tidemark_testkit::query_i64(
+            &db.url,
+            &format!(
+                "SELECT label::bigint FROM tidemark.observations \
+                 WHERE shard = 'n' AND target = 'ctr' AND txid = '{t}'"
+            ),
+        )
+    };
+    // The honest publisher keeps ticking; the seven invented names that got
+    // in hold the clock until they have been silent for 2 s.
+    let labels = wait_for("the ctr observations", || {
+        publ.tick(t0 + 120_000);
+        std::thread::sleep(Duration::from_millis(100));
+        Some((label(&clicked)?, label(&unclicked)?))
+    });
+    shard.stop();
+    assert_eq!(labels, (1, 0));
+    // 193 names refused, each on both sockets.
+    assert_eq!(counter(&db, "n", "too_many_publishers"), 2 * 193);
+    assert_eq!(counter(&db, "n", "future_tick"), 0);
+}

@@ -33,6 +33,8 @@ pub struct Subscription {
     pub max_future: Duration,
     /// ZeroMQ receive high-water mark of each socket, in messages.
     pub rcvhwm: i32,
+    /// Publisher names whose ticks count at once (SPEC 6).
+    pub max_publishers: usize,
 }
 
 /// The subscription keys as written in a file (absent: `None`).
@@ -52,6 +54,8 @@ pub struct Keys<'a> {
     pub max_future: Option<&'a str>,
     /// `rcvhwm`.
     pub rcvhwm: Option<i64>,
+    /// `max_publishers`.
+    pub max_publishers: Option<i64>,
 }
 
 /// Declares a process's configuration as written in its file (a struct
@@ -81,6 +85,7 @@ macro_rules! raw_config {
             publisher_timeout: Option<String>,
             max_future: Option<String>,
             rcvhwm: Option<i64>,
+            max_publishers: Option<i64>,
             $($(#[$fmeta])* $field: $ty),*
         }
 
@@ -95,6 +100,7 @@ macro_rules! raw_config {
                     publisher_timeout: self.publisher_timeout.as_deref(),
                     max_future: self.max_future.as_deref(),
                     rcvhwm: self.rcvhwm,
+                    max_publishers: self.max_publishers,
                 }
             }
         }
@@ -214,6 +220,16 @@ impl Subscription {
                 ))
             }
         };
+        let max_publishers = match k.max_publishers {
+            None => 64,
+            Some(n) if (1..=65_536).contains(&n) => n as usize,
+            Some(n) => {
+                return Err(err(
+                    "max_publishers",
+                    format!("must be from 1 to 65536, got {n}"),
+                ))
+            }
+        };
         Ok(Subscription {
             endpoints: k.endpoints.to_vec(),
             prefixes,
@@ -226,6 +242,7 @@ impl Subscription {
             )?,
             max_future: dur("max_future", k.max_future, Duration::from_secs(600))?,
             rcvhwm,
+            max_publishers,
         })
     }
 
@@ -306,7 +323,7 @@ mod tests {
         let bad_ep = vec!["localhost:1".to_owned()];
         let empty: Vec<String> = Vec::new();
         let overlapping = vec!["0".to_owned(), "01".to_owned()];
-        let cases: [(Keys<'_>, &str); 7] = [
+        let cases: [(Keys<'_>, &str); 8] = [
             (keys(&empty), "endpoints"),
             (keys(&bad_ep), "endpoints"),
             (
@@ -343,6 +360,13 @@ mod tests {
                     ..keys(&ep)
                 },
                 "rcvhwm",
+            ),
+            (
+                Keys {
+                    max_publishers: Some(0),
+                    ..keys(&ep)
+                },
+                "max_publishers",
             ),
         ];
         for (k, key) in cases {

@@ -1,11 +1,18 @@
 //! The door every event and tick passes (SPEC 1, 6): how far ahead of the
 //! reference they may be, and the event clock the accepted ticks drive.
 
-use std::time::Instant;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use crate::clock::{EventClock, Socket};
 use crate::config::{ClockKind, Subscription};
 use crate::wall_ms;
+
+/// The latest time any event or tick may carry, whatever the reference:
+/// 9999-12-31T23:59:59.999Z, so every key and partition name made from a
+/// time keeps its shape (a year of four digits, a 12-hex-digit millisecond
+/// prefix) however far publishers' ticks ratchet the reference.
+pub const MAX_TIME_MS: i64 = 253_402_300_799_999;
 
 /// The `max_future` reference and the event clock of one process.
 #[derive(Debug, Clone)]
@@ -13,17 +20,43 @@ pub struct Door {
     kind: ClockKind,
     clock: EventClock,
     max_future: i64,
+    /// Publisher names whose ticks count, and when each was last heard;
+    /// at most `max_publishers`, each let go after `publisher_timeout`.
+    names: HashMap<String, Instant>,
+    max_publishers: usize,
+    publisher_timeout: Duration,
     /// The newest tick heard in this run, from any publisher on either socket.
     newest_tick: Option<i64>,
     /// The newest tick the previous run heard.
     saved_reference: i64,
 }
 
+/// Why a tick was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TickRefusal {
+    /// More than `max_future` ahead of the reference (or past
+    /// [`MAX_TIME_MS`]): counted `future_tick`.
+    Future,
+    /// Under a new name while `max_publishers` names count: counted
+    /// `too_many_publishers` (SPEC 6).
+    TooManyPublishers,
+}
+
+impl TickRefusal {
+    /// Its counter's name.
+    pub fn reason(self) -> &'static str {
+        match self {
+            TickRefusal::Future => "future_tick",
+            TickRefusal::TooManyPublishers => "too_many_publishers",
+        }
+    }
+}
+
 /// What became of a tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TickVerdict {
-    /// More than `max_future` ahead of the reference: counted `future_tick`.
-    Refused,
+    /// Refused, and why.
+    Refused(TickRefusal),
     /// Taken: the reference and the event clock, each when it moved.
     Accepted {
         /// The newest tick, when this one is it.
@@ -41,6 +74,9 @@ impl Door {
             kind: sub.clock,
             clock: EventClock::new(sub.lateness, sub.publisher_timeout, saved_clock),
             max_future: sub.max_future.as_millis() as i64,
+            names: HashMap::new(),
+            max_publishers: sub.max_publishers,
+            publisher_timeout: sub.publisher_timeout,
             newest_tick: None,
             saved_reference: saved_reference.unwrap_or(i64::MIN),
         }
@@ -65,7 +101,9 @@ impl Door {
             (ClockKind::Event, Some(_)) => 0,
             _ => wall_ms(),
         };
-        self.reference_at(wall).saturating_add(self.max_future)
+        self.reference_at(wall)
+            .saturating_add(self.max_future)
+            .min(MAX_TIME_MS)
     }
 
     /// Judges a tick heard on `which` at `now` (wall time `wall`, ms).
@@ -79,8 +117,15 @@ impl Door {
     ) -> TickVerdict {
         // A mis-stamped tick could open the door to far-future txids and
         // sweep every window: refuse it like a future event.
-        if ts > self.reference_at(wall).saturating_add(self.max_future) {
-            return TickVerdict::Refused;
+        let limit = self
+            .reference_at(wall)
+            .saturating_add(self.max_future)
+            .min(MAX_TIME_MS);
+        if ts > limit {
+            return TickVerdict::Refused(TickRefusal::Future);
+        }
+        if !self.admit(publisher, now) {
+            return TickVerdict::Refused(TickRefusal::TooManyPublishers);
         }
         let reference = if self.newest_tick.is_none_or(|n| ts > n) {
             self.newest_tick = Some(ts);
@@ -93,6 +138,25 @@ impl Door {
             ClockKind::Wall => None,
         };
         TickVerdict::Accepted { reference, clock }
+    }
+
+    /// Whether `publisher`'s ticks count: a name heard before, or room for
+    /// a new one once names silent past `publisher_timeout` are let go.
+    fn admit(&mut self, publisher: &str, now: Instant) -> bool {
+        if let Some(heard) = self.names.get_mut(publisher) {
+            *heard = now;
+            return true;
+        }
+        if self.names.len() >= self.max_publishers {
+            let timeout = self.publisher_timeout;
+            self.names
+                .retain(|_, heard| now.saturating_duration_since(*heard) <= timeout);
+            if self.names.len() >= self.max_publishers {
+                return false;
+            }
+        }
+        self.names.insert(publisher.to_owned(), now);
+        true
     }
 
     /// Lets publishers silent past `publisher_timeout` go; the event clock
@@ -119,6 +183,7 @@ mod tests {
             publisher_timeout: Duration::from_secs(30),
             max_future: Duration::from_secs(600),
             rcvhwm: 1,
+            max_publishers: 3,
         }
     }
 
@@ -160,7 +225,7 @@ mod tests {
         );
         assert_eq!(
             d.tick(Socket::Low, "p", 2_600_001, now, 0),
-            TickVerdict::Refused
+            TickVerdict::Refused(TickRefusal::Future)
         );
         assert!(matches!(
             d.tick(Socket::Low, "p", 2_600_000, now, 0),
@@ -175,10 +240,58 @@ mod tests {
         assert_eq!(d.reference_at(1_000), 1_000);
         assert_eq!(
             d.tick(Socket::High, "p", 700_000, now, 1_000),
-            TickVerdict::Refused
+            TickVerdict::Refused(TickRefusal::Future)
         );
         d.tick(Socket::High, "p", 500, now, 1_000);
         d.tick(Socket::Low, "p", 500, now, 1_000);
         assert_eq!(d.advance(now), None);
+    }
+
+    #[test]
+    fn at_most_max_publishers_names_count_until_one_falls_silent() {
+        let t0 = Instant::now();
+        let mut d = Door::new(&sub(ClockKind::Event), None, None);
+        let wall = 1_000_000;
+        for p in ["a", "b", "c"] {
+            assert!(matches!(
+                d.tick(Socket::High, p, wall, t0, wall),
+                TickVerdict::Accepted { .. }
+            ));
+        }
+        let later = t0 + Duration::from_secs(20);
+        assert_eq!(
+            d.tick(Socket::High, "invented", wall, later, wall),
+            TickVerdict::Refused(TickRefusal::TooManyPublishers)
+        );
+        // Known names keep counting; "a" speaks again, "b" and "c" do not.
+        assert!(matches!(
+            d.tick(Socket::Low, "a", wall, later, wall),
+            TickVerdict::Accepted { .. }
+        ));
+        let after_timeout = t0 + Duration::from_secs(31);
+        assert!(matches!(
+            d.tick(Socket::High, "new", wall, after_timeout, wall),
+            TickVerdict::Accepted { .. }
+        ));
+        assert_eq!(d.names.len(), 2, "b and c let go: {:?}", d.names.keys());
+    }
+
+    #[test]
+    fn no_tick_or_event_passes_the_year_9999() {
+        let now = Instant::now();
+        let mut d = Door::new(&sub(ClockKind::Event), None, None);
+        // A reference ratcheted to the last representable day by the
+        // publisher's own ticks: the door stays shut past it.
+        let near = MAX_TIME_MS - 1_000;
+        d.newest_tick = Some(near);
+        assert_eq!(d.limit(), MAX_TIME_MS);
+        assert_eq!(
+            d.tick(Socket::High, "p", MAX_TIME_MS + 1, now, 0),
+            TickVerdict::Refused(TickRefusal::Future)
+        );
+        assert!(matches!(
+            d.tick(Socket::High, "p", MAX_TIME_MS, now, 0),
+            TickVerdict::Accepted { .. }
+        ));
     }
 }

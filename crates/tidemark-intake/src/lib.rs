@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use clock::{EventClock, Socket};
 pub use config::{validate_name, ClockKind, ConfigError, Keys, Subscription};
-pub use door::{Door, TickVerdict};
+pub use door::{Door, TickRefusal, TickVerdict, MAX_TIME_MS};
 pub use drive::{drive, Failure, Step, Stopped};
 pub use sockets::{read_rest, socket_of, spawn, subscriptions, Handler, Intake, Sockets};
 

@@ -10,7 +10,7 @@ use tidemark_wire::{Decoder, Event, Message, Reject, Tick};
 
 use crate::clock::Socket;
 use crate::config::Subscription;
-use crate::door::{Door, TickVerdict};
+use crate::door::{Door, TickRefusal, TickVerdict};
 use crate::watch::{Watch, MAX_FRAME};
 use crate::{wall_ms, IntakeError, RejectLog};
 
@@ -61,8 +61,8 @@ pub trait Handler {
     fn future(&mut self, which: Socket, e: &Event<'_>);
     /// A tick the door took, with the reference and clock when they moved.
     fn tick(&mut self, which: Socket, t: &Tick<'_>, reference: Option<i64>, clock: Option<i64>);
-    /// A tick too far ahead of the reference (`future_tick`).
-    fn future_tick(&mut self);
+    /// A tick refused (too far ahead, or under one name too many).
+    fn refused_tick(&mut self, why: TickRefusal);
     /// A message the decoder refused.
     fn rejected(&mut self, r: &Reject);
     /// A connection libzmq dropped for good (a frame over the maximum
@@ -255,13 +255,15 @@ impl<H: Handler> Intake<H> {
                     .door
                     .tick(which, &t.publisher, t.ts, Instant::now(), wall_ms())
                 {
-                    TickVerdict::Refused => {
-                        self.handler.future_tick();
-                        log.log(
-                            "future_tick",
-                            topic,
-                            "a tick too far ahead of the newest one heard",
-                        );
+                    TickVerdict::Refused(why) => {
+                        self.handler.refused_tick(why);
+                        let what = match why {
+                            TickRefusal::Future => "a tick too far ahead of the newest one heard",
+                            TickRefusal::TooManyPublishers => {
+                                "a tick under a new publisher name while max_publishers names count"
+                            }
+                        };
+                        log.log(why.reason(), topic, what);
                     }
                     TickVerdict::Accepted { reference, clock } => {
                         self.handler.tick(which, &t, reference, clock);

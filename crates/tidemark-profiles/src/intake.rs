@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tidemark_intake::{wall_ms, ClockKind, Door, Handler, Intake, IntakeError, Socket, Sockets};
+use tidemark_intake::{
+    wall_ms, ClockKind, Door, Handler, Intake, IntakeError, Socket, Sockets, TickRefusal,
+};
 use tidemark_person::Identities;
 use tidemark_wire::{Decoder, Event as WireEvent, Reject, Tick, Txid, Types};
 use tokio::sync::mpsc;
@@ -166,8 +168,8 @@ impl Handler for Profiles {
         }
     }
 
-    fn future_tick(&mut self) {
-        self.count("future_tick");
+    fn refused_tick(&mut self, why: TickRefusal) {
+        self.count(why.reason());
     }
 
     fn rejected(&mut self, r: &Reject) {

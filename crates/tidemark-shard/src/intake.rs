@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tidemark_intake::{wall_ms, Door, Handler, Intake, IntakeError, Socket, Sockets};
+use tidemark_intake::{wall_ms, Door, Handler, Intake, IntakeError, Socket, Sockets, TickRefusal};
 use tidemark_store::telemetry::{Counter, Family};
 use tidemark_wire::{Decoder, Event, EventType, Reject, Tick, Txid};
 use tokio::sync::mpsc;
@@ -127,7 +127,11 @@ pub fn spawn(
             chunk: Chunk::default(),
             chunk_started: Instant::now(),
             stalled_since: None,
-            loss: LossEstimator::new(config.types.clone(), &config.subscription.prefixes),
+            loss: LossEstimator::new(
+                config.types.clone(),
+                &config.subscription.prefixes,
+                config.subscription.publisher_timeout,
+            ),
             reported_loss: 0,
             out,
         },
@@ -215,7 +219,7 @@ impl Handler for Shard {
             self.chunk.reference = reference;
         }
         if !t.sent.is_empty() {
-            let lost = self.loss.tick(which, &t.publisher, &t.sent);
+            let lost = self.loss.tick(which, &t.publisher, &t.sent, Instant::now());
             if lost > self.reported_loss {
                 self.counters
                     .add(Counter::LostEstimate, lost - self.reported_loss);
@@ -227,8 +231,14 @@ impl Handler for Shard {
         }
     }
 
-    fn future_tick(&mut self) {
-        self.counters.add(Counter::FutureTick, 1);
+    fn refused_tick(&mut self, why: TickRefusal) {
+        self.counters.add(
+            match why {
+                TickRefusal::Future => Counter::FutureTick,
+                TickRefusal::TooManyPublishers => Counter::TooManyPublishers,
+            },
+            1,
+        );
     }
 
     fn rejected(&mut self, r: &Reject) {

@@ -6,9 +6,12 @@
 //!
 //! Counting starts at each publisher's first tick on each socket. The
 //! estimate is exact with one publisher and digits the shard takes whole; with
-//! several publishers it can only undercount.
+//! several publishers it can only undercount. A publisher silent past
+//! `publisher_timeout` is let go, its estimate kept in the total, so the
+//! state is bounded by the publishers the door lets in (`max_publishers`).
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use tidemark_wire::{EventType, Types};
 
@@ -23,6 +26,7 @@ struct Baseline {
     arrived: Arrived,
     /// The latest loss estimate from this publisher on this socket.
     lost: u64,
+    heard: Instant,
 }
 
 /// Estimates messages PUB/SUB lost, from the `sent` counts in publishers' ticks.
@@ -32,11 +36,15 @@ pub struct LossEstimator {
     digits: [bool; 16],
     arrived: Arrived,
     baselines: HashMap<(Socket, String), Baseline>,
+    /// What publishers let go had been estimated to lose.
+    retired: u64,
+    timeout: Duration,
 }
 
 impl LossEstimator {
-    /// `prefixes` as configured (empty = every transaction).
-    pub fn new(types: Types, prefixes: &[String]) -> LossEstimator {
+    /// `prefixes` as configured (empty = every transaction); a publisher
+    /// silent for `timeout` is let go.
+    pub fn new(types: Types, prefixes: &[String], timeout: Duration) -> LossEstimator {
         let mut digits = [prefixes.is_empty(); 16];
         for p in prefixes.iter().filter(|p| p.len() == 1) {
             if let Some(d) = p.chars().next().and_then(|c| c.to_digit(16)) {
@@ -49,6 +57,8 @@ impl LossEstimator {
             digits,
             arrived: vec![[0; 16]; slots],
             baselines: HashMap::new(),
+            retired: 0,
+            timeout,
         }
     }
 
@@ -59,19 +69,42 @@ impl LossEstimator {
         }
     }
 
-    /// Takes a tick's `sent` counts; returns the estimate of messages lost so
-    /// far, over every publisher and socket.
-    pub fn tick(&mut self, socket: Socket, publisher: &str, sent: &[(String, u64)]) -> u64 {
+    /// Takes a tick's `sent` counts, heard at `now`; returns the estimate of
+    /// messages lost so far, over every publisher and socket.
+    pub fn tick(
+        &mut self,
+        socket: Socket,
+        publisher: &str,
+        sent: &[(String, u64)],
+        now: Instant,
+    ) -> u64 {
+        let (timeout, mut retired) = (self.timeout, 0);
+        self.baselines.retain(|_, b| {
+            let keep = now.saturating_duration_since(b.heard) <= timeout;
+            if !keep {
+                retired += b.lost;
+            }
+            keep
+        });
+        self.retired += retired;
         let key = (socket, publisher.to_owned());
-        let Some(base) = self.baselines.get(&key) else {
+        let Some(base) = self.baselines.get_mut(&key) else {
+            // Only keys naming a type and a digit: at most one per slot.
+            let known = |k: &String| {
+                k.rsplit_once('-')
+                    .is_some_and(|(t, d)| self.types.lookup(t).is_some() && d.len() == 1)
+            };
             let baseline = Baseline {
-                sent: sent.iter().cloned().collect(),
+                sent: sent.iter().filter(|(k, _)| known(k)).cloned().collect(),
                 arrived: self.arrived.clone(),
                 lost: 0,
+                heard: now,
             };
             self.baselines.insert(key, baseline);
             return self.total();
         };
+        base.heard = now;
+        let base = &self.baselines[&key];
         let mut lost = 0u64;
         for (k, n) in sent {
             let Some((type_name, digit)) = k.rsplit_once('-') else {
@@ -103,7 +136,7 @@ impl LossEstimator {
     }
 
     fn total(&self) -> u64 {
-        self.baselines.values().map(|b| b.lost).sum()
+        self.retired + self.baselines.values().map(|b| b.lost).sum::<u64>()
     }
 }
 
@@ -113,9 +146,14 @@ mod tests {
 
     #[test]
     fn counts_from_the_first_tick_on_whole_digits() {
-        let mut e = LossEstimator::new(Types::default(), &["0".into(), "1a".into()]);
+        let mut e = LossEstimator::new(
+            Types::default(),
+            &["0".into(), "1a".into()],
+            Duration::from_secs(30),
+        );
+        let t = Instant::now();
         // Sent before the shard listened: not loss.
-        assert_eq!(e.tick(Socket::High, "p", &[("bid-0".into(), 100)]), 0);
+        assert_eq!(e.tick(Socket::High, "p", &[("bid-0".into(), 100)], t), 0);
         for _ in 0..7 {
             e.arrived(EventType::Bid, '0');
         }
@@ -126,12 +164,30 @@ mod tests {
             ("click-0".into(), 9),
         ];
         // 10 sent, 7 arrived on digit 0; digit 1 is only partly ours; clicks are the low socket's.
-        assert_eq!(e.tick(Socket::High, "p", &sent), 3);
+        assert_eq!(e.tick(Socket::High, "p", &sent, t), 3);
         assert_eq!(
-            e.tick(Socket::Low, "p", &sent),
+            e.tick(Socket::Low, "p", &sent, t),
             3,
             "the low socket starts its own count"
         );
-        assert_eq!(e.tick(Socket::Low, "p", &[("click-0".into(), 12)]), 3 + 3);
+        assert_eq!(
+            e.tick(Socket::Low, "p", &[("click-0".into(), 12)], t),
+            3 + 3
+        );
+        // Publishers silent past the timeout are let go; what they lost stays counted.
+        let later = t + Duration::from_secs(31);
+        for n in 0..100 {
+            e.tick(
+                Socket::High,
+                &format!("invented{n}"),
+                &[("bid-0".into(), 1)],
+                later,
+            );
+        }
+        assert_eq!(e.baselines.len(), 100);
+        assert_eq!(e.tick(Socket::High, "q", &[], later), 6);
+        let much_later = later + Duration::from_secs(31);
+        assert_eq!(e.tick(Socket::High, "q", &[], much_later), 6);
+        assert_eq!(e.baselines.len(), 1, "only q's baseline is left");
     }
 }

@@ -63,11 +63,14 @@ pub enum Counter {
     /// Connections libzmq dropped for good (a frame over the maximum
     /// message size) and intake connected again (SPEC 2).
     ConnectionsRestored,
+    /// Ticks under a new publisher name refused while `max_publishers`
+    /// names counted (SPEC 6).
+    TooManyPublishers,
 }
 
 impl Counter {
     /// Every counter, in declaration order (`ALL[c as usize] == c`).
-    pub const ALL: [Counter; 27] = [
+    pub const ALL: [Counter; 28] = [
         Counter::DroppedOverflow,
         Counter::DroppedFeatures,
         Counter::Batches,
@@ -95,6 +98,7 @@ impl Counter {
         Counter::LivenessHolds,
         Counter::LivenessGaveUp,
         Counter::ConnectionsRestored,
+        Counter::TooManyPublishers,
     ];
 
     /// Its name in `tidemark.shard_counters`.
@@ -127,6 +131,7 @@ impl Counter {
             Counter::LivenessHolds => "liveness_holds",
             Counter::LivenessGaveUp => "liveness_gave_up",
             Counter::ConnectionsRestored => "connections_restored",
+            Counter::TooManyPublishers => "too_many_publishers",
         }
     }
 
