@@ -190,3 +190,47 @@ fn ticks_under_invented_names_are_bounded_by_max_publishers() {
     assert_eq!(counter(&db, "n", "too_many_publishers"), 2 * 193);
     assert_eq!(counter(&db, "n", "future_tick"), 0);
 }
+
+/// Events with more identifiers than `max_ids_per_event` (16 by default),
+/// up to the thousands a 64 KiB payload holds, are refused whole and
+/// counted; one at the limit is applied, and no person grows from the rest.
+#[test]
+fn events_with_thousands_of_identifiers_are_refused_whole() {
+    use tidemark_testkit::profiles::{fence, profile_get};
+    let db = TestDb::new("many_ids");
+    let mut publ = Publisher::new();
+    let config = "clock = \"wall\"\nbatch_delay = \"20ms\"\nmax_ids = 64\n";
+    let mut proc = ShardProc::start_profiles(&db, "many", &publ.endpoint, config);
+    publ.wait_subscribed("tick", 2);
+    let now = now_ms();
+    let ids = |n: usize, tag: &str| {
+        let entries: Vec<String> = (0..n).map(|k| format!(r#""k{k}":"{tag}{k}""#)).collect();
+        format!(r#""ids":{{{}}}"#, entries.join(","))
+    };
+    // user + 15 ids: at the limit. user + 16: one too many. 4,000: a flood.
+    let at_limit = format!(r#""user":"ok",{}"#, ids(15, "a"));
+    let one_over = format!(r#""user":"over",{}"#, ids(16, "b"));
+    let flood = ids(4_000, "c");
+    assert!(flood.len() < 64 * 1024 - 200, "{} bytes", flood.len());
+    publ.event("impression", &Txid::new(1, now as u64), now, &at_limit);
+    publ.event("impression", &Txid::new(2, now as u64), now, &one_over);
+    for n in 0..20u128 {
+        publ.event("click", &Txid::new(100 + n, now as u64), now, &flood);
+    }
+    fence(&mut publ, &db.url, "fence", now);
+    let ok = profile_get(&db.url, &["user:ok", "k3:a3"], now);
+    assert_eq!(ok[0]["counts"], serde_json::json!({"impression": 1}));
+    assert_eq!(ok[0]["person"], ok[1]["person"], "linked: one person");
+    let over = profile_get(&db.url, &["user:over", "k0:c0"], now);
+    assert!(
+        over.iter()
+            .all(|p| p["counts"].as_object().is_none_or(|c| c.is_empty())),
+        "{over:?}"
+    );
+    proc.stop();
+    let too_many = tidemark_testkit::query_i64(
+        &db.url,
+        "SELECT sum(n)::bigint FROM tidemark.profile_counts WHERE reason = 'too_many_ids'",
+    );
+    assert_eq!(too_many, Some(21));
+}

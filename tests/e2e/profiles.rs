@@ -582,7 +582,8 @@ fn links_survive_kill_9_during_merges() {
 fn an_event_carrying_many_long_identifiers_never_wedges_the_process() {
     let db = TestDb::new("profiles_wide");
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "wide", &publisher.endpoint, CONFIG);
+    let config = format!("max_ids_per_event = 64\n{CONFIG}");
+    let mut proc = ShardProc::start_profiles(&db, "wide", &publisher.endpoint, &config);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     // Valid per SPEC 11 (each value ≤ 256 bytes), far beyond what one index

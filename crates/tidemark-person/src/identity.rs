@@ -24,6 +24,31 @@ impl Identities {
     /// once), an entry that is not a string and a kind or value SPEC 11
     /// refuses are each one bad identifier.
     pub fn read(user: Option<&RawValue>, ids: Option<&RawValue>) -> Identities {
+        Identities::read_at_most(user, ids, usize::MAX).expect("no limit")
+    }
+
+    /// [`Identities::read`], or `None` when the event carries more than
+    /// `max` identifiers as sent (SPEC 11 `max_ids_per_event`: its `user`,
+    /// and each key of `ids`, or `ids` itself when it is not an object,
+    /// counted before any is judged bad). Work and memory are linear in the
+    /// identifiers sent (the payload bounds them), and none is judged when
+    /// they are too many.
+    pub fn read_at_most(
+        user: Option<&RawValue>,
+        ids: Option<&RawValue>,
+        max: usize,
+    ) -> Option<Identities> {
+        let map = ids
+            .map(|raw| serde_json::from_str::<BTreeMap<String, serde_json::Value>>(raw.get()).ok());
+        let sent = usize::from(user.is_some())
+            + match &map {
+                None => 0,
+                Some(None) => 1,
+                Some(Some(m)) => m.len(),
+            };
+        if sent > max {
+            return None;
+        }
         let mut out = Identities::default();
         if let Some(u) = user {
             match serde_json::from_str::<&str>(u.get())
@@ -40,26 +65,26 @@ impl Identities {
                 Err(_) => out.bad += 1,
             }
         }
-        if let Some(raw) = ids {
-            match serde_json::from_str::<BTreeMap<String, serde_json::Value>>(raw.get()) {
-                // A BTreeMap sorts by kind, bytewise: the link order.
-                Ok(map) => {
-                    for (kind, value) in map {
-                        match value
-                            .as_str()
-                            .ok_or(())
-                            .and_then(|v| Identifier::from_ids(&kind, v).map_err(|_| ()))
-                        {
-                            Ok(id) if !out.ids.contains(&id) => out.ids.push(id),
-                            Ok(_) => {}
-                            Err(()) => out.bad += 1,
-                        }
+        match map {
+            None => {}
+            // A BTreeMap sorts by kind, bytewise: the link order. Its kinds
+            // are distinct and `user` is refused as a kind, so no identifier
+            // can repeat: nothing to look up.
+            Some(Some(map)) => {
+                for (kind, value) in map {
+                    match value
+                        .as_str()
+                        .ok_or(())
+                        .and_then(|v| Identifier::from_ids(&kind, v).map_err(|_| ()))
+                    {
+                        Ok(id) => out.ids.push(id),
+                        Err(()) => out.bad += 1,
                     }
                 }
-                Err(_) => out.bad += 1,
             }
+            Some(None) => out.bad += 1,
         }
-        out
+        Some(out)
     }
 
     /// The identifier whose person the event counts for: its `user`, else its
@@ -88,6 +113,23 @@ mod tests {
         let raw = |s: &str| serde_json::from_str::<Box<RawValue>>(s).unwrap();
         let (u, i) = (user.map(raw), ids.map(raw));
         Identities::read(u.as_deref(), i.as_deref())
+    }
+
+    #[test]
+    fn more_identifiers_than_allowed_refuse_the_event_bad_ones_included() {
+        let raw = |s: &str| serde_json::from_str::<Box<RawValue>>(s).unwrap();
+        let (u, ids) = (raw(r#""u""#), raw(r#"{"a": "1", "b": 2, "user": "x"}"#));
+        let at_most = |max| Identities::read_at_most(Some(&u), Some(&ids), max);
+        assert_eq!(at_most(3), None, "user and three keys, two of them bad");
+        let four = at_most(4).unwrap();
+        assert_eq!((four.ids.len(), four.bad), (2, 2));
+        let not_an_object = raw("[1, 2, 3]");
+        assert!(Identities::read_at_most(None, Some(&not_an_object), 1).is_some());
+        // Thousands of identifiers cost one parse, and nothing more.
+        let many: String = (0..5_000).map(|i| format!(r#""k{i}":"v","#)).collect();
+        let many = raw(&format!("{{{}\"z\":\"v\"}}", many));
+        assert_eq!(Identities::read_at_most(None, Some(&many), 16), None);
+        assert_eq!(Identities::read(None, Some(&many)).ids.len(), 5_001);
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct Config {
     pub dedup: Duration,
     /// Most identifiers one person may hold.
     pub max_ids: usize,
+    /// Most identifiers one event may carry as sent (`too_many_ids` beyond).
+    pub max_ids_per_event: usize,
     /// Refusals after which an identifier is blocklisted.
     pub blocklist_after: u64,
     /// How long events are kept for trails; `None`: no trails.
@@ -75,6 +77,8 @@ tidemark_intake::raw_config! {
         dedup: String,
         #[serde(default = "default_max_ids")]
         max_ids: i64,
+        #[serde(default = "default_max_ids_per_event")]
+        max_ids_per_event: i64,
         #[serde(default = "default_blocklist_after")]
         blocklist_after: i64,
         trail: Option<String>,
@@ -119,6 +123,9 @@ fn default_dedup() -> String {
 fn default_max_ids() -> i64 {
     50
 }
+fn default_max_ids_per_event() -> i64 {
+    16
+}
 fn default_blocklist_after() -> i64 {
     100
 }
@@ -158,6 +165,9 @@ impl Config {
         }
         if raw.max_ids < 2 {
             return Err(err("max_ids", "must be at least 2"));
+        }
+        if !(1..=1024).contains(&raw.max_ids_per_event) {
+            return Err(err("max_ids_per_event", "must be 1 to 1024"));
         }
         if raw.blocklist_after < 1 {
             return Err(err("blocklist_after", "must be at least 1"));
@@ -200,6 +210,7 @@ impl Config {
             types,
             dedup: duration("dedup", &raw.dedup)?,
             max_ids: raw.max_ids as usize,
+            max_ids_per_event: raw.max_ids_per_event as usize,
             blocklist_after: raw.blocklist_after as u64,
             trail: raw.trail.map(|t| duration("trail", &t)).transpose()?,
             counters,
@@ -251,6 +262,7 @@ mod tests {
             ("prefixes = [\"0\", \"01\"]\n", "prefixes"),
             ("types = [\"open\"]\n", "types"),
             ("max_ids = 1\n", "max_ids"),
+            ("max_ids_per_event = 0\n", "max_ids_per_event"),
             ("trail = \"soon\"\n", "trail"),
             ("[[counters]]\nname = \"c\"\nevent = \"bid\"\nhalf_life = \"1d\"\n", "counters[0].event"),
             ("[[counters]]\nname = \"c\"\nevent = \"click\"\nhalf_life = \"0s\"\n", "counters[0].half_life"),

@@ -72,6 +72,7 @@ pub fn spawn(
         bound_ts: true,
         handler: Profiles {
             types: config.types.clone(),
+            max_ids_per_event: config.max_ids_per_event,
             wall_clock: config.subscription.clock == ClockKind::Wall,
             known: config.known.clone(),
             tally,
@@ -85,6 +86,7 @@ pub fn spawn(
 
 struct Profiles {
     types: Vec<String>,
+    max_ids_per_event: usize,
     wall_clock: bool,
     /// Names the types of decoded events.
     known: Types,
@@ -144,12 +146,17 @@ impl Handler for Profiles {
         let Some(type_index) = self.type_index(&e) else {
             return;
         };
+        let Some(ids) =
+            Identities::read_at_most(e.identity.user, e.identity.ids, self.max_ids_per_event)
+        else {
+            return self.count("too_many_ids");
+        };
         self.chunk.events.push(Event {
             type_index,
             txid: e.txid,
             created: e.txid.created_ms() as i64,
             ts: e.ts,
-            ids: Identities::read(e.identity.user, e.identity.ids),
+            ids,
         });
     }
 

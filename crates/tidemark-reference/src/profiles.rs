@@ -23,6 +23,10 @@
 //!   that is neither built-in nor a configured custom type is rejected. Only
 //!   `type`, `txid`, `ts`, `user` and `ids` are used; a bid's `features` and
 //!   `price` are not checked.
+//! * **Too many**: an event (within `max_future`) carrying more than
+//!   `max_ids_per_event` identifiers as sent (a present `user`, each key of
+//!   an `ids` object, an `ids` of another kind as one) is counted
+//!   `too_many_ids` and ignored whole, before `stale` and `duplicate`.
 //! * **Identifiers**: a present `user` that is not a string (including `null`)
 //!   is one bad identifier; a present `ids` that is not an object (including
 //!   `null`) is one bad identifier; each bad entry of `ids` is one.
@@ -108,6 +112,10 @@ pub struct Setup {
     pub max_ids: usize,
     /// Refusals an identifier may be charged before it is blocklisted; default 100.
     pub blocklist_after: u64,
+    /// The most identifiers an event may carry as sent (`user` and each key
+    /// of `ids`), default 16; beyond it the event is refused whole
+    /// (`too_many_ids`, SPEC 11 v1.2).
+    pub max_ids_per_event: usize,
 }
 
 impl Default for Setup {
@@ -127,6 +135,7 @@ impl Default for Setup {
             max_future_ms: 10 * MINUTE_MS,
             max_ids: 50,
             blocklist_after: 100,
+            max_ids_per_event: 16,
         }
     }
 }
@@ -159,6 +168,11 @@ impl Setup {
             let n = value.as_integer().filter(|n| *n >= 1);
             let n = n.ok_or("max_ids: must be a positive integer")?;
             setup.max_ids = n as usize;
+        }
+        if let Some(value) = table.get("max_ids_per_event") {
+            let n = value.as_integer().filter(|n| *n >= 1);
+            let n = n.ok_or("max_ids_per_event: must be a positive integer")?;
+            setup.max_ids_per_event = n as usize;
         }
         if let Some(value) = table.get("blocklist_after") {
             let n = value.as_integer().filter(|n| *n >= 0);
@@ -438,6 +452,18 @@ impl Profiles {
         let horizon = reference_ms.saturating_add(self.setup.max_future_ms);
         if created > horizon || ts > horizon {
             return self.count("future");
+        }
+        // Counted as sent, bad ones included (as `identifiers` counts them):
+        // a `user` that is there, each key of an `ids` object, an `ids` of
+        // another kind as one.
+        let sent = usize::from(body.contains_key("user"))
+            + match body.get("ids") {
+                None => 0,
+                Some(Value::Object(ids)) => ids.len(),
+                Some(_) => 1,
+            };
+        if sent > self.setup.max_ids_per_event {
+            return self.count("too_many_ids");
         }
         if let Some(clock) = clock_ms {
             if created < clock.saturating_sub(self.setup.dedup_ms) {
