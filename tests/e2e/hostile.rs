@@ -234,3 +234,82 @@ fn events_with_thousands_of_identifiers_are_refused_whole() {
     );
     assert_eq!(too_many, Some(21));
 }
+
+/// Values PostgreSQL refuses reaching the profile process (here a trigger
+/// refuses identifiers containing `poison`, SQLSTATE 22023, as a
+/// constraint or a program limit would): the refused events are found by
+/// splitting, in a worker's part and in the link stage alike, set aside in
+/// `tidemark.profile_quarantine` with their raw message and counted; every
+/// honest event around them is applied exactly as the reference says.
+#[test]
+fn events_the_database_refuses_are_quarantined_and_the_rest_applied() {
+    use tidemark_testkit::profiles::{compare, fence, oracle, publish, stream};
+    let db = TestDb::new("poison");
+    let mut publ = Publisher::new();
+    let config = "clock = \"wall\"\nbatch_delay = \"50ms\"\nbatch_events = 700\nworkers = 2\ntrail = \"7d\"\n";
+    let mut proc = ShardProc::start_profiles(&db, "poison", &publ.endpoint, config);
+    publ.wait_subscribed("tick", 2);
+    tidemark_testkit::block_on({
+        let url = db.url.clone();
+        async move {
+            let c = tidemark_store::connect(&url).await.unwrap();
+            c.batch_execute(
+                "CREATE FUNCTION tidemark.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                   IF NEW.id LIKE '%poison%' THEN
+                     RAISE EXCEPTION 'refused: %', NEW.id USING ERRCODE = '22023';
+                   END IF;
+                   RETURN NEW;
+                 END $$;
+                 CREATE TRIGGER refuse_poison BEFORE INSERT OR UPDATE ON tidemark.profile_ids
+                   FOR EACH ROW EXECUTE FUNCTION tidemark.refuse_poison();",
+            )
+            .await
+            .unwrap();
+        }
+    });
+    let now = now_ms();
+    let honest = stream(now as u64 ^ 0x9015, 2_000, now);
+    let want = oracle(config, &honest, now);
+    let poison = [
+        // A single identifier: a worker's part.
+        ("impression", 0x90_0001u128, r#""user":"poison1""#),
+        // A link: the link stage.
+        (
+            "click",
+            0x90_0002,
+            r#""user":"u7","ids":{"idfa":"poison2"}"#,
+        ),
+        ("install", 0x90_0003, r#""ids":{"idfa":"poison3"}"#),
+    ];
+    let mut messages = honest.clone();
+    for (i, (t, n, extra)) in poison.iter().enumerate() {
+        let txid = Txid::new(*n, now as u64);
+        let payload = format!(r#"{{"type":"{t}","txid":"{txid}","ts":{now},{extra}}}"#);
+        let at = (i + 1) * messages.len() / 4;
+        messages.insert(at, (tidemark_wire::topic(t, &txid), payload));
+    }
+    publish(&mut publ, &messages);
+    fence(&mut publ, &db.url, "fence", now);
+    compare(&db.url, &want, &honest, now);
+    let kept = tidemark_testkit::query_rows(
+        &db.url,
+        "SELECT topic, convert_from(payload, 'UTF8'), sqlstate FROM tidemark.profile_quarantine ORDER BY topic",
+    );
+    assert_eq!(kept.len(), 3, "{kept:?}");
+    for row in &kept {
+        let (topic, payload) = (row[0].as_deref().unwrap(), row[1].as_deref().unwrap());
+        let sent = messages
+            .iter()
+            .find(|(t, _)| t == topic)
+            .expect("a sent topic");
+        assert_eq!(payload, sent.1, "the raw message");
+        assert_eq!(row[2].as_deref(), Some("22023"));
+    }
+    proc.stop();
+    let quarantined = tidemark_testkit::query_i64(
+        &db.url,
+        "SELECT sum(n)::bigint FROM tidemark.profile_counts WHERE reason = 'quarantined'",
+    );
+    assert_eq!(quarantined, Some(3));
+}

@@ -60,6 +60,8 @@ pub struct Config {
     pub batch_delay: Duration,
     /// How long a stop waits for the database to take what is held.
     pub shutdown_timeout: Duration,
+    /// Rows `tidemark.profile_quarantine` may hold.
+    pub quarantine_max: i64,
     /// Where to serve Prometheus metrics (`host:port`), if anywhere.
     pub metrics_addr: Option<String>,
 }
@@ -92,6 +94,8 @@ tidemark_intake::raw_config! {
         batch_delay: String,
         #[serde(default = "default_shutdown_timeout")]
         shutdown_timeout: String,
+        #[serde(default = "default_quarantine_max")]
+        quarantine_max: i64,
         metrics_addr: Option<String>,
     }
 }
@@ -107,6 +111,9 @@ fn default_batch_delay() -> String {
 }
 fn default_shutdown_timeout() -> String {
     "30s".into()
+}
+fn default_quarantine_max() -> i64 {
+    10_000
 }
 
 #[derive(Deserialize)]
@@ -169,6 +176,9 @@ impl Config {
         if !(1..=1024).contains(&raw.max_ids_per_event) {
             return Err(err("max_ids_per_event", "must be 1 to 1024"));
         }
+        if raw.quarantine_max < 0 {
+            return Err(err("quarantine_max", "must be 0 or more"));
+        }
         if raw.blocklist_after < 1 {
             return Err(err("blocklist_after", "must be at least 1"));
         }
@@ -218,6 +228,7 @@ impl Config {
             batch_events: raw.batch_events as usize,
             batch_delay: duration("batch_delay", &raw.batch_delay)?,
             shutdown_timeout: duration("shutdown_timeout", &raw.shutdown_timeout)?,
+            quarantine_max: raw.quarantine_max,
             metrics_addr: raw.metrics_addr,
         })
     }

@@ -37,6 +37,8 @@ pub struct Event {
     pub ts: i64,
     /// Its identifiers.
     pub ids: Identities,
+    /// The payload as received (kept for the quarantine).
+    pub raw: Box<str>,
 }
 
 /// Events in arrival order and the clocks as they stood after them.
@@ -157,6 +159,7 @@ impl Handler for Profiles {
             created: e.txid.created_ms() as i64,
             ts: e.ts,
             ids,
+            raw: e.payload.into(),
         });
     }
 

@@ -89,6 +89,9 @@ const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// 2-core machine, 1,000 held some transactions 100-160 ms, 500 about 80 ms
 /// at p99 for the same throughput (docs/benchmarks.md).
 const LINK_CHUNK: usize = 500;
+/// An error of no known class that repeats this many times on a healthy
+/// connection is taken as the batch's own, as a shard takes it.
+const UNKNOWN_REPEATS: u32 = 3;
 
 /// Runs the profile process until `shutdown` completes; then stops reading,
 /// applies what it holds and returns.
@@ -162,12 +165,150 @@ pub async fn run(
         oldest: None,
         next_status: Instant::now(),
         board,
+        unknown_failures: 0,
     };
     drive(&mut p, intake, stop, rx, shutdown, shutdown_timeout).await?;
     tracing::info!(counts = ?p.run_counts, "profile process stopped cleanly");
     Ok(Summary {
         counts: p.run_counts,
     })
+}
+
+/// Whether the database refused a transaction for what it holds (a data
+/// error, or one of no known class repeating on a healthy connection), so
+/// splitting it finds the refused events; every other error is retried
+/// whole.
+fn refused(e: &StoreError, unknown_failures: &mut u32, closed: bool) -> bool {
+    use tidemark_store::ErrorClass;
+    match e.class() {
+        ErrorClass::Data => true,
+        ErrorClass::Unknown if !closed => {
+            *unknown_failures += 1;
+            *unknown_failures >= UNKNOWN_REPEATS
+        }
+        _ => false,
+    }
+}
+
+/// Sets aside one event the database refused on its own: kept in
+/// `tidemark.profile_quarantine` (while it holds fewer than
+/// `quarantine_max` rows) and counted, in one transaction; returns the
+/// reason counted.
+async fn set_aside(
+    main: &mut Client,
+    config: &Config,
+    e: &Event,
+    error: &StoreError,
+    row: i16,
+) -> Result<&'static str, StoreError> {
+    let topic = format!("{}-{}", config.types[e.type_index], e.txid.as_str());
+    let why = error.to_string();
+    let tx = main.transaction().await?;
+    let kept = store::quarantine(
+        &tx,
+        &topic,
+        &e.raw,
+        &why,
+        error.sqlstate(),
+        config.quarantine_max,
+    )
+    .await?;
+    let reason = if kept {
+        "quarantined"
+    } else {
+        "quarantine_dropped"
+    };
+    store::add_counts(&tx, row, [(reason, 1)]).await?;
+    tx.commit().await?;
+    tracing::warn!(
+        topic,
+        kept,
+        "the database refused one event; set aside in tidemark.profile_quarantine: {why}"
+    );
+    Ok(reason)
+}
+
+/// Applies a worker's part the database refused, in pieces (halved on
+/// each refusal, doubled again after each success, in arrival order, as
+/// smaller batches would be) until the refused events are alone and set
+/// aside. Returns the counts committed; on an error splitting cannot help
+/// with, the error and what is left of the part.
+async fn isolate(
+    worker: &mut Worker,
+    main: &mut Client,
+    config: &Config,
+    layout: &Layout,
+    work: Work,
+    unknown_failures: &mut u32,
+) -> Result<BTreeMap<String, i64>, (StoreError, Work)> {
+    let Work {
+        mut events,
+        mut counts,
+        trail_from,
+    } = work;
+    let mut done: BTreeMap<String, i64> = BTreeMap::new();
+    let mut limit = (events.len() / 2).max(1);
+    while !events.is_empty() {
+        let n = events.len().min(limit);
+        let piece = Work {
+            events: events.drain(..n).collect(),
+            counts: std::mem::take(&mut counts),
+            trail_from,
+        };
+        let result = worker.apply(layout, &piece).await;
+        let Work {
+            events: mut back,
+            counts: piece_counts,
+            ..
+        } = piece;
+        match result {
+            Ok(c) => {
+                *unknown_failures = 0;
+                for (k, v) in c {
+                    *done.entry(k.to_owned()).or_default() += v;
+                }
+                limit = (limit * 2).min(events.len().max(1));
+                continue;
+            }
+            Err(e) => {
+                // Not committed: the counts go with the next piece.
+                counts = piece_counts;
+                let closed = worker.client.as_ref().is_none_or(|c| c.is_closed());
+                if !refused(&e, unknown_failures, closed) {
+                    back.append(&mut events);
+                    return Err((
+                        e,
+                        Work {
+                            events: back,
+                            counts,
+                            trail_from,
+                        },
+                    ));
+                }
+                if n > 1 {
+                    back.append(&mut events);
+                    events = back;
+                    limit = (n / 2).max(1);
+                    continue;
+                }
+                match set_aside(main, config, &back[0], &e, worker.index).await {
+                    Ok(reason) => *done.entry(reason.to_owned()).or_default() += 1,
+                    Err(e) => {
+                        back.append(&mut events);
+                        return Err((
+                            e,
+                            Work {
+                                events: back,
+                                counts,
+                                trail_from,
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(done)
 }
 
 /// A database error is retried; anything else ends the process.
@@ -476,6 +617,8 @@ struct Process<'a> {
     oldest: Option<Instant>,
     next_status: Instant,
     board: tidemark_metrics::Board,
+    /// Errors of no known class in a row (see [`refused`]).
+    unknown_failures: u32,
 }
 
 impl Process<'_> {
@@ -505,18 +648,41 @@ impl Process<'_> {
         if !inflight.settled {
             settle(main, inflight).await?;
         }
+        let row = self.workers.len() as i16;
+        // In chunks, each its own transaction, so no row lock is held long,
+        // however many persons merge; a chunk the database refuses for what
+        // it holds is halved until the refused entry is alone and set aside.
+        let mut limit = LINK_CHUNK;
         while !inflight.links.is_empty() {
-            // In chunks, each its own transaction, so no row lock is held
-            // long, however many persons merge.
-            let n = inflight.links.len().min(LINK_CHUNK);
-            let row = self.workers.len() as i16;
+            let n = inflight.links.len().min(limit);
             let chunk = &inflight.links[..n];
-            let counts =
-                links::apply(main, &self.layout, caps, chunk, inflight.trail_from, row).await?;
-            for (k, v) in counts {
-                *self.run_counts.entry(k.to_owned()).or_default() += v;
+            match links::apply(main, &self.layout, caps, chunk, inflight.trail_from, row).await {
+                Ok(counts) => {
+                    self.unknown_failures = 0;
+                    for (k, v) in counts {
+                        *self.run_counts.entry(k.to_owned()).or_default() += v;
+                    }
+                    inflight.links.drain(..n);
+                    limit = (limit * 2).min(LINK_CHUNK);
+                }
+                Err(e) if refused(&e, &mut self.unknown_failures, main.is_closed()) => {
+                    if n > 1 {
+                        limit = n / 2;
+                        continue;
+                    }
+                    let entry = inflight.links.remove(0);
+                    if entry.rider {
+                        // Its worker part would be refused alike.
+                        let same = |r: &Event| {
+                            r.txid == entry.event.txid && r.type_index == entry.event.type_index
+                        };
+                        inflight.rest.retain(|r| !same(r));
+                    }
+                    let reason = set_aside(main, &self.config, &entry.event, &e, row).await?;
+                    *self.run_counts.entry(reason.to_owned()).or_default() += 1;
+                }
+                Err(e) => return Err(e.into()),
             }
-            inflight.links.drain(..n);
         }
         if inflight.parts.is_none() {
             let person: HashMap<String, i64> =
@@ -554,6 +720,7 @@ impl Process<'_> {
         )
         .await;
         let mut error = None;
+        let mut refusals = Vec::new();
         for (i, r) in results {
             match r {
                 Ok(counts) => {
@@ -562,16 +729,43 @@ impl Process<'_> {
                         *self.run_counts.entry(k.to_owned()).or_default() += v;
                     }
                 }
-                Err(e) => error = Some(e),
+                Err(e) => {
+                    let closed = self.workers[i]
+                        .client
+                        .as_ref()
+                        .is_none_or(|c| c.is_closed());
+                    if refused(&e, &mut self.unknown_failures, closed) {
+                        refusals.push(i);
+                    } else {
+                        error = Some(e);
+                    }
+                }
             }
         }
-        match error {
-            Some(e) => Err(e.into()),
-            None => {
-                self.inflight = None;
-                Ok(())
+        if let Some(e) = error {
+            return Err(e.into());
+        }
+        for i in refusals {
+            let work = works[i].take().expect("a part that failed");
+            let counts = isolate(
+                &mut self.workers[i],
+                main,
+                &self.config,
+                layout,
+                work,
+                &mut self.unknown_failures,
+            )
+            .await
+            .map_err(|(e, left)| {
+                works[i] = Some(left);
+                e
+            })?;
+            for (k, v) in counts {
+                *self.run_counts.entry(k).or_default() += v;
             }
         }
+        self.inflight = None;
+        Ok(())
     }
 
     /// Drops later copies within the batch and stale copies

@@ -124,6 +124,28 @@ pub async fn add_counts<'a>(
     Ok(())
 }
 
+/// Keeps an event the database refused on its own in
+/// `tidemark.profile_quarantine` unless it already holds `max` rows;
+/// returns whether it was kept.
+pub async fn quarantine(
+    c: &impl GenericClient,
+    topic: &str,
+    payload: &str,
+    reason: &str,
+    sqlstate: Option<&str>,
+    max: i64,
+) -> Result<bool, StoreError> {
+    let n = c
+        .execute(
+            "INSERT INTO tidemark.profile_quarantine (topic, payload, reason, sqlstate)
+             SELECT $1, $2, $3, $4
+             WHERE (SELECT count(*) FROM tidemark.profile_quarantine) < $5",
+            &[&topic, &payload.as_bytes(), &reason, &sqlstate, &max],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
 /// Counts by reason over all workers.
 pub async fn counts(c: &impl GenericClient) -> Result<Vec<(String, i64)>, StoreError> {
     let rows = c

@@ -43,6 +43,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "bridging",
         include_str!("../../../sql/V0008__bridging.sql"),
     ),
+    (
+        9,
+        "profile_quarantine",
+        include_str!("../../../sql/V0009__profile_quarantine.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.

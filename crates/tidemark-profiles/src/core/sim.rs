@@ -76,6 +76,7 @@ impl Msg {
             created: txid.created_ms() as i64,
             ts: self.ts,
             ids: Identities::read(user.as_deref(), ids.as_deref()),
+            raw: self.wire().1.into(),
         }
     }
 
