@@ -313,3 +313,105 @@ fn events_the_database_refuses_are_quarantined_and_the_rest_applied() {
     );
     assert_eq!(quarantined, Some(3));
 }
+
+/// An operator's transaction left open on the buffer (`BEGIN; SELECT …`,
+/// then idle) holds a lock every partition drop needs. The drop waits at
+/// most `DDL_LOCK_TIMEOUT` and is put off, so intake and sweeps go on and
+/// observations come out while the transaction stays open; once it ends,
+/// the partitions are dropped.
+#[test]
+fn an_idle_transaction_on_the_buffer_delays_housekeeping_never_the_sweep() {
+    let db = TestDb::new("idle_tx");
+    let mut publ = Publisher::new();
+    // Narrow partitions that never widen: the first one ends 10 s after t0.
+    let config = format!("partition = \"10s\"\npartition_rows = 2\n{GUARDED_CLOCK}");
+    let mut shard = ShardProc::start(&db, "l", &publ.endpoint, &config);
+    publ.wait_subscribed("tick", 2);
+    let t0 = 1_700_000_000_000i64;
+    publ.tick(t0);
+    let (clicked, unclicked) = (Txid::new(1, t0 as u64), Txid::new(2, t0 as u64));
+    for t in [&clicked, &unclicked] {
+        publ.event("bid", t, t0, BID);
+        publ.event("impression", t, t0 + 1_000, "");
+    }
+    wait_for("the events buffered", || {
+        let n = tidemark_testkit::query_i64(&db.url, "SELECT count(*) FROM shard_l.events");
+        (n == Some(4)).then_some(())
+    });
+    // The operator's session: a read of the buffer, then idle in its transaction.
+    let (held_tx, held) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let url = db.url.clone();
+    let operator = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut c = tidemark_store::connect(&url).await.unwrap();
+            let t = c.transaction().await.unwrap();
+            t.query_one("SELECT count(*) FROM shard_l.events", &[])
+                .await
+                .unwrap();
+            held_tx.send(()).unwrap();
+            let _ = tokio::task::spawn_blocking(move || released.recv()).await;
+            t.rollback().await.unwrap();
+        });
+    });
+    held.recv().unwrap();
+    publ.event("click", &clicked, t0 + 5_000, "");
+    let label = |t: &Txid| {
+        tidemark_testkit::query_i64(
+            &db.url,
+            &format!(
+                "SELECT label::bigint FROM tidemark.observations \
+                 WHERE shard = 'l' AND target = 'ctr' AND txid = '{t}'"
+            ),
+        )
+    };
+    // Swept while the transaction stays open (without the bound, the drop
+    // would wait for it, and every sweep behind the drop).
+    let labels = wait_for("the ctr observations, the transaction still open", || {
+        publ.tick_steps(t0, t0 + 120_000);
+        std::thread::sleep(Duration::from_millis(100));
+        Some((label(&clicked)?, label(&unclicked)?))
+    });
+    assert_eq!(labels, (1, 0));
+    // The drop of the first partition waits out its bound and is put off;
+    // meanwhile a new transaction, in partitions made and attached while
+    // the transaction stays open, is buffered and swept.
+    wait_for("the drop put off", || {
+        shard
+            .log()
+            .contains("put off, intake goes on")
+            .then_some(())
+    });
+    let later = Txid::new(3, (t0 + 130_000) as u64);
+    publ.event("bid", &later, t0 + 130_000, BID);
+    publ.event("impression", &later, t0 + 131_000, "");
+    let swept = wait_for("a later observation, the transaction still open", || {
+        publ.tick_steps(t0 + 120_000, t0 + 300_000);
+        std::thread::sleep(Duration::from_millis(100));
+        label(&later)
+    });
+    assert_eq!(swept, 0);
+    let partitions = || {
+        tidemark_testkit::query_i64(
+            &db.url,
+            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'shard_l.events'::regclass \
+             AND inhrelid::regclass::text LIKE '%20231114t221320'",
+        )
+    };
+    assert_eq!(partitions(), Some(1), "the dropped partition waits");
+    release.send(()).unwrap();
+    operator.join().unwrap();
+    let mut at = t0 + 300_000;
+    wait_for("the partition dropped once the transaction ended", || {
+        // Housekeeping runs with the sweeps, as the clock moves.
+        at += 1_000;
+        publ.tick(at);
+        std::thread::sleep(Duration::from_millis(100));
+        (partitions() == Some(0)).then_some(())
+    });
+    shard.stop();
+}

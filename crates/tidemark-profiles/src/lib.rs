@@ -166,6 +166,7 @@ pub async fn run(
         next_status: Instant::now(),
         board,
         unknown_failures: 0,
+        lock_waits: Default::default(),
     };
     drive(&mut p, intake, stop, rx, shutdown, shutdown_timeout).await?;
     tracing::info!(counts = ?p.run_counts, "profile process stopped cleanly");
@@ -619,6 +620,7 @@ struct Process<'a> {
     board: tidemark_metrics::Board,
     /// Errors of no known class in a row (see [`refused`]).
     unknown_failures: u32,
+    lock_waits: tidemark_store::LockWaits,
 }
 
 impl Process<'_> {
@@ -799,6 +801,9 @@ impl Process<'_> {
         let Some(clock) = self.saved.clock_ms else {
             return Ok(());
         };
+        if !self.lock_waits.ready() {
+            return Ok(());
+        }
         let dedup = self.config.dedup.as_millis() as i64;
         let old: Vec<i64> = self
             .seen_days
@@ -807,8 +812,15 @@ impl Process<'_> {
             .filter(|d| d + DAY_MS <= clock - dedup)
             .collect();
         for d in old {
-            store::drop_partition(main, Daily::Seen, d).await?;
-            self.seen_days.remove(&d);
+            match store::drop_partition(main, Daily::Seen, d).await {
+                Ok(()) => self.seen_days.remove(&d),
+                Err(e) if e.is_lock_timeout() => {
+                    self.lock_waits
+                        .put_off("dropping a day of first-copy marks");
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            };
         }
         if let Some(trail) = self.config.trail {
             let trail = trail.as_millis() as i64;
@@ -819,10 +831,17 @@ impl Process<'_> {
                 .filter(|d| d + DAY_MS <= clock - trail)
                 .collect();
             for d in old {
-                store::drop_partition(main, Daily::Trail, d).await?;
-                self.trail_days.remove(&d);
+                match store::drop_partition(main, Daily::Trail, d).await {
+                    Ok(()) => self.trail_days.remove(&d),
+                    Err(e) if e.is_lock_timeout() => {
+                        self.lock_waits.put_off("dropping a day of trails");
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e.into()),
+                };
             }
         }
+        self.lock_waits.done();
         Ok(())
     }
 

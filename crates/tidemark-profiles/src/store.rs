@@ -274,25 +274,31 @@ pub async fn partitions(c: &Client, which: Daily) -> Result<Vec<i64>, StoreError
 pub async fn create_partition(c: &Client, which: Daily, day_ms: i64) -> Result<(), StoreError> {
     let t = which.table();
     let day = day_ms / DAY_MS;
-    c.batch_execute(&format!(
-        "CREATE TABLE IF NOT EXISTS tidemark.{t}_{day} PARTITION OF tidemark.{t}
-         FOR VALUES FROM ({}) TO ({})",
-        which.bound(day_ms),
-        which.bound(day_ms + DAY_MS)
-    ))
-    .await?;
-    Ok(())
+    tidemark_store::create_partition(
+        c,
+        "CREATE TABLE",
+        &format!("tidemark.{t}"),
+        &format!("tidemark.{t}_{day}"),
+        &format!(
+            "FOR VALUES FROM ({}) TO ({})",
+            which.bound(day_ms),
+            which.bound(day_ms + DAY_MS)
+        ),
+        "",
+        "SELECT 1",
+    )
+    .await
 }
 
 /// Drops the partition of the day starting at `day_ms` (idempotent), and
 /// for trails that day's wide identifier lists.
 pub async fn drop_partition(c: &Client, which: Daily, day_ms: i64) -> Result<(), StoreError> {
-    c.batch_execute(&format!(
+    let sql = format!(
         "DROP TABLE IF EXISTS tidemark.{}_{}",
         which.table(),
         day_ms / DAY_MS
-    ))
-    .await?;
+    );
+    tidemark_store::ddl(c, &sql).await?;
     if which == Daily::Trail {
         c.execute(
             "DELETE FROM tidemark.profile_trail_wide WHERE ts >= $1 AND ts < $2",

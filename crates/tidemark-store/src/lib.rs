@@ -55,6 +55,110 @@ impl From<deadpool_postgres::PoolError> for StoreError {
     }
 }
 
+/// How long DDL (creating or dropping a partition) waits for a lock (SPEC
+/// 12). `CREATE TABLE … PARTITION OF` and `DROP TABLE` want an exclusive
+/// lock on the parent; while they wait, every insert and read of the table
+/// queues behind them. An operator's idle transaction holding the parent
+/// would stall the whole process; with this bound it costs one second of
+/// queueing per attempt, the DDL fails with 55P03 (transient) and is
+/// retried later.
+pub const DDL_LOCK_TIMEOUT: &str = "1s";
+
+/// Runs `sql` (DDL, one or more statements) in one transaction whose
+/// statements wait at most [`DDL_LOCK_TIMEOUT`] for a lock.
+pub async fn ddl(c: &tokio_postgres::Client, sql: &str) -> Result<(), StoreError> {
+    let batch = format!("BEGIN; SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'; {sql}; COMMIT");
+    if let Err(e) = c.batch_execute(&batch).await {
+        // A failed batch leaves its transaction open and aborted.
+        let _ = c.batch_execute("ROLLBACK").await;
+        return Err(e.into());
+    }
+    Ok(())
+}
+
+/// Housekeeping DDL put off because another session held a lock (see
+/// [`ddl`]): tried again after a back-off (5 s, doubling to a minute), since
+/// each attempt makes the table's users queue for up to
+/// [`DDL_LOCK_TIMEOUT`]; logged when it first happens and then at most once
+/// a minute, with how often it happened meanwhile, so a long idle
+/// transaction is seen without flooding the log.
+#[derive(Debug, Default)]
+pub struct LockWaits {
+    last: Option<std::time::Instant>,
+    since: u64,
+    retry_at: Option<std::time::Instant>,
+    backoff: std::time::Duration,
+}
+
+impl LockWaits {
+    /// Whether housekeeping may try again now.
+    pub fn ready(&self) -> bool {
+        self.retry_at.is_none_or(|t| std::time::Instant::now() >= t)
+    }
+
+    /// Housekeeping went through: no back-off any more.
+    pub fn done(&mut self) {
+        self.retry_at = None;
+        self.backoff = std::time::Duration::ZERO;
+    }
+
+    /// Notes that `what` waited out [`DDL_LOCK_TIMEOUT`] and was put off.
+    pub fn put_off(&mut self, what: &str) {
+        self.since += 1;
+        let now = std::time::Instant::now();
+        self.backoff = (self.backoff * 2).clamp(
+            std::time::Duration::from_secs(5),
+            std::time::Duration::from_secs(60),
+        );
+        self.retry_at = Some(now + self.backoff);
+        if self
+            .last
+            .is_none_or(|t| now.duration_since(t).as_secs() >= 60)
+        {
+            tracing::warn!(
+                what,
+                times = self.since,
+                "housekeeping waited {DDL_LOCK_TIMEOUT} for a lock another session holds \
+                 (an idle transaction on the table?); put off, intake goes on"
+            );
+            self.last = Some(now);
+            self.since = 0;
+        }
+    }
+}
+
+/// Creates `child` (schema-qualified) as a partition of `parent` for
+/// `bounds` (`FOR VALUES …`) without an exclusive lock on the parent: the
+/// table is made on its own (`LIKE` the parent, its check constraints
+/// included, as attaching demands; its partitioned indexes are made by the
+/// attach; `create` is the `CREATE …
+/// TABLE` head and `options` its `WITH (…)`, if any), `then` run on it (its
+/// own indexes), and it is attached, which takes only SHARE UPDATE EXCLUSIVE
+/// on the parent: inserts and reads of the parent, and an operator's open
+/// transaction on it, neither wait for it nor make it wait. Idempotent;
+/// under [`ddl`]'s lock bound.
+pub async fn create_partition(
+    c: &tokio_postgres::Client,
+    create: &str,
+    parent: &str,
+    child: &str,
+    bounds: &str,
+    options: &str,
+    then: &str,
+) -> Result<(), StoreError> {
+    let attach = format!("ALTER TABLE {parent} ATTACH PARTITION {child} {bounds}");
+    let sql = format!(
+        "{create} IF NOT EXISTS {child} (LIKE {parent} INCLUDING ALL EXCLUDING INDEXES) {options};
+         {then};
+         DO $attach$ BEGIN
+           IF NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = '{child}'::regclass) THEN
+             EXECUTE $sql${attach}$sql$;
+           END IF;
+         END $attach$"
+    );
+    ddl(c, &sql).await
+}
+
 /// What to do about a database error (issue 8's rule).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
@@ -87,7 +191,9 @@ impl StoreError {
             return ErrorClass::Transient;
         };
         let c = code.code();
-        if c.starts_with("08") || c.starts_with("57P") || c.starts_with("40") {
+        // 55P03: a lock not had within `lock_timeout` (DDL behind another
+        // session's transaction): later it may be.
+        if c.starts_with("08") || c.starts_with("57P") || c.starts_with("40") || c == "55P03" {
             ErrorClass::Transient
         } else if c.starts_with("53") {
             ErrorClass::Resource
@@ -96,6 +202,11 @@ impl StoreError {
         } else {
             ErrorClass::Unknown
         }
+    }
+
+    /// Whether the error is a lock not had within `lock_timeout` (see [`ddl`]).
+    pub fn is_lock_timeout(&self) -> bool {
+        self.sqlstate() == Some("55P03")
     }
 
     /// The SQLSTATE, when the server gave one.
@@ -117,7 +228,7 @@ impl StoreError {
                     || e.code().is_none()
                     || e.code().is_some_and(|c| {
                         let c = c.code();
-                        c.starts_with("08") || c.starts_with("57P") || c == "53300"
+                        c.starts_with("08") || c.starts_with("57P") || c == "53300" || c == "55P03"
                     })
             }
             _ => false,

@@ -274,15 +274,11 @@ fn malformed_messages_are_counted_and_never_fatal() {
     let good = tx(1, now);
     let g = good.to_string();
     let bid_topic = format!("bid-{g}");
-    let click_topic = format!("click-{g}");
-    let huge = format!(
-        r#"{{"type":"click","txid":"{g}","ts":1,"pad":"{}"}}"#,
-        "x".repeat(70_000)
-    );
+    // (A frame over 64 KiB never reaches the decoder: the socket drops its
+    // connection, and what was queued behind it; `hostile` tests that.)
     let cases: Vec<Vec<Vec<u8>>> = vec![
         vec![bid_topic.clone().into()],
         vec![bid_topic.clone().into(), b"{}".to_vec(), b"{}".to_vec()],
-        vec![click_topic.clone().into(), huge.into()],
         vec![b"bid-0123".to_vec(), b"{}".to_vec()],
         vec![bid_topic.clone().into(), b"{not json".to_vec()],
         vec![bid_topic.clone().into(), b"[1]".to_vec()],
@@ -318,7 +314,6 @@ fn malformed_messages_are_counted_and_never_fatal() {
     shard.stop();
     for (name, n) in [
         ("rejected_frame_count", 2),
-        ("rejected_oversize", 1),
         ("rejected_bad_txid", 1),
         ("rejected_bad_json", 1),
         ("rejected_not_object", 1),

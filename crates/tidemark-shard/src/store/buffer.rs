@@ -264,25 +264,31 @@ impl Layout {
         to_ms: i64,
     ) -> Result<Partition, StoreError> {
         let name = format!("{parent}_{}", utc_stamp(from_ms));
-        let sql = format!(
-            "CREATE {unlogged} TABLE IF NOT EXISTS {schema}.{name} PARTITION OF {schema}.{parent}
-                 FOR VALUES FROM ('{from}') TO ('{to}')
-                 WITH (autovacuum_enabled = false)",
-            schema = self.schema,
-            unlogged = if self.unlogged { "UNLOGGED" } else { "" },
-            from = rfc3339(from_ms),
-            to = rfc3339(to_ms),
-        );
-        c.batch_execute(&sql).await?;
         // Sweeps read a creation-time range a few seconds wide out of a partition
         // that arrives mostly in creation order: BRIN finds it, nearly free on
         // inserts. Multi-minmax, because clicks and installs of older
         // transactions are outliers that would widen every plain min/max range.
-        c.batch_execute(&format!(
-            "CREATE INDEX IF NOT EXISTS {name}_created ON {}.{name}
-                 USING brin (created_at timestamptz_minmax_multi_ops) WITH (pages_per_range = 32)",
-            self.schema
-        ))
+        let schema = &self.schema;
+        tidemark_store::create_partition(
+            c,
+            if self.unlogged {
+                "CREATE UNLOGGED TABLE"
+            } else {
+                "CREATE TABLE"
+            },
+            &format!("{schema}.{parent}"),
+            &format!("{schema}.{name}"),
+            &format!(
+                "FOR VALUES FROM ('{}') TO ('{}')",
+                rfc3339(from_ms),
+                rfc3339(to_ms)
+            ),
+            "WITH (autovacuum_enabled = false)",
+            &format!(
+                "CREATE INDEX IF NOT EXISTS {name}_created ON {schema}.{name}
+                     USING brin (created_at timestamptz_minmax_multi_ops) WITH (pages_per_range = 32)"
+            ),
+        )
         .await?;
         Ok(Partition {
             from_ms,
@@ -315,11 +321,10 @@ impl Layout {
     }
 
     /// Drops a partition in its own short transaction (a drop holds a lock on
-    /// the parent that would stall intake until commit). Idempotent.
+    /// the parent that would stall intake until commit), waiting at most
+    /// `DDL_LOCK_TIMEOUT` for it. Idempotent.
     pub async fn drop_partition(&self, c: &Client, table: &str) -> Result<(), StoreError> {
-        c.batch_execute(&format!("DROP TABLE IF EXISTS {}.{table}", self.schema))
-            .await?;
-        Ok(())
+        tidemark_store::ddl(c, &format!("DROP TABLE IF EXISTS {}.{table}", self.schema)).await
     }
 
     /// Appends events with one binary `COPY`. The rows' partitions must exist.

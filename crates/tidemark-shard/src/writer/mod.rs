@@ -62,6 +62,8 @@ pub struct Writer {
     rows_by_bucket: BTreeMap<i64, u64>,
     /// Consecutive failures of an unclassified kind on a live connection.
     unknown_failures: u32,
+    /// Partition drops put off behind another session's lock.
+    lock_waits: tidemark_store::LockWaits,
     /// Transactions swept, kept impressed, kept clicked in this run: how
     /// much of a bucket later phases visit, for sizing sweeps.
     subsetting: [i64; 3],
@@ -136,6 +138,7 @@ impl Writer {
             reference: None,
             rows_by_bucket: BTreeMap::new(),
             unknown_failures: 0,
+            lock_waits: Default::default(),
             subsetting: [0; 3],
             tiers_read: None,
             unchecked: false,

@@ -143,6 +143,9 @@ impl Writer {
         let Some(wm) = self.wm.clone() else {
             return Ok(());
         };
+        if !self.lock_waits.ready() {
+            return Ok(());
+        }
         for (parts, mark) in [
             (&mut self.events_parts, wm.impression),
             (&mut self.txns_parts, wm.unclicked),
@@ -153,11 +156,22 @@ impl Writer {
                 .map(|p| p.from_ms)
                 .collect();
             for from in done {
-                let p = parts.remove(&from).expect("listed");
-                self.layout.drop_partition(&self.client, &p.table).await?;
-                tracing::debug!(table = p.table, "dropped partition");
+                let table = &parts[&from].table;
+                match self.layout.drop_partition(&self.client, table).await {
+                    Ok(()) => {
+                        tracing::debug!(table, "dropped partition");
+                        parts.remove(&from);
+                    }
+                    // Kept listed: the next sweep tries again.
+                    Err(e) if e.is_lock_timeout() => {
+                        self.lock_waits.put_off("dropping a buffer partition");
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
+        self.lock_waits.done();
         Ok(())
     }
 
