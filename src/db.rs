@@ -53,7 +53,7 @@ pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
                     format!(", applied {applied:?}")
                 }
             );
-            println!("{}", cluster.url());
+            println!("{}", url(&cluster)?);
         }
         Action::Down => {
             let was = cluster.down()?;
@@ -67,10 +67,16 @@ pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
             Status::Stopped => println!("stopped"),
             Status::NotInitialised => println!("not initialised"),
         },
-        Action::Url { database: None } => println!("{}", cluster.url()),
+        Action::Url { database: None } => println!("{}", url(&cluster)?),
         Action::Url { database: Some(d) } => println!("{}", cluster.url_for(&d)),
     }
     Ok(())
+}
+
+/// What `db url` prints: over TCP, password included, when a port is open;
+/// else the unix socket's.
+fn url(cluster: &Cluster) -> anyhow::Result<String> {
+    Ok(cluster.tcp_url()?.unwrap_or_else(|| cluster.url()))
 }
 
 /// Starts the cluster if needed, creates the database and applies migrations.

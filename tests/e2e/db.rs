@@ -87,6 +87,74 @@ fn test_databases_are_migrated_and_independent() {
     assert!(gone, "dropped TestDb leaves its database behind");
 }
 
+/// SPEC 9 v1.2: the embedded cluster is private. On TCP (asked for) it
+/// wants the password generated once into a file only its owner reads,
+/// which `db url` then carries; a directory planted where the cluster's
+/// would go (a link) is refused, never followed.
+#[test]
+fn the_embedded_cluster_asks_for_a_password_on_tcp_and_follows_no_link() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempdir();
+    let h = home.to_str().unwrap();
+    let port = tidemark_testkit::free_addr()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    run_ok(&["db", "up", "--home", h, "--port", &port]);
+    let url = String::from_utf8(run_ok(&["db", "url", "--home", h]).stdout).unwrap();
+    let url = url.trim().to_owned();
+    let cluster = tidemark_store::Cluster::new(&home).unwrap();
+    let pw = cluster.password().unwrap();
+    assert_eq!(
+        url,
+        format!("postgresql://tidemark:{pw}@127.0.0.1:{port}/tidemark")
+    );
+    let mode = std::fs::metadata(home.join("db.password"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let without = format!("postgresql://tidemark@127.0.0.1:{port}/tidemark");
+    let wrong = format!("postgresql://tidemark:nope@127.0.0.1:{port}/tidemark");
+    let (with_pw, no_pw, bad_pw) = block_on(async move {
+        let ok = |u: String| async move { tidemark_store::connect(&u).await.map(|_| ()) };
+        (ok(url).await, ok(without).await, ok(wrong).await)
+    });
+    assert!(with_pw.is_ok(), "{with_pw:?}");
+    for refused in [no_pw, bad_pw] {
+        let e = format!("{:?}", refused.unwrap_err());
+        assert!(e.contains("password") || e.contains("28P01"), "{e}");
+    }
+    run_ok(&["db", "down", "--home", h]);
+    cluster.destroy().unwrap();
+    std::fs::remove_dir_all(&home).unwrap();
+
+    // A link planted where a fresh home's cluster directory goes.
+    let home = tempdir();
+    let target = tempdir();
+    let planted = tidemark_store::Cluster::new(&home)
+        .unwrap()
+        .dir()
+        .to_owned();
+    std::os::unix::fs::symlink(&target, &planted).unwrap();
+    let out = bin()
+        .args(["db", "up", "--home", home.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("refusing it"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(&target).unwrap().count(),
+        0,
+        "nothing written through the link"
+    );
+    std::fs::remove_file(&planted).unwrap();
+    std::fs::remove_dir_all(&home).unwrap();
+    std::fs::remove_dir_all(&target).unwrap();
+}
+
 /// A new directory under the system temp dir, mode 0700 like `mktemp -d`.
 fn tempdir() -> std::path::PathBuf {
     let out = Command::new("mktemp").arg("-d").output().unwrap();

@@ -59,8 +59,11 @@ fn the_url_asks_for_tls_and_gets_what_libpq_would_give() {
     let socket_url = cluster.url();
     let ca = dir.join("certs/ca.crt").display().to_string();
     let other = dir.join("certs/other.crt").display().to_string();
-    let url =
-        |host: &str, query: &str| format!("postgresql://tidemark@{host}:{port}/tidemark?{query}");
+    // TCP asks for the password `db up` generated (SPEC 9).
+    let pw = cluster.password().unwrap();
+    let url = |host: &str, query: &str| {
+        format!("postgresql://tidemark:{pw}@{host}:{port}/tidemark?{query}")
+    };
     tidemark_testkit::wait_for("the server serving TLS", || {
         encrypted(&url("127.0.0.1", "sslmode=require"))
             .ok()
@@ -115,7 +118,7 @@ fn the_url_asks_for_tls_and_gets_what_libpq_would_give() {
     assert!(e.contains("invalid sslmode"), "{e}");
     // libpq's key=value form.
     let pairs = format!(
-        "host=127.0.0.1 port={port} user=tidemark dbname=tidemark sslmode=verify-full sslrootcert='{ca}'"
+        "host=127.0.0.1 port={port} user=tidemark password={pw} dbname=tidemark sslmode=verify-full sslrootcert='{ca}'"
     );
     assert_eq!(encrypted(&pairs), Ok(true));
 

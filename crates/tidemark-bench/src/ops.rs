@@ -102,7 +102,8 @@ fn scrapes(n: usize, times: usize) -> anyhow::Result<()> {
 pub async fn run(samples: usize, copy_rows: usize) -> anyhow::Result<()> {
     let home = std::path::PathBuf::from("target/bench-tls-home");
     let (cluster, ca) = tls_cluster(&home).await?;
-    let tcp = format!("postgresql://tidemark@127.0.0.1:{PORT}/tidemark");
+    let pw = cluster.password()?;
+    let tcp = format!("postgresql://tidemark:{pw}@127.0.0.1:{PORT}/tidemark");
     measure("unix socket", &cluster.url(), samples, copy_rows).await?;
     measure(
         "tcp, sslmode=disable",

@@ -10,12 +10,17 @@
 //!   `H/pg` a symlink to it.
 //!
 //! The server listens on a unix socket only, in a directory only its user can
-//! enter, unless a loopback TCP port is asked for.
+//! enter, unless a loopback TCP port is asked for; on TCP it asks for a
+//! password (SCRAM), generated once into `H/db.password` (mode 0600). Its
+//! directories are made fresh with mode 0700, never through a symbolic
+//! link, and an existing one is used only if it is a real directory owned by
+//! the server's user; their names come from a hash of `H` that does not
+//! change when Tidemark is rebuilt (FNV-1a, not the standard library's
+//! unspecified hasher).
 
 use std::fs::{self, File};
-use std::hash::{Hash, Hasher};
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -124,10 +129,15 @@ impl Cluster {
             .unwrap_or(false);
         let (dir, run_as) = if root {
             let user = unprivileged_user()?;
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            home.hash(&mut h);
-            let dir = PathBuf::from(format!("/var/tmp/tidemark-{:016x}", h.finish()));
-            (dir, Some(user))
+            let named = PathBuf::from(format!(
+                "/var/tmp/tidemark-{:016x}",
+                stable_hash(home.as_os_str().as_encoded_bytes())
+            ));
+            // A cluster made before names were stable is found by its link.
+            let linked = fs::read_link(home.join("pg"))
+                .ok()
+                .filter(|d| d.starts_with("/var/tmp") && d.join("data/PG_VERSION").exists());
+            (linked.unwrap_or(named), Some(user))
         } else {
             (home.join("pg"), None)
         };
@@ -142,6 +152,11 @@ impl Cluster {
     /// The `$TIDEMARK_HOME` it belongs to.
     pub fn home(&self) -> &Path {
         &self.home
+    }
+
+    /// The cluster's directory (`H/pg`, or under `/var/tmp` as root).
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The directory of the PostgreSQL binaries it runs.
@@ -163,9 +178,61 @@ impl Cluster {
         if self.dir.as_os_str().len() < 80 {
             return self.dir.clone();
         }
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.dir.hash(&mut h);
-        std::env::temp_dir().join(format!("tidemark-sock-{:016x}", h.finish()))
+        let h = stable_hash(self.dir.as_os_str().as_encoded_bytes());
+        std::env::temp_dir().join(format!("tidemark-sock-{h:016x}"))
+    }
+
+    /// The password of the `tidemark` role on TCP, generated once into
+    /// `H/db.password`, readable by its owner only.
+    pub fn password(&self) -> Result<String, ClusterError> {
+        let path = self.home.join("db.password");
+        match fs::read_to_string(&path) {
+            Ok(p) if !p.trim().is_empty() => return Ok(p.trim().to_owned()),
+            // Left empty by a crash between create and write: made again.
+            Ok(_) => fs::remove_file(&path).map_err(io_err(&path))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+        let mut bytes = [0u8; 24];
+        File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut bytes))
+            .map_err(io_err(Path::new("/dev/urandom")))?;
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        let password: String = bytes
+            .iter()
+            .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+            .collect();
+        let tmp = path.with_extension("password.tmp");
+        let _ = fs::remove_file(&tmp);
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io_err(&tmp))?;
+        writeln!(f, "{password}").map_err(io_err(&tmp))?;
+        // Written whole before it appears: the first link wins and every
+        // caller then reads the same password.
+        if fs::hard_link(&tmp, &path).is_err() {
+            let _ = fs::remove_file(&tmp);
+            return self.password();
+        }
+        let _ = fs::remove_file(&tmp);
+        Ok(password)
+    }
+
+    /// The TCP connection string, password included, when a loopback port
+    /// is open (`db up --port`).
+    pub fn tcp_url(&self) -> Result<Option<String>, ClusterError> {
+        let conf = fs::read_to_string(self.data().join("tidemark.conf")).unwrap_or_default();
+        if !conf.contains("listen_addresses = '127.0.0.1'") {
+            return Ok(None);
+        }
+        let port = self.port().unwrap_or(DEFAULT_PORT);
+        let password = self.password()?;
+        Ok(Some(format!(
+            "postgresql://{SUPERUSER}:{password}@127.0.0.1:{port}/{DATABASE}"
+        )))
     }
 
     /// The connection string of the `tidemark` database.
@@ -211,7 +278,7 @@ impl Cluster {
         if !self.data().join("PG_VERSION").exists() {
             self.initdb()?;
         }
-        let conf_changed = self.write_conf(tcp_port)?;
+        let conf_changed = self.write_conf(tcp_port)? | self.scram_on_tcp()?;
         let running = self.pg_ctl(&["status"])?.status.success();
         if running && !conf_changed {
             return Ok(false);
@@ -307,12 +374,37 @@ impl Cluster {
         Ok(f)
     }
 
-    /// Creates the cluster and socket directories, owned by the server's user, mode 0700.
+    /// Creates the cluster and socket directories, owned by the server's
+    /// user, mode 0700: fresh, never through a link; an existing one only if
+    /// it is a real directory that user owns.
     fn prepare_dirs(&self) -> Result<(), ClusterError> {
+        let owner = match &self.run_as {
+            Some(u) => u.uid,
+            None => fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0),
+        };
         for dir in [self.dir.clone(), self.socket_dir()] {
-            fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-            if let Some(u) = &self.run_as {
-                std::os::unix::fs::chown(&dir, Some(u.uid), Some(u.gid)).map_err(io_err(&dir))?;
+            match fs::symlink_metadata(&dir) {
+                Ok(m) if m.file_type().is_dir() && m.uid() == owner => {}
+                Ok(_) => {
+                    return Err(ClusterError::Command {
+                        what: format!("using {}", dir.display()),
+                        detail: format!(
+                            "it exists but is not a directory owned by uid {owner} (a link, or \
+                             another user's): refusing it; remove it if it is yours"
+                        ),
+                    })
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    fs::DirBuilder::new()
+                        .mode(0o700)
+                        .create(&dir)
+                        .map_err(io_err(&dir))?;
+                    if let Some(u) = &self.run_as {
+                        std::os::unix::fs::chown(&dir, Some(u.uid), Some(u.gid))
+                            .map_err(io_err(&dir))?;
+                    }
+                }
+                Err(e) => return Err(io_err(&dir)(e)),
             }
             fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(io_err(&dir))?;
         }
@@ -342,7 +434,8 @@ impl Cluster {
                 "-E",
                 "UTF8",
                 "--locale=C",
-                "--auth=trust",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
                 "--no-sync",
             ])
             .output()
@@ -355,6 +448,40 @@ impl Cluster {
             .map_err(io_err(&conf))?;
         writeln!(f, "\ninclude_if_exists = 'tidemark.conf'").map_err(io_err(&conf))?;
         Ok(())
+    }
+
+    /// Makes TCP ask for a password in a cluster made when it did not
+    /// (initdb's `host … trust` lines for loopback become
+    /// `scram-sha-256`; other lines, an operator's, are kept). Returns
+    /// whether the file changed.
+    fn scram_on_tcp(&self) -> Result<bool, ClusterError> {
+        let path = self.data().join("pg_hba.conf");
+        let old = fs::read_to_string(&path).map_err(io_err(&path))?;
+        let new: String = old
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let loopback = f.len() == 5
+                    && f[0] == "host"
+                    && (f[3] == "127.0.0.1/32" || f[3] == "::1/128")
+                    && f[4] == "trust";
+                if loopback {
+                    format!("{} {} {} {} scram-sha-256\n", f[0], f[1], f[2], f[3])
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        if new == old {
+            return Ok(false);
+        }
+        let tmp = path.with_extension("conf.tmp");
+        fs::write(&tmp, &new).map_err(io_err(&tmp))?;
+        if let Some(u) = &self.run_as {
+            std::os::unix::fs::chown(&tmp, Some(u.uid), Some(u.gid)).map_err(io_err(&tmp))?;
+        }
+        fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        Ok(true)
     }
 
     /// Writes the settings Tidemark owns; returns whether they changed.
@@ -495,6 +622,13 @@ fn server_major(bindir: &Path) -> Option<u32> {
     let text = String::from_utf8_lossy(&out.stdout);
     let version = text.split_whitespace().nth(2)?;
     version.split('.').next()?.parse().ok()
+}
+
+/// FNV-1a: a hash that stays the same across builds and Rust releases.
+fn stable_hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// `$TIDEMARK_PG_USER`, else `postgres`, else `nobody`, from /etc/passwd.

@@ -360,8 +360,22 @@ pub async fn up(cluster: &Cluster, port: Option<u16>) -> Result<Vec<i32>, UpErro
     cluster.up(port)?;
     ensure_database(&cluster.url_for("postgres"), cluster::DATABASE).await?;
     let mut client = connect(&cluster.url()).await?;
+    // The password TCP asks for (SPEC 9): set whatever the port, so a port
+    // opened later finds it; only letters and digits, so quoting is plain.
+    // Serialised: several `up`s at once would update the role's row at once.
+    let password = cluster.password()?;
+    client
+        .batch_execute(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({PASSWORD_LOCK});
+             ALTER ROLE CURRENT_USER PASSWORD '{password}'; COMMIT"
+        ))
+        .await
+        .map_err(StoreError::from)?;
     Ok(migrate(&mut client).await?)
 }
+
+/// The advisory lock that serialises setting the embedded role's password.
+const PASSWORD_LOCK: i64 = 0x7464_6d6b_7077_6400; // "tdmkpwd"
 
 /// Why the embedded database could not be brought up.
 #[derive(Debug, thiserror::Error)]
