@@ -415,3 +415,82 @@ fn an_idle_transaction_on_the_buffer_delays_housekeeping_never_the_sweep() {
     });
     shard.stop();
 }
+
+/// Peak resident memory of a process, from `/proc/<pid>/status` (`VmHWM`).
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+/// A flood of the largest messages allowed into a proxy whose only
+/// subscriber has stalled: the proxy holds at most `--hwm` messages per
+/// connection each way, so its peak memory stays under the bound
+/// docs/operations.md gives (a base, plus connections × hwm × 64 KiB)
+/// while far more than that passes through it.
+#[test]
+fn a_flood_into_a_stalled_proxy_stays_within_its_memory_bound() {
+    let _heavy = tidemark_testkit::HEAVY.lock();
+    let (front, back, metrics) = (
+        tidemark_testkit::free_addr(),
+        tidemark_testkit::free_addr(),
+        tidemark_testkit::free_addr(),
+    );
+    let hwm = 200u64;
+    let proxy = Reaped(
+        tidemark_testkit::bin()
+            .args(["proxy", "--frontend", &format!("tcp://{front}")])
+            .args(["--backend", &format!("tcp://{back}")])
+            .args(["--hwm", &hwm.to_string(), "--metrics-addr", &metrics])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let ctx = zmq::Context::new();
+    // Subscribes, then never reads: its queues fill, then the proxy's.
+    let stalled = ctx.socket(zmq::SUB).unwrap();
+    stalled.set_rcvhwm(10).unwrap();
+    stalled.set_rcvbuf(64 * 1024).unwrap();
+    stalled.connect(&format!("tcp://{back}")).unwrap();
+    stalled.set_subscribe(b"bid-").unwrap();
+    // Queues without limit on the test's side: every message reaches the proxy.
+    let publ = ctx.socket(zmq::PUB).unwrap();
+    publ.set_sndhwm(0).unwrap();
+    publ.connect(&format!("tcp://{front}")).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let base = peak_rss(proxy.0.id());
+    let payload = vec![b' '; tidemark_wire::MAX_PAYLOAD];
+    let topic = tidemark_wire::topic("bid", &Txid::new(1, now_ms() as u64));
+    let messages = 20_000u64; // 1.3 GB through the proxy
+    for _ in 0..messages {
+        publ.send(topic.as_bytes(), zmq::SNDMORE).unwrap();
+        publ.send(&payload, 0).unwrap();
+    }
+    wait_for("the proxy to read the whole flood", || {
+        let t = tidemark_testkit::try_scrape(&metrics)?;
+        let n = tidemark_testkit::metric(&t, r#"tidemark_proxy_messages_total{kind="bid"}"#)?;
+        (n as u64 == messages).then_some(())
+    });
+    let peak = peak_rss(proxy.0.id());
+    // Two connections (the publisher, the stalled shard), hwm each, plus a
+    // margin for libzmq's batches: the bound docs/operations.md states.
+    let per_message = tidemark_wire::MAX_PAYLOAD as u64 + 1024;
+    let bound = 64 * 1024 * 1024 + 2 * hwm * per_message;
+    eprintln!(
+        "proxy peak RSS {} MiB (idle {} MiB, bound {} MiB) after {} MiB offered",
+        peak >> 20,
+        base >> 20,
+        bound >> 20,
+        (messages * per_message) >> 20
+    );
+    assert!(peak < bound, "peak {peak} over {bound}");
+    assert!(
+        messages * per_message > 10 * bound,
+        "the flood dwarfs the bound"
+    );
+}

@@ -29,6 +29,12 @@ const CHUNK_EVENTS: usize = 2048;
 const CHUNK_AGE: Duration = Duration::from_millis(20);
 /// How long intake waits for a stuck writer before reading on and dropping.
 const STALL_LIMIT: Duration = Duration::from_secs(10);
+/// Events the chunk intake fills may hold: beyond, while the writer is
+/// stuck, they are dropped and counted. Each takes at most its payload
+/// (64 KiB) and parts the decoder rebuilt (as much again), so the chunk's
+/// arena stays far below what its `u32` offsets can address.
+const MAX_CHUNK: usize = 2 * CHUNK_EVENTS;
+const _: () = assert!(MAX_CHUNK * 2 * tidemark_wire::MAX_PAYLOAD < u32::MAX as usize);
 
 /// One accepted event; strings live in the chunk's arena.
 #[derive(Debug, Clone, Copy)]
@@ -122,7 +128,6 @@ pub fn spawn(
         bound_ts: false,
         handler: Shard {
             counters,
-            max_chunk: config.max_pending.clamp(CHUNK_EVENTS, 1 << 20),
             arrival: wall_ms() * 1000,
             chunk: Chunk::default(),
             chunk_started: Instant::now(),
@@ -143,7 +148,6 @@ pub fn spawn(
 /// estimate, and back-pressure from the writer.
 struct Shard {
     counters: Arc<Counters>,
-    max_chunk: usize,
     arrival: i64,
     chunk: Chunk,
     chunk_started: Instant,
@@ -170,7 +174,7 @@ impl Handler for Shard {
 
     fn event(&mut self, _: Socket, e: Event<'_>) {
         self.loss.arrived(e.kind, e.txid.first_digit());
-        if self.chunk.events.len() >= self.max_chunk {
+        if self.chunk.events.len() >= MAX_CHUNK {
             self.counters.add(Counter::DroppedOverflow, 1);
             return;
         }
