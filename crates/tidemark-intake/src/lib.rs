@@ -124,6 +124,46 @@ impl Default for Backoff {
 mod tests {
     use super::*;
 
+    /// The libzmq linked (vendor/zmq-sys, with libsodium) does CURVE: a
+    /// subscriber holding the fleet's secret key (the CURVE server, though
+    /// it connects) reads a publisher that knows the fleet's public key; one
+    /// holding another key reads nothing, however long it waits.
+    #[test]
+    fn curve_works_and_a_subscriber_without_the_fleet_key_reads_nothing() {
+        assert_eq!(zmq::has("curve"), Some(true));
+        let fleet = zmq::CurveKeyPair::new().unwrap();
+        let stranger = zmq::CurveKeyPair::new().unwrap();
+        let publisher = zmq::CurveKeyPair::new().unwrap();
+        let ctx = zmq::Context::new();
+        let publ = ctx.socket(zmq::PUB).unwrap();
+        publ.set_curve_serverkey(&fleet.public_key).unwrap();
+        publ.set_curve_publickey(&publisher.public_key).unwrap();
+        publ.set_curve_secretkey(&publisher.secret_key).unwrap();
+        publ.bind("tcp://127.0.0.1:*").unwrap();
+        let endpoint = publ.get_last_endpoint().unwrap().unwrap();
+        let sub = |secret: &[u8; 32]| {
+            let s = ctx.socket(zmq::SUB).unwrap();
+            s.set_curve_server(true).unwrap();
+            s.set_curve_secretkey(secret).unwrap();
+            s.set_subscribe(b"").unwrap();
+            s.set_rcvtimeo(20).unwrap();
+            s.connect(&endpoint).unwrap();
+            s
+        };
+        let (member, outsider) = (sub(&fleet.secret_key), sub(&stranger.secret_key));
+        let mut got = (0, 0);
+        for _ in 0..200 {
+            publ.send("bid-0", 0).unwrap();
+            got.0 += usize::from(member.recv_bytes(0).is_ok());
+            got.1 += usize::from(outsider.recv_bytes(0).is_ok());
+            if got.0 >= 10 {
+                break;
+            }
+        }
+        assert!(got.0 >= 10, "the fleet's subscriber reads: {got:?}");
+        assert_eq!(got.1, 0, "a subscriber without the fleet key reads nothing");
+    }
+
     #[test]
     fn backoff_doubles_to_ten_seconds_and_resets() {
         let mut b = Backoff::new();
