@@ -77,6 +77,12 @@ bench-links seconds="120":
     target/release/tidemark-bench profile-ingest --linked --rate 40000 --seconds {{seconds}} --warmup 10
     target/release/tidemark-bench profile-read --linked
 
+# Issue 23: messages per second through `tidemark proxy` (its own forwarding loop);
+# with old=PATH, another build's binary interleaved run by run
+bench-proxy old="":
+    cargo build --release --workspace
+    target/release/tidemark-bench proxy {{ if old != "" { "--old-bin " + old } else { "" } }}
+
 # Issue 12: the default demo's figures, and on its exported ctr rows Tidemark's learner against Vowpal Wabbit
 # Issue 13: connect, profile lookups and COPY over a unix socket, TCP, and TCP with TLS
 # (verify-full), one cluster, one run; metrics scrape latency

@@ -5,9 +5,11 @@
 mod db;
 mod demo;
 mod export;
+mod keys;
 mod learn;
 mod plan;
 mod profiles;
+mod proxy;
 mod publish;
 mod score;
 mod shard;
@@ -63,24 +65,7 @@ enum Command {
     /// Write a target's observations as TSV for `learn --input --header`
     Export(export::Args),
     /// Forward publishers to shards through one address (XSUB/XPUB)
-    Proxy {
-        /// Publisher endpoints to connect to
-        #[arg(long)]
-        publishers: Vec<String>,
-        /// Endpoints to bind for publishers that connect
-        #[arg(long)]
-        frontend: Vec<String>,
-        /// Endpoints to bind for shards to connect to
-        #[arg(long, required = true)]
-        backend: Vec<String>,
-        /// Serve Prometheus metrics (messages forwarded by kind) at http://ADDR/metrics
-        #[arg(long, value_name = "ADDR")]
-        metrics_addr: Option<String>,
-        /// Messages each connection may queue in each direction (at most 64 KiB each)
-        #[arg(long, default_value_t = tidemark_market::proxy::DEFAULT_HWM,
-              value_parser = clap::value_parser!(i32).range(1..))]
-        hwm: i32,
-    },
+    Proxy(proxy::Args),
     /// Run a profile process: per-person counters from the event stream (SPEC 11)
     Profiles(profiles::ProcessArgs),
     /// Read profiles by identifier (SPEC 11)
@@ -90,6 +75,11 @@ enum Command {
     },
     /// A person's events in a time range, oldest first (SPEC 11)
     Trail(profiles::TrailArgs),
+    /// CURVE keys for publishers and the fleet (SPEC 2, 7)
+    Keys {
+        #[command(subcommand)]
+        action: keys::Action,
+    },
     /// Manage the embedded PostgreSQL cluster under $TIDEMARK_HOME
     Db {
         #[command(subcommand)]
@@ -115,17 +105,8 @@ fn main() -> ExitCode {
         Command::Profiles(args) => profiles::run_process(args),
         Command::Profile { action } => profiles::run_profile(action),
         Command::Trail(args) => profiles::run_trail(args),
-        Command::Proxy {
-            publishers,
-            frontend,
-            backend,
-            metrics_addr,
-            hwm,
-        } => {
-            let metrics = metrics_addr.as_deref();
-            tidemark_market::proxy::run(&publishers, &frontend, &backend, metrics, hwm)
-                .map_err(Into::into)
-        }
+        Command::Proxy(args) => proxy::run(args),
+        Command::Keys { action } => keys::run(action),
         Command::Db { action, home } => db::run(action, home),
     };
     match result {

@@ -13,6 +13,7 @@ mod e2e;
 mod links;
 mod ops;
 mod profiles;
+mod proxy;
 mod store;
 
 use tidemark_testkit::terminate;
@@ -116,6 +117,19 @@ enum Bench {
         #[arg(long, default_value_t = 2_000_000)]
         copy_rows: usize,
     },
+    /// Messages per second through `tidemark proxy`, this build against --old-bin, interleaved
+    Proxy {
+        #[arg(long, default_value_t = 1_000_000)]
+        messages: u64,
+        /// Payload bytes per message
+        #[arg(long, default_value_t = 300)]
+        size: usize,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Another build's `tidemark` binary to compare with
+        #[arg(long)]
+        old_bin: Option<PathBuf>,
+    },
     /// Sweeping a buffer of N transactions through every phase
     Phases {
         /// Transactions buffered before the sweep
@@ -149,6 +163,12 @@ fn main() -> anyhow::Result<()> {
         } => rt.block_on(intake(&bin, &cluster, offered, speed, seconds, warmup)),
         Bench::Phases { transactions } => rt.block_on(phases(&bin, &cluster, transactions)),
         Bench::Ops { samples, copy_rows } => rt.block_on(ops::run(samples, copy_rows)),
+        Bench::Proxy {
+            messages,
+            size,
+            rounds,
+            old_bin,
+        } => proxy::run(&bin, old_bin.as_deref(), messages, size, rounds),
         Bench::ProfileIngest {
             rate,
             seconds,

@@ -35,6 +35,32 @@ pub struct Subscription {
     pub rcvhwm: i32,
     /// Publisher names whose ticks count at once (SPEC 6).
     pub max_publishers: usize,
+    /// Who may publish (`[curve]`, SPEC 2 and 7); `None`: plain sockets.
+    pub curve: Option<crate::curve::Curve>,
+}
+
+/// `[curve]` as written.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCurve {
+    /// The fleet's secret key file.
+    pub secret_key_file: String,
+    /// `[[curve.publishers]]`.
+    #[serde(default)]
+    pub publishers: Vec<RawListed>,
+}
+
+/// One `[[curve.publishers]]` entry as written.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListed {
+    /// `name`.
+    pub name: String,
+    /// `public_key`, Z85.
+    pub public_key: String,
+    /// `forwarder`.
+    #[serde(default)]
+    pub forwarder: bool,
 }
 
 /// The subscription keys as written in a file (absent: `None`).
@@ -56,6 +82,8 @@ pub struct Keys<'a> {
     pub rcvhwm: Option<i64>,
     /// `max_publishers`.
     pub max_publishers: Option<i64>,
+    /// `[curve]`.
+    pub curve: Option<&'a RawCurve>,
 }
 
 /// Declares a process's configuration as written in its file (a struct
@@ -86,6 +114,7 @@ macro_rules! raw_config {
             max_future: Option<String>,
             rcvhwm: Option<i64>,
             max_publishers: Option<i64>,
+            curve: Option<$crate::config::RawCurve>,
             $($(#[$fmeta])* $field: $ty),*
         }
 
@@ -101,6 +130,7 @@ macro_rules! raw_config {
                     max_future: self.max_future.as_deref(),
                     rcvhwm: self.rcvhwm,
                     max_publishers: self.max_publishers,
+                    curve: self.curve.as_ref(),
                 }
             }
         }
@@ -174,6 +204,40 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// Validates `[curve]`: the fleet's key file read, each listed publisher
+/// named once with a key.
+fn curve(raw: &RawCurve) -> Result<crate::curve::Curve, ConfigError> {
+    use crate::curve::{parse_key, read_key_file, Listed};
+    let secret = read_key_file(std::path::Path::new(&raw.secret_key_file))
+        .map_err(|m| err("curve.secret_key_file", m))?;
+    if raw.publishers.is_empty() {
+        return Err(err(
+            "curve.publishers",
+            "list at least one publisher (name and public_key): with none, nobody gets in",
+        ));
+    }
+    let mut publishers: Vec<Listed> = Vec::new();
+    for (i, p) in raw.publishers.iter().enumerate() {
+        let key = |k: &str| format!("curve.publishers[{i}].{k}");
+        if p.name.is_empty() || publishers.iter().any(|q| q.name == p.name) {
+            return Err(err(
+                &key("name"),
+                format!("{:?} is empty or listed twice", p.name),
+            ));
+        }
+        let public = parse_key(&p.public_key).map_err(|m| err(&key("public_key"), m))?;
+        if publishers.iter().any(|q| q.public == public) {
+            return Err(err(&key("public_key"), "listed twice"));
+        }
+        publishers.push(Listed {
+            name: p.name.clone(),
+            public,
+            forwarder: p.forwarder,
+        });
+    }
+    Ok(crate::curve::Curve { secret, publishers })
+}
+
 impl Subscription {
     /// Validates the keys; `rcvhwm_default` is the owner's (a process that
     /// batches more holds more).
@@ -230,6 +294,7 @@ impl Subscription {
                 ))
             }
         };
+        let curve = k.curve.map(curve).transpose()?;
         Ok(Subscription {
             endpoints: k.endpoints.to_vec(),
             prefixes,
@@ -243,6 +308,7 @@ impl Subscription {
             max_future: dur("max_future", k.max_future, Duration::from_secs(600))?,
             rcvhwm,
             max_publishers,
+            curve,
         })
     }
 

@@ -40,6 +40,9 @@ pub enum TickRefusal {
     /// Under a new name while `max_publishers` names count: counted
     /// `too_many_publishers` (SPEC 6).
     TooManyPublishers,
+    /// Under a name other than the one listed with the key that sent it
+    /// (SPEC 2): counted `foreign_tick`.
+    Foreign,
 }
 
 impl TickRefusal {
@@ -48,6 +51,7 @@ impl TickRefusal {
         match self {
             TickRefusal::Future => "future_tick",
             TickRefusal::TooManyPublishers => "too_many_publishers",
+            TickRefusal::Foreign => "foreign_tick",
         }
     }
 }
@@ -184,6 +188,7 @@ mod tests {
             max_future: Duration::from_secs(600),
             rcvhwm: 1,
             max_publishers: 3,
+            curve: None,
         }
     }
 

@@ -14,6 +14,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod curve;
 pub mod door;
 mod drive;
 pub mod fault;

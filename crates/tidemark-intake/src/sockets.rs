@@ -80,6 +80,10 @@ pub struct Sockets {
     ctx: zmq::Context,
     pair: [(Socket, zmq::Socket); 2],
     watches: [Watch; 2],
+    /// The ZAP handler, with `[curve]`.
+    zap: Option<crate::curve::Zap>,
+    /// With `[curve]`: the listed names whose ticks may carry any name.
+    forwarders: Option<std::collections::HashSet<String>>,
 }
 
 impl Sockets {
@@ -89,11 +93,35 @@ impl Sockets {
     /// watched for connections dropped for it.
     pub fn open(sub: &Subscription, types: &[&str]) -> Result<Sockets, IntakeError> {
         let ctx = zmq::Context::new();
+        // Bound before any socket connects: with no handler, libzmq lets
+        // every key in.
+        let zap = match &sub.curve {
+            Some(c) => Some(
+                crate::curve::Zap::start(&ctx, c)
+                    .map_err(|error| IntakeError::Socket { what: "zap", error })?,
+            ),
+            None => {
+                for ep in sub.endpoints.iter().filter(|e| !is_local(e)) {
+                    tracing::warn!(
+                        endpoint = ep.as_str(),
+                        "connecting outside loopback without [curve] keys: anyone who reaches \
+                         this network can publish, and read what publishers send"
+                    );
+                }
+                None
+            }
+        };
         let open = |which: Socket| -> Result<(zmq::Socket, Watch), IntakeError> {
             let fail = |what: &'static str| move |error| IntakeError::Socket { what, error };
             let s = ctx.socket(zmq::SUB).map_err(fail("create"))?;
             s.set_rcvhwm(sub.rcvhwm).map_err(fail("rcvhwm"))?;
             s.set_maxmsgsize(MAX_FRAME).map_err(fail("maxmsgsize"))?;
+            if let Some(c) = &sub.curve {
+                s.set_curve_server(true).map_err(fail("curve_server"))?;
+                s.set_curve_secretkey(&c.secret)
+                    .map_err(fail("curve_secretkey"))?;
+                s.set_zap_domain("tidemark").map_err(fail("zap_domain"))?;
+            }
             s.set_linger(0).map_err(fail("linger"))?;
             let mine: Vec<&str> = types
                 .iter()
@@ -119,6 +147,14 @@ impl Sockets {
         Ok(Sockets {
             pair: [(Socket::High, high), (Socket::Low, low)],
             watches: [high_watch, low_watch],
+            zap,
+            forwarders: sub.curve.as_ref().map(|c| {
+                c.publishers
+                    .iter()
+                    .filter(|p| p.forwarder)
+                    .map(|p| p.name.clone())
+                    .collect()
+            }),
             ctx,
         })
     }
@@ -160,6 +196,7 @@ pub fn spawn<H: Handler + Send + 'static>(
             }
             drop(sockets.watches);
             drop(sockets.pair);
+            drop(sockets.zap);
             drop(sockets.ctx);
         })
         .map_err(IntakeError::Thread)
@@ -187,7 +224,18 @@ impl<H: Handler> Intake<H> {
                             idle = false;
                             let frames = read_rest(sock, &topic, &mut payload, &mut extra);
                             crate::fault::inject("intake_panic", &payload);
-                            self.handle(*which, &topic, &payload, frames, &mut log);
+                            // With keys, a tick must come from its name's key.
+                            let sender = match &all.forwarders {
+                                Some(forwarders) if &topic[..] == b"tick" => {
+                                    Some(match topic.gets("User-Id") {
+                                        Some(u) if forwarders.contains(u) => Sender::Forwarder,
+                                        Some(u) => Sender::Named(u.to_owned()),
+                                        None => Sender::Named(String::new()),
+                                    })
+                                }
+                                _ => None,
+                            };
+                            self.handle(*which, &topic, &payload, frames, sender, &mut log);
                         }
                         Err(zmq::Error::EAGAIN) => break,
                         Err(e) => {
@@ -232,6 +280,7 @@ impl<H: Handler> Intake<H> {
         topic: &[u8],
         payload: &[u8],
         frames: usize,
+        sender: Option<Sender>,
         log: &mut RejectLog,
     ) {
         let decoded = if frames == 2 {
@@ -251,10 +300,14 @@ impl<H: Handler> Intake<H> {
                 }
             }
             Ok(Message::Tick(t)) => {
-                match self
-                    .door
-                    .tick(which, &t.publisher, t.ts, Instant::now(), wall_ms())
-                {
+                let foreign = matches!(&sender, Some(Sender::Named(n)) if *n != t.publisher);
+                let verdict = if foreign {
+                    TickVerdict::Refused(TickRefusal::Foreign)
+                } else {
+                    self.door
+                        .tick(which, &t.publisher, t.ts, Instant::now(), wall_ms())
+                };
+                match verdict {
                     TickVerdict::Refused(why) => {
                         self.handler.refused_tick(why);
                         let what = match why {
@@ -262,6 +315,7 @@ impl<H: Handler> Intake<H> {
                             TickRefusal::TooManyPublishers => {
                                 "a tick under a new publisher name while max_publishers names count"
                             }
+                            TickRefusal::Foreign => "a tick under a name other than its key's",
                         };
                         log.log(why.reason(), topic, what);
                     }
@@ -276,6 +330,22 @@ impl<H: Handler> Intake<H> {
             }
         }
     }
+}
+
+/// Who sent a tick, under `[curve]`: a listed publisher, whose ticks must
+/// carry its name, or a forwarder, whose may carry any.
+enum Sender {
+    Named(String),
+    Forwarder,
+}
+
+/// Whether an endpoint stays on this host (loopback, ipc, inproc).
+fn is_local(endpoint: &str) -> bool {
+    let Some(rest) = endpoint.strip_prefix("tcp://") else {
+        return true;
+    };
+    let host = rest.rsplit_once(':').map_or(rest, |(h, _)| h);
+    matches!(host, "localhost" | "[::1]" | "::1") || host.starts_with("127.")
 }
 
 /// Reads the remaining frames of a message; returns how many it had in all.

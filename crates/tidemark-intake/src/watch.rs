@@ -60,7 +60,7 @@ impl Watch {
     }
 
     /// Reads what the monitor reported and restores every connection
-    /// libzmq dropped for good at least [`RETRY_WITHIN`] ago; returns the
+    /// libzmq dropped for good at least `RETRY_WITHIN` ago; returns the
     /// endpoints restored.
     pub fn check(&mut self, sock: &zmq::Socket, now: Instant) -> Vec<String> {
         while let Ok(frames) = self.monitor.recv_multipart(zmq::DONTWAIT) {

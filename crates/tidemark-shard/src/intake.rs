@@ -240,6 +240,7 @@ impl Handler for Shard {
             match why {
                 TickRefusal::Future => Counter::FutureTick,
                 TickRefusal::TooManyPublishers => Counter::TooManyPublishers,
+                TickRefusal::Foreign => Counter::ForeignTick,
             },
             1,
         );

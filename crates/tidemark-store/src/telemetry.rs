@@ -66,11 +66,14 @@ pub enum Counter {
     /// Ticks under a new publisher name refused while `max_publishers`
     /// names counted (SPEC 6).
     TooManyPublishers,
+    /// Ticks under a name other than the one listed with the CURVE key
+    /// that sent them (SPEC 2).
+    ForeignTick,
 }
 
 impl Counter {
     /// Every counter, in declaration order (`ALL[c as usize] == c`).
-    pub const ALL: [Counter; 28] = [
+    pub const ALL: [Counter; 29] = [
         Counter::DroppedOverflow,
         Counter::DroppedFeatures,
         Counter::Batches,
@@ -99,6 +102,7 @@ impl Counter {
         Counter::LivenessGaveUp,
         Counter::ConnectionsRestored,
         Counter::TooManyPublishers,
+        Counter::ForeignTick,
     ];
 
     /// Its name in `tidemark.shard_counters`.
@@ -132,6 +136,7 @@ impl Counter {
             Counter::LivenessGaveUp => "liveness_gave_up",
             Counter::ConnectionsRestored => "connections_restored",
             Counter::TooManyPublishers => "too_many_publishers",
+            Counter::ForeignTick => "foreign_tick",
         }
     }
 
