@@ -124,6 +124,17 @@ fn the_proxy_restores_a_publisher_connection_dropped_for_an_oversized_frame() {
     assert_eq!(got[1], b"{\"after\":1}");
 }
 
+/// The `ctr` label a shard emitted for a transaction, once it has.
+fn ctr_label(db: &TestDb, shard: &str, t: &Txid) -> Option<i64> {
+    tidemark_testkit::query_i64(
+        &db.url,
+        &format!(
+            "SELECT label::bigint FROM tidemark.observations \
+             WHERE shard = '{shard}' AND target = 'ctr' AND txid = '{t}'"
+        ),
+    )
+}
+
 /// Event clock, short windows, publishers let go after 2 s of silence, at
 /// most 8 names counted.
 const GUARDED_CLOCK: &str = r#"
@@ -168,15 +179,7 @@ fn ticks_under_invented_names_are_bounded_by_max_publishers() {
         let p = tidemark_wire::tick_payload(&format!("invented{n}"), t0 - 3_600_000, &[]);
         publ.raw(&[b"tick", p.as_bytes()]);
     }
-    let label = |t: &Txid| {
-        tidemark_testkit::query_i64(
-            &db.url,
-            &format!(
-                "SELECT label::bigint FROM tidemark.observations \
-                 WHERE shard = 'n' AND target = 'ctr' AND txid = '{t}'"
-            ),
-        )
-    };
+    let label = |t: &Txid| ctr_label(&db, "n", t);
     // The honest publisher keeps ticking; the seven invented names that got
     // in hold the clock until they have been silent for 2 s.
     let labels = wait_for("the ctr observations", || {
@@ -360,15 +363,7 @@ fn an_idle_transaction_on_the_buffer_delays_housekeeping_never_the_sweep() {
     });
     held.recv().unwrap();
     publ.event("click", &clicked, t0 + 5_000, "");
-    let label = |t: &Txid| {
-        tidemark_testkit::query_i64(
-            &db.url,
-            &format!(
-                "SELECT label::bigint FROM tidemark.observations \
-                 WHERE shard = 'l' AND target = 'ctr' AND txid = '{t}'"
-            ),
-        )
-    };
+    let label = |t: &Txid| ctr_label(&db, "l", t);
     // Swept while the transaction stays open (without the bound, the drop
     // would wait for it, and every sweep behind the drop).
     let labels = wait_for("the ctr observations, the transaction still open", || {

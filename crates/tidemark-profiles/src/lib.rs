@@ -275,35 +275,27 @@ async fn isolate(
                 // Not committed: the counts go with the next piece.
                 counts = piece_counts;
                 let closed = worker.client.as_ref().is_none_or(|c| c.is_closed());
-                if !refused(&e, unknown_failures, closed) {
-                    back.append(&mut events);
-                    return Err((
-                        e,
-                        Work {
-                            events: back,
-                            counts,
-                            trail_from,
-                        },
-                    ));
-                }
-                if n > 1 {
-                    back.append(&mut events);
-                    events = back;
-                    limit = (n / 2).max(1);
-                    continue;
-                }
-                match set_aside(main, config, &back[0], &e, worker.index).await {
+                let alone = n == 1 && refused(&e, unknown_failures, closed);
+                let outcome = if alone {
+                    set_aside(main, config, &back[0], &e, worker.index).await
+                } else {
+                    Err(e)
+                };
+                match outcome {
                     Ok(reason) => *done.entry(reason.to_owned()).or_default() += 1,
                     Err(e) => {
                         back.append(&mut events);
-                        return Err((
-                            e,
-                            Work {
-                                events: back,
-                                counts,
-                                trail_from,
-                            },
-                        ));
+                        if n > 1 && refused(&e, unknown_failures, closed) {
+                            events = back;
+                            limit = (n / 2).max(1);
+                            continue;
+                        }
+                        let left = Work {
+                            events: back,
+                            counts,
+                            trail_from,
+                        };
+                        return Err((e, left));
                     }
                 }
             }
