@@ -124,6 +124,14 @@ fn the_proxy_restores_a_publisher_connection_dropped_for_an_oversized_frame() {
     assert_eq!(got[1], b"{\"after\":1}");
 }
 
+/// A profile process's count of `reason`, over its workers.
+fn profile_count(db: &TestDb, reason: &str) -> Option<i64> {
+    tidemark_testkit::query_i64(
+        &db.url,
+        &format!("SELECT sum(n)::bigint FROM tidemark.profile_counts WHERE reason = '{reason}'"),
+    )
+}
+
 /// The `ctr` label a shard emitted for a transaction, once it has.
 fn ctr_label(db: &TestDb, shard: &str, t: &Txid) -> Option<i64> {
     tidemark_testkit::query_i64(
@@ -231,10 +239,7 @@ fn events_with_thousands_of_identifiers_are_refused_whole() {
         "{over:?}"
     );
     proc.stop();
-    let too_many = tidemark_testkit::query_i64(
-        &db.url,
-        "SELECT sum(n)::bigint FROM tidemark.profile_counts WHERE reason = 'too_many_ids'",
-    );
+    let too_many = profile_count(&db, "too_many_ids");
     assert_eq!(too_many, Some(21));
 }
 
@@ -310,10 +315,7 @@ fn events_the_database_refuses_are_quarantined_and_the_rest_applied() {
         assert_eq!(row[2].as_deref(), Some("22023"));
     }
     proc.stop();
-    let quarantined = tidemark_testkit::query_i64(
-        &db.url,
-        "SELECT sum(n)::bigint FROM tidemark.profile_counts WHERE reason = 'quarantined'",
-    );
+    let quarantined = profile_count(&db, "quarantined");
     assert_eq!(quarantined, Some(3));
 }
 

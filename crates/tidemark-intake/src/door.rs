@@ -1,7 +1,7 @@
 //! The door every event and tick passes (SPEC 1, 6): how far ahead of the
 //! reference they may be, and the event clock the accepted ticks drive.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::clock::{EventClock, Socket};
@@ -25,6 +25,9 @@ pub struct Door {
     names: HashMap<String, Instant>,
     max_publishers: usize,
     publisher_timeout: Duration,
+    /// With `[curve]`: the listed names whose ticks may carry any name
+    /// (forwarders); `None`: names are not checked against keys.
+    forwarders: Option<HashSet<String>>,
     /// The newest tick heard in this run, from any publisher on either socket.
     newest_tick: Option<i64>,
     /// The newest tick the previous run heard.
@@ -81,6 +84,13 @@ impl Door {
             names: HashMap::new(),
             max_publishers: sub.max_publishers,
             publisher_timeout: sub.publisher_timeout,
+            forwarders: sub.curve.as_ref().map(|c| {
+                c.publishers
+                    .iter()
+                    .filter(|p| p.forwarder)
+                    .map(|p| p.name.clone())
+                    .collect()
+            }),
             newest_tick: None,
             saved_reference: saved_reference.unwrap_or(i64::MIN),
         }
@@ -108,6 +118,33 @@ impl Door {
         self.reference_at(wall)
             .saturating_add(self.max_future)
             .min(MAX_TIME_MS)
+    }
+
+    /// Whether ticks are checked against the key that sent them
+    /// ([`Door::tick_from`]): `[curve]` is configured.
+    pub fn checks_senders(&self) -> bool {
+        self.forwarders.is_some()
+    }
+
+    /// Judges a tick sent by `sender` (under `[curve]`, the name its key is
+    /// listed with): refused as `Foreign` unless it carries that name or
+    /// the key is a forwarder's (SPEC 2); then as [`Door::tick`] does.
+    pub fn tick_from(
+        &mut self,
+        sender: Option<&str>,
+        which: Socket,
+        publisher: &str,
+        ts: i64,
+        now: Instant,
+        wall: i64,
+    ) -> TickVerdict {
+        if let Some(forwarders) = &self.forwarders {
+            let own = sender.is_some_and(|s| s == publisher || forwarders.contains(s));
+            if !own {
+                return TickVerdict::Refused(TickRefusal::Foreign);
+            }
+        }
+        self.tick(which, publisher, ts, now, wall)
     }
 
     /// Judges a tick heard on `which` at `now` (wall time `wall`, ms).
@@ -279,6 +316,48 @@ mod tests {
             TickVerdict::Accepted { .. }
         ));
         assert_eq!(d.names.len(), 2, "b and c let go: {:?}", d.names.keys());
+    }
+
+    #[test]
+    fn with_keys_a_tick_counts_only_under_its_key_s_name_or_a_forwarder_s() {
+        let now = Instant::now();
+        let listed = |name: &str, forwarder| crate::curve::Listed {
+            name: name.into(),
+            public: [name.len() as u8; 32],
+            forwarder,
+        };
+        let keyed = Subscription {
+            curve: Some(crate::curve::Curve {
+                secret: [0; 32],
+                publishers: vec![listed("alice", false), listed("proxy", true)],
+            }),
+            ..sub(ClockKind::Wall)
+        };
+        let mut d = Door::new(&keyed, None, None);
+        assert!(d.checks_senders());
+        let from =
+            |d: &mut Door, sender, name| d.tick_from(sender, Socket::High, name, 500, now, 1_000);
+        assert!(matches!(
+            from(&mut d, Some("alice"), "alice"),
+            TickVerdict::Accepted { .. }
+        ));
+        assert!(matches!(
+            from(&mut d, Some("proxy"), "bob"),
+            TickVerdict::Accepted { .. }
+        ));
+        for (sender, name) in [(Some("alice"), "bob"), (Some(""), "alice"), (None, "alice")] {
+            assert_eq!(
+                from(&mut d, sender, name),
+                TickVerdict::Refused(TickRefusal::Foreign),
+                "{sender:?} as {name}"
+            );
+        }
+        let mut plain = Door::new(&sub(ClockKind::Wall), None, None);
+        assert!(!plain.checks_senders());
+        assert!(matches!(
+            from(&mut plain, None, "anyone"),
+            TickVerdict::Accepted { .. }
+        ));
     }
 
     #[test]

@@ -82,8 +82,6 @@ pub struct Sockets {
     watches: [Watch; 2],
     /// The ZAP handler, with `[curve]`.
     zap: Option<crate::curve::Zap>,
-    /// With `[curve]`: the listed names whose ticks may carry any name.
-    forwarders: Option<std::collections::HashSet<String>>,
 }
 
 impl Sockets {
@@ -148,13 +146,6 @@ impl Sockets {
             pair: [(Socket::High, high), (Socket::Low, low)],
             watches: [high_watch, low_watch],
             zap,
-            forwarders: sub.curve.as_ref().map(|c| {
-                c.publishers
-                    .iter()
-                    .filter(|p| p.forwarder)
-                    .map(|p| p.name.clone())
-                    .collect()
-            }),
             ctx,
         })
     }
@@ -224,17 +215,10 @@ impl<H: Handler> Intake<H> {
                             idle = false;
                             let frames = read_rest(sock, &topic, &mut payload, &mut extra);
                             crate::fault::inject("intake_panic", &payload);
-                            // With keys, a tick must come from its name's key.
-                            let sender = match &all.forwarders {
-                                Some(forwarders) if &topic[..] == b"tick" => {
-                                    Some(match topic.gets("User-Id") {
-                                        Some(u) if forwarders.contains(u) => Sender::Forwarder,
-                                        Some(u) => Sender::Named(u.to_owned()),
-                                        None => Sender::Named(String::new()),
-                                    })
-                                }
-                                _ => None,
-                            };
+                            // With keys, the door checks a tick's name
+                            // against the key that sent it.
+                            let sender = (self.door.checks_senders() && &topic[..] == b"tick")
+                                .then(|| topic.gets("User-Id").unwrap_or_default().to_owned());
                             self.handle(*which, &topic, &payload, frames, sender, &mut log);
                         }
                         Err(zmq::Error::EAGAIN) => break,
@@ -280,7 +264,7 @@ impl<H: Handler> Intake<H> {
         topic: &[u8],
         payload: &[u8],
         frames: usize,
-        sender: Option<Sender>,
+        sender: Option<String>,
         log: &mut RejectLog,
     ) {
         let decoded = if frames == 2 {
@@ -300,14 +284,11 @@ impl<H: Handler> Intake<H> {
                 }
             }
             Ok(Message::Tick(t)) => {
-                let foreign = matches!(&sender, Some(Sender::Named(n)) if *n != t.publisher);
-                let verdict = if foreign {
-                    TickVerdict::Refused(TickRefusal::Foreign)
-                } else {
-                    self.door
-                        .tick(which, &t.publisher, t.ts, Instant::now(), wall_ms())
-                };
-                match verdict {
+                let (now, wall) = (Instant::now(), wall_ms());
+                match self
+                    .door
+                    .tick_from(sender.as_deref(), which, &t.publisher, t.ts, now, wall)
+                {
                     TickVerdict::Refused(why) => {
                         self.handler.refused_tick(why);
                         let what = match why {
@@ -330,13 +311,6 @@ impl<H: Handler> Intake<H> {
             }
         }
     }
-}
-
-/// Who sent a tick, under `[curve]`: a listed publisher, whose ticks must
-/// carry its name, or a forwarder, whose may carry any.
-enum Sender {
-    Named(String),
-    Forwarder,
 }
 
 /// Whether an endpoint stays on this host (loopback, ipc, inproc).

@@ -202,7 +202,8 @@ impl Cluster {
             .iter()
             .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
             .collect();
-        let tmp = path.with_extension("password.tmp");
+        // One temporary file per process: `up`s may run at once.
+        let tmp = path.with_extension(format!("password.{}.tmp", std::process::id()));
         let _ = fs::remove_file(&tmp);
         let mut f = fs::OpenOptions::new()
             .write(true)
@@ -213,19 +214,21 @@ impl Cluster {
         writeln!(f, "{password}").map_err(io_err(&tmp))?;
         // Written whole before it appears: the first link wins and every
         // caller then reads the same password.
-        if fs::hard_link(&tmp, &path).is_err() {
-            let _ = fs::remove_file(&tmp);
-            return self.password();
-        }
+        let linked = fs::hard_link(&tmp, &path);
         let _ = fs::remove_file(&tmp);
-        Ok(password)
+        match linked {
+            Ok(()) => Ok(password),
+            // Another process's came first: that one it is.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => self.password(),
+            Err(e) => Err(io_err(&path)(e)),
+        }
     }
 
     /// The TCP connection string, password included, when a loopback port
     /// is open (`db up --port`).
     pub fn tcp_url(&self) -> Result<Option<String>, ClusterError> {
         let conf = fs::read_to_string(self.data().join("tidemark.conf")).unwrap_or_default();
-        if !conf.contains("listen_addresses = '127.0.0.1'") {
+        if !on_tcp(&conf) {
             return Ok(None);
         }
         let port = self.port().unwrap_or(DEFAULT_PORT);
@@ -489,11 +492,7 @@ impl Cluster {
         let path = self.data().join("tidemark.conf");
         let old = fs::read_to_string(&path).unwrap_or_default();
         // Keep a port asked for earlier unless a new one is given.
-        let port = tcp_port.or_else(|| {
-            old.contains("listen_addresses = '127.0.0.1'")
-                .then(|| self.port())
-                .flatten()
-        });
+        let port = tcp_port.or_else(|| on_tcp(&old).then(|| self.port()).flatten());
         let listen = if port.is_some() { "127.0.0.1" } else { "" };
         let tls = if self.data().join(TLS_CERT).exists() && self.data().join(TLS_KEY).exists() {
             format!("ssl = on\nssl_cert_file = '{TLS_CERT}'\nssl_key_file = '{TLS_KEY}'\n")
@@ -622,6 +621,11 @@ fn server_major(bindir: &Path) -> Option<u32> {
     let text = String::from_utf8_lossy(&out.stdout);
     let version = text.split_whitespace().nth(2)?;
     version.split('.').next()?.parse().ok()
+}
+
+/// Whether `tidemark.conf` (as `write_conf` writes it) opens a TCP port.
+fn on_tcp(conf: &str) -> bool {
+    conf.contains("listen_addresses = '127.0.0.1'")
 }
 
 /// FNV-1a: a hash that stays the same across builds and Rust releases.
