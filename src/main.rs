@@ -7,6 +7,7 @@ mod demo;
 mod export;
 mod keys;
 mod learn;
+mod market;
 mod plan;
 mod profiles;
 mod proxy;

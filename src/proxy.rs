@@ -1,5 +1,10 @@
 //! `tidemark proxy`: the XSUB/XPUB forwarder (`tidemark_market::proxy`).
 
+use std::path::PathBuf;
+
+use tidemark_intake::curve::{read_key_file, Client, Curve};
+use tidemark_market::proxy::ProxyOptions;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Publisher endpoints to connect to
@@ -11,17 +16,56 @@ pub struct Args {
     /// Endpoints to bind for shards to connect to
     #[arg(long, required = true)]
     backend: Vec<String>,
-    /// Serve Prometheus metrics (messages forwarded by kind) at http://ADDR/metrics
+    /// Serve Prometheus metrics (messages forwarded by kind, refusals) at http://ADDR/metrics
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<String>,
     /// Messages each connection may queue in each direction (at most 64 KiB each)
     #[arg(long, default_value_t = tidemark_market::proxy::DEFAULT_HWM,
           value_parser = clap::value_parser!(i32).range(1..))]
     hwm: i32,
+    /// The proxy's own CURVE secret key (`tidemark keys new`): its key as a
+    /// server to its publishers (with --curve-publishers) and as a publisher
+    /// to the fleet (with --curve-server-key)
+    #[arg(long, value_name = "FILE")]
+    curve_secret_key: Option<PathBuf>,
+    /// The fleet's public key (FLEET.pub): shards are reached over CURVE,
+    /// where they list this proxy as a `forwarder`
+    #[arg(long, value_name = "FILE", requires = "curve_secret_key")]
+    curve_server_key: Option<PathBuf>,
+    /// The publishers let in: a TOML file of `[[publishers]]` entries
+    /// (`name`, `public_key`, optional `forwarder`); their ticks go on only
+    /// under their listed names. Publishers use this proxy's public key as
+    /// their --curve-server-key
+    #[arg(long, value_name = "FILE", requires = "curve_secret_key")]
+    curve_publishers: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let metrics = a.metrics_addr.as_deref();
-    tidemark_market::proxy::run(&a.publishers, &a.frontend, &a.backend, metrics, a.hwm)?;
+    let listen = match (&a.curve_secret_key, &a.curve_publishers) {
+        (Some(key), Some(list)) => Some(Curve {
+            secret: read_key_file(key).map_err(anyhow::Error::msg)?,
+            publishers: tidemark_intake::config::read_publishers(list)
+                .map_err(anyhow::Error::msg)?,
+        }),
+        _ => None,
+    };
+    let forward = match (&a.curve_secret_key, &a.curve_server_key) {
+        (Some(key), Some(server)) => {
+            Some(Client::from_files(key, server).map_err(anyhow::Error::msg)?)
+        }
+        _ => None,
+    };
+    if a.curve_secret_key.is_some() && listen.is_none() && forward.is_none() {
+        anyhow::bail!("--curve-secret-key needs --curve-publishers, --curve-server-key or both");
+    }
+    tidemark_market::proxy::run(&ProxyOptions {
+        publishers: a.publishers,
+        frontend: a.frontend,
+        backend: a.backend,
+        metrics_addr: a.metrics_addr,
+        hwm: a.hwm,
+        listen,
+        forward,
+    })?;
     Ok(())
 }

@@ -5,11 +5,14 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tidemark_market::{MarketConfig, PublishOptions, Source};
+use tidemark_intake::curve::Client;
+use tidemark_market::{PublishOptions, Source};
 use tidemark_wire::parse_duration;
 
 #[derive(clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    market: crate::market::MarketArgs,
     /// Endpoints to bind (shards or a proxy connect here)
     #[arg(long, default_value = "tcp://127.0.0.1:5556")]
     bind: Vec<String>,
@@ -19,9 +22,6 @@ pub struct Args {
     /// Replay a file of JSON event payloads, one per line, in time order
     #[arg(long)]
     replay: Option<PathBuf>,
-    /// Synthetic market: transactions (bids) per second of event time
-    #[arg(long, default_value_t = 1000.0)]
-    tps: f64,
     /// Event time per wall time (a replay at 0 goes as fast as it can)
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
@@ -31,23 +31,6 @@ pub struct Args {
     /// Event time the synthetic market starts at, ms since the epoch (default: now)
     #[arg(long)]
     start_ms: Option<i64>,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Share of bids that win an impression
-    #[arg(long, default_value_t = 0.3)]
-    impression_rate: f64,
-    /// Share of events sent twice, like a publisher retrying
-    #[arg(long, default_value_t = 0.01)]
-    duplicate_rate: f64,
-    /// Click window the synthetic delays are scaled to
-    #[arg(long, value_parser = parse_duration, default_value = "1h")]
-    click_window: Duration,
-    /// Short install window the synthetic delays are scaled to
-    #[arg(long, value_parser = parse_duration, default_value = "24h")]
-    install_short: Duration,
-    /// Custom event types the market also sends after clicks
-    #[arg(long)]
-    custom_types: Vec<String>,
     /// Wait after binding, so subscribers connect before the first message
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     warmup: Duration,
@@ -58,12 +41,6 @@ pub struct Args {
     /// market then starts at now minus this, unless --start-ms says otherwise
     #[arg(long, value_parser = parse_duration)]
     span: Option<Duration>,
-    /// Synthetic market: events go out up to this much event time late (bounded disorder)
-    #[arg(long, value_parser = parse_duration, default_value = "0s")]
-    disorder: Duration,
-    /// Synthetic market: a duplicate's ts differs from the original's by up to this
-    #[arg(long, value_parser = parse_duration, default_value = "2s")]
-    duplicate_shift: Duration,
     /// After the last event, keep stepping ticks through this much event time, so shards sweep every window (e.g. 8d for the default install_long)
     #[arg(long, value_parser = parse_duration, default_value = "0s")]
     tick_past: Duration,
@@ -76,13 +53,6 @@ pub struct Args {
     /// Messages queued per subscriber before sending blocks (never drops)
     #[arg(long, default_value_t = 200_000)]
     sndhwm: i32,
-    /// Synthetic market: persons behind the transactions (each with its own activity and click and install propensities; events carry `user`)
-    #[arg(long, default_value_t = 10_000)]
-    persons: u32,
-    /// Synthetic market: persons use 1-3 devices (`user` `p<k>`, `p<k>.1`, `p<k>.2`), members log
-    /// in (`ids.member`), a few events share a carrier IP or a QA test device (SPEC 11)
-    #[arg(long)]
-    linked: bool,
     /// Synthetic market: read each bid's person's counters from this profile database before publishing it, and add them to its features (SPEC 11)
     #[arg(long)]
     profiles: Option<String>,
@@ -92,44 +62,29 @@ pub struct Args {
     /// Serve Prometheus metrics at this address (host:port): events published by type, and with --profiles the lookups' latency
     #[arg(long)]
     metrics_addr: Option<String>,
+    /// This publisher's CURVE secret key (`tidemark keys new`; subscribers list its FILE.pub)
+    #[arg(long, value_name = "FILE", requires = "curve_server_key")]
+    curve_secret_key: Option<PathBuf>,
+    /// The subscribers' public key: the fleet's FLEET.pub, or a keyed proxy's
+    #[arg(long, value_name = "FILE", requires = "curve_secret_key")]
+    curve_server_key: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if !(args.tps > 0.0 && args.tps.is_finite()) {
-        anyhow::bail!("--tps must be a positive number");
-    }
-    for (flag, v) in [
-        ("--impression-rate", args.impression_rate),
-        ("--duplicate-rate", args.duplicate_rate),
-    ] {
-        if !(0.0..=1.0).contains(&v) {
-            anyhow::bail!("{flag} must be between 0 and 1");
-        }
-    }
-    tidemark_wire::Types::new(&args.custom_types)
-        .map_err(|e| anyhow::anyhow!("--custom-types: {e}"))?;
     let span_ms = args.span.map(|d| d.as_millis() as i64);
     let start_ms = args
         .start_ms
         .unwrap_or_else(|| tidemark_market::start_ending_now(span_ms, args.duration, args.speed));
     let source = match args.replay {
         Some(path) => Source::Replay(path),
-        None => Source::Synthetic(MarketConfig {
-            seed: args.seed,
-            tps: args.tps,
-            impression_rate: args.impression_rate,
-            duplicate_rate: args.duplicate_rate,
-            click_window_ms: args.click_window.as_millis() as i64,
-            install_short_ms: args.install_short.as_millis() as i64,
-            custom_types: args.custom_types,
-            disorder_ms: args.disorder.as_millis() as i64,
-            duplicate_shift_ms: args.duplicate_shift.as_millis() as i64,
-            persons: args.persons,
-            linked: args.linked,
-            ..MarketConfig::default()
-        }),
+        None => Source::Synthetic(args.market.config()),
+    };
+    let curve = match (&args.curve_secret_key, &args.curve_server_key) {
+        (Some(k), Some(s)) => Some(Client::from_files(k, s).map_err(anyhow::Error::msg)?),
+        _ => None,
     };
     let opts = PublishOptions {
+        curve,
         bind: if args.connect.is_empty() {
             args.bind
         } else {

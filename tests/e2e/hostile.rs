@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tidemark_testkit::exact::counter;
-use tidemark_testkit::{now_ms, wait_for, Publisher, Reaped, ShardProc, TestDb};
+use tidemark_testkit::{now_ms, wait_for, Publisher, Reaped, ShardProc, TestDb, GUARDED_CLOCK};
 use tidemark_wire::Txid;
 
 const BID: &str = r#""features":{"app":"a"}"#;
@@ -142,27 +142,6 @@ fn ctr_label(db: &TestDb, shard: &str, t: &Txid) -> Option<i64> {
         ),
     )
 }
-
-/// Event clock, short windows, publishers let go after 2 s of silence, at
-/// most 8 names counted.
-const GUARDED_CLOCK: &str = r#"
-clock = "event"
-lateness = "0s"
-publisher_timeout = "2s"
-max_publishers = 8
-period = "100ms"
-batch_delay = "20ms"
-[windows]
-impression = "10s"
-click = "60s"
-install_short = "120s"
-install_long = "300s"
-[grace]
-impression = "0s"
-click = "0s"
-install_short = "0s"
-install_long = "0s"
-"#;
 
 /// Old ticks under hundreds of invented names: only `max_publishers` names
 /// count (the rest are refused and counted, on each socket they arrive
@@ -490,100 +469,4 @@ fn a_flood_into_a_stalled_proxy_stays_within_its_memory_bound() {
         messages * per_message > 10 * bound,
         "the flood dwarfs the bound"
     );
-}
-
-/// An XPUB publisher speaking CURVE as `own`, for a fleet whose public key
-/// is `fleet`; returns it and its endpoint.
-fn curve_publisher(
-    ctx: &zmq::Context,
-    fleet: &[u8; 32],
-    own: &zmq::CurveKeyPair,
-) -> (zmq::Socket, String) {
-    let s = ctx.socket(zmq::XPUB).unwrap();
-    s.set_curve_serverkey(fleet).unwrap();
-    s.set_curve_publickey(&own.public_key).unwrap();
-    s.set_curve_secretkey(&own.secret_key).unwrap();
-    s.set_xpub_verbose(true).unwrap();
-    s.set_rcvtimeo(100).unwrap();
-    s.bind("tcp://127.0.0.1:*").unwrap();
-    let endpoint = s.get_last_endpoint().unwrap().unwrap();
-    (s, endpoint)
-}
-
-/// With `[curve]`, only listed keys get in (an unlisted publisher's
-/// handshake fails: not even its subscriptions arrive, and nothing it sends
-/// reaches the buffer), and a listed publisher's ticks count only under its
-/// own name (`foreign_tick` otherwise).
-#[test]
-fn with_keys_only_listed_publishers_get_in_and_ticks_carry_their_names() {
-    let db = TestDb::new("curve");
-    let dir = tidemark_testkit::tmp_dir().join(format!("curve-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let fleet_file = dir.join("fleet.key");
-    let fleet_public = tidemark_intake::curve::new_key_pair(&fleet_file).unwrap();
-    let fleet = tidemark_intake::curve::parse_key(&fleet_public).unwrap();
-    let (alice, bob) = (
-        zmq::CurveKeyPair::new().unwrap(),
-        zmq::CurveKeyPair::new().unwrap(),
-    );
-    let ctx = zmq::Context::new();
-    let (listed, listed_ep) = curve_publisher(&ctx, &fleet, &alice);
-    let (unlisted, unlisted_ep) = curve_publisher(&ctx, &fleet, &bob);
-    let config = format!(
-        "{GUARDED_CLOCK}\n[curve]\nsecret_key_file = \"{}\"\n[[curve.publishers]]\nname = \"alice\"\npublic_key = \"{}\"\n",
-        fleet_file.display(),
-        zmq::z85_encode(&alice.public_key).unwrap()
-    );
-    let mut shard = ShardProc::start_multi(&db, "k", &[&listed_ep, &unlisted_ep], &config);
-    let subscribed = |s: &zmq::Socket, until: std::time::Instant| {
-        let mut ticks = 0;
-        while std::time::Instant::now() < until && ticks < 2 {
-            if let Ok(m) = s.recv_bytes(0) {
-                ticks += usize::from(m == b"\x01tick");
-            }
-        }
-        ticks
-    };
-    let soon = std::time::Instant::now() + Duration::from_secs(20);
-    assert_eq!(
-        subscribed(&listed, soon),
-        2,
-        "the listed publisher's handshake"
-    );
-    let brief = std::time::Instant::now() + Duration::from_secs(2);
-    assert_eq!(
-        subscribed(&unlisted, brief),
-        0,
-        "no handshake for an unlisted key"
-    );
-    let t0 = 1_700_000_000_000i64;
-    let send = |s: &zmq::Socket, topic: &str, payload: String| {
-        s.send_multipart([topic.as_bytes(), payload.as_bytes()], 0)
-            .unwrap();
-    };
-    let tick = |name: &str, ts: i64| format!(r#"{{"type":"tick","publisher":"{name}","ts":{ts}}}"#);
-    send(&listed, "tick", tick("alice", t0));
-    for n in 0..5u128 {
-        let t = Txid::new(n, t0 as u64);
-        let bid = format!(r#"{{"type":"bid","txid":"{t}","ts":{t0},{BID}}}"#);
-        send(&listed, &format!("bid-{t}"), bid.clone());
-        send(&unlisted, &format!("bid-{t}"), bid);
-    }
-    // A listed key ticking under another name, far ahead: refused.
-    send(&listed, "tick", tick("mallory", t0 + 60_000));
-    wait_for("alice's bids and the foreign ticks counted", || {
-        send(&listed, "tick", tick("alice", t0 + 1_000));
-        std::thread::sleep(Duration::from_millis(100));
-        (counter(&db, "k", "received_bid") == 5 && counter(&db, "k", "foreign_tick") == 2)
-            .then_some(())
-    });
-    shard.stop();
-    assert_eq!(
-        counter(&db, "k", "received_bid"),
-        5,
-        "none of the unlisted key's"
-    );
-    assert_eq!(counter(&db, "k", "foreign_tick"), 2, "one per socket");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,6 +11,7 @@ mod deploy;
 mod exact;
 mod hostile;
 mod hosts;
+mod keys;
 mod learn;
 mod profiles;
 mod shard;

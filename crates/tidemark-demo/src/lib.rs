@@ -213,6 +213,7 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
         drain: Duration::from_secs(60),
         write: None,
         sndhwm: 200_000,
+        curve: None,
     };
     let market = MarketConfig {
         tps: args.tps,

@@ -207,18 +207,25 @@ pub fn validate_name(name: &str) -> Result<(), String> {
 /// Validates `[curve]`: the fleet's key file read, each listed publisher
 /// named once with a key.
 fn curve(raw: &RawCurve) -> Result<crate::curve::Curve, ConfigError> {
-    use crate::curve::{parse_key, read_key_file, Listed};
-    let secret = read_key_file(std::path::Path::new(&raw.secret_key_file))
+    let secret = crate::curve::read_key_file(std::path::Path::new(&raw.secret_key_file))
         .map_err(|m| err("curve.secret_key_file", m))?;
-    if raw.publishers.is_empty() {
+    let publishers = listed(&raw.publishers, "curve.publishers")?;
+    Ok(crate::curve::Curve { secret, publishers })
+}
+
+/// Validates a list of publishers (`key` names it in messages): at least
+/// one, each named once with a key of its own.
+fn listed(raw: &[RawListed], key: &str) -> Result<Vec<crate::curve::Listed>, ConfigError> {
+    use crate::curve::{parse_key, Listed};
+    if raw.is_empty() {
         return Err(err(
-            "curve.publishers",
+            key,
             "list at least one publisher (name and public_key): with none, nobody gets in",
         ));
     }
     let mut publishers: Vec<Listed> = Vec::new();
-    for (i, p) in raw.publishers.iter().enumerate() {
-        let key = |k: &str| format!("curve.publishers[{i}].{k}");
+    for (i, p) in raw.iter().enumerate() {
+        let key = |k: &str| format!("{key}[{i}].{k}");
         if p.name.is_empty() || publishers.iter().any(|q| q.name == p.name) {
             return Err(err(
                 &key("name"),
@@ -235,7 +242,21 @@ fn curve(raw: &RawCurve) -> Result<crate::curve::Curve, ConfigError> {
             forwarder: p.forwarder,
         });
     }
-    Ok(crate::curve::Curve { secret, publishers })
+    Ok(publishers)
+}
+
+/// Reads a file of `[[publishers]]` entries (`name`, `public_key`,
+/// `forwarder`), as `tidemark proxy --curve-publishers` takes.
+pub fn read_publishers(path: &std::path::Path) -> Result<Vec<crate::curve::Listed>, String> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        publishers: Vec<RawListed>,
+    }
+    let at = |m: &dyn std::fmt::Display| format!("{}: {m}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| at(&e))?;
+    let file: File = parse_toml(&text).map_err(|e| at(&e))?;
+    listed(&file.publishers, "publishers").map_err(|e| at(&e))
 }
 
 impl Subscription {

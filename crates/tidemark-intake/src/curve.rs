@@ -58,6 +58,75 @@ pub fn read_key_file(path: &Path) -> Result<[u8; 32], String> {
     parse_key(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// A publisher's side of CURVE (`tidemark publish`, and `tidemark proxy`
+/// towards the fleet): its own key pair and the public key of the
+/// subscribers it sends to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Client {
+    /// Its public key, derived from the secret one.
+    pub public: [u8; 32],
+    /// Its secret key.
+    pub secret: [u8; 32],
+    /// The subscribers' (the fleet's, or a proxy's) public key.
+    pub server: [u8; 32],
+}
+
+impl Client {
+    /// Reads a secret key file and a server's public key file.
+    pub fn from_files(secret_key: &Path, server_key: &Path) -> Result<Client, String> {
+        let secret = read_key_file(secret_key)?;
+        let server = read_key_file(server_key)?;
+        let public = public_of(&secret)?;
+        if public == server {
+            return Err(format!(
+                "{} is the public key of {} itself: a publisher's key pair is its own, \
+                 the server key is the fleet's (or the proxy's)",
+                server_key.display(),
+                secret_key.display()
+            ));
+        }
+        Ok(Client {
+            public,
+            secret,
+            server,
+        })
+    }
+
+    /// Makes `s` a CURVE client with these keys (before it binds or connects).
+    pub fn apply(&self, s: &zmq::Socket) -> zmq::Result<()> {
+        s.set_curve_serverkey(&self.server)?;
+        s.set_curve_publickey(&self.public)?;
+        s.set_curve_secretkey(&self.secret)
+    }
+}
+
+/// The public key of a secret key.
+#[allow(unsafe_code)]
+pub fn public_of(secret: &[u8; 32]) -> Result<[u8; 32], String> {
+    let secret = zmq::z85_encode(secret).map_err(|e| e.to_string())?;
+    let secret = std::ffi::CString::new(secret).map_err(|e| e.to_string())?;
+    let mut public = [0 as std::os::raw::c_char; 41];
+    // SAFETY: both buffers are 41 bytes (40 characters of Z85 and a NUL),
+    // as zmq_curve_public asks, and live for the whole call.
+    let rc = unsafe { zmq_sys::zmq_curve_public(public.as_mut_ptr(), secret.as_ptr()) };
+    if rc != 0 {
+        return Err("libzmq cannot derive a public key (built without CURVE?)".into());
+    }
+    // SAFETY: on success libzmq wrote a NUL-terminated string into `public`.
+    let text = unsafe { std::ffi::CStr::from_ptr(public.as_ptr()) };
+    parse_key(&text.to_string_lossy())
+}
+
+/// Whether an endpoint stays on this host (loopback, ipc, inproc): outside
+/// it, a process without keys says so at start (SPEC 2).
+pub fn is_local(endpoint: &str) -> bool {
+    let Some(rest) = endpoint.strip_prefix("tcp://") else {
+        return true;
+    };
+    let host = rest.rsplit_once(':').map_or(rest, |(h, _)| h);
+    matches!(host, "localhost" | "[::1]" | "::1") || host.starts_with("127.")
+}
+
 /// Writes a new key pair: the secret key to `path` (mode 0600, never over
 /// an existing file) and the public key to `path.pub`; returns the public
 /// key, Z85.
@@ -84,6 +153,7 @@ pub fn new_key_pair(path: &Path) -> std::io::Result<String> {
 pub struct Zap {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    refused: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Zap {
@@ -102,9 +172,12 @@ impl Zap {
             .collect();
         let stop = Arc::new(AtomicBool::new(false));
         let seen = stop.clone();
+        let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let count = refused.clone();
         let thread = std::thread::Builder::new()
             .name("zap".into())
             .spawn(move || {
+                let mut logged: Option<std::time::Instant> = None;
                 while !seen.load(Ordering::Relaxed) {
                     let mut items = [rep.as_poll_item(zmq::POLLIN)];
                     zmq::poll(&mut items, 100).expect("ZAP handler: poll");
@@ -113,6 +186,21 @@ impl Zap {
                     }
                     let request = rep.recv_multipart(0).expect("ZAP handler: receive");
                     let reply = answer(&request, &keys);
+                    if reply[2] != b"200" {
+                        let n = count.fetch_add(1, Ordering::Relaxed) + 1;
+                        // Once a minute at most: a scanner must not flood the log.
+                        if logged.is_none_or(|t| t.elapsed().as_secs() >= 60) {
+                            logged = Some(std::time::Instant::now());
+                            let from = request
+                                .get(3)
+                                .map(|a| String::from_utf8_lossy(a).into_owned());
+                            tracing::warn!(
+                                refused = n,
+                                from = from.as_deref().unwrap_or("?"),
+                                "a CURVE handshake from a key that is not listed was refused"
+                            );
+                        }
+                    }
                     rep.send_multipart(reply, 0).expect("ZAP handler: reply");
                 }
             })
@@ -120,7 +208,13 @@ impl Zap {
         Ok(Zap {
             stop,
             thread: Some(thread),
+            refused,
         })
+    }
+
+    /// Handshakes refused so far (keys not listed, or not CURVE).
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 }
 
@@ -161,6 +255,33 @@ mod tests {
         assert_eq!(parse_key(&format!("{z}\n")), Ok(pair.public_key));
         assert!(parse_key("short").unwrap_err().contains("40 characters"));
         assert!(parse_key(&"\"".repeat(40)).unwrap_err().contains("Z85"));
+    }
+
+    #[test]
+    fn a_public_key_is_derived_from_its_secret_key() {
+        let pair = zmq::CurveKeyPair::new().unwrap();
+        assert_eq!(public_of(&pair.secret_key), Ok(pair.public_key));
+    }
+
+    #[test]
+    fn loopback_ipc_and_inproc_are_local_and_anything_else_is_not() {
+        for ep in [
+            "tcp://127.0.0.1:5556",
+            "tcp://localhost:1",
+            "tcp://[::1]:2",
+            "ipc:///x",
+            "inproc://y",
+        ] {
+            assert!(is_local(ep), "{ep}");
+        }
+        for ep in [
+            "tcp://0.0.0.0:5556",
+            "tcp://10.1.2.3:5556",
+            "tcp://*:5556",
+            "tcp://eth0:1",
+        ] {
+            assert!(!is_local(ep), "{ep}");
+        }
     }
 
     #[test]

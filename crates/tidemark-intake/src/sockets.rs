@@ -99,7 +99,7 @@ impl Sockets {
                     .map_err(|error| IntakeError::Socket { what: "zap", error })?,
             ),
             None => {
-                for ep in sub.endpoints.iter().filter(|e| !is_local(e)) {
+                for ep in sub.endpoints.iter().filter(|e| !crate::curve::is_local(e)) {
                     tracing::warn!(
                         endpoint = ep.as_str(),
                         "connecting outside loopback without [curve] keys: anyone who reaches \
@@ -311,15 +311,6 @@ impl<H: Handler> Intake<H> {
             }
         }
     }
-}
-
-/// Whether an endpoint stays on this host (loopback, ipc, inproc).
-fn is_local(endpoint: &str) -> bool {
-    let Some(rest) = endpoint.strip_prefix("tcp://") else {
-        return true;
-    };
-    let host = rest.rsplit_once(':').map_or(rest, |(h, _)| h);
-    matches!(host, "localhost" | "[::1]" | "::1") || host.starts_with("127.")
 }
 
 /// Reads the remaining frames of a message; returns how many it had in all.

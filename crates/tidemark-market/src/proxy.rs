@@ -5,10 +5,19 @@
 //! messages per connection each way, frames of at most the wire's limit),
 //! so a stalled shard or an oversized frame costs memory the configuration
 //! sets, never more.
+//!
+//! With keys (SPEC 2), it is a CURVE server to its publishers, letting in
+//! only the keys it lists and passing a tick on only under the name listed
+//! with the key that sent it, and a CURVE client (a publisher listed as a
+//! `forwarder`) to the fleet's shards.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use std::collections::HashMap;
+
+use tidemark_intake::curve::{Client, Curve, Zap};
 
 use crate::publisher::PublishError;
 
@@ -51,19 +60,37 @@ pub const DEFAULT_HWM: i32 = 100_000;
 /// Messages forwarded from one side before turning to the other.
 const BURST: usize = 256;
 
+/// Where a proxy reads and writes, and with which keys.
+#[derive(Debug, Clone, Default)]
+pub struct ProxyOptions {
+    /// Publisher endpoints to connect to.
+    pub publishers: Vec<String>,
+    /// Endpoints to bind for publishers that connect.
+    pub frontend: Vec<String>,
+    /// Endpoints to bind for shards.
+    pub backend: Vec<String>,
+    /// Serve Prometheus metrics here (`host:port`).
+    pub metrics_addr: Option<String>,
+    /// Messages each connection may queue in each direction.
+    pub hwm: i32,
+    /// On the publishers' side: the proxy's own secret key and the
+    /// publishers it lets in.
+    pub listen: Option<Curve>,
+    /// On the shards' side: the proxy's key pair and the fleet's public key.
+    pub forward: Option<Client>,
+}
+
+/// What the proxy refuses, counted under `tidemark_proxy_refused_total{reason}`.
+const REFUSALS: [&str; 2] = ["unlisted_key", "foreign_tick"];
+
 /// Runs the forwarder until the process ends; with `metrics_addr`, serves
-/// `tidemark_proxy_messages_total{kind}` and
+/// `tidemark_proxy_messages_total{kind}`, `..._refused_total{reason}` and
 /// `tidemark_proxy_connections_restored_total` there. Every connection
 /// queues at most `hwm` messages each way, and no frame over the wire's
 /// limit (SPEC 2) is read.
-pub fn run(
-    xsub_connect: &[String],
-    xsub_bind: &[String],
-    xpub_bind: &[String],
-    metrics_addr: Option<&str>,
-    hwm: i32,
-) -> Result<(), PublishError> {
+pub fn run(o: &ProxyOptions) -> Result<(), PublishError> {
     use tidemark_intake::watch::{Watch, MAX_FRAME};
+    let (xsub_connect, xsub_bind, xpub_bind, hwm) = (&o.publishers, &o.frontend, &o.backend, o.hwm);
     let socket = |what: &'static str| move |error| PublishError::Socket { what, error };
     let endpoint = |option: &'static str, ep: &str| {
         let endpoint = ep.to_owned();
@@ -74,6 +101,11 @@ pub fn run(
         }
     };
     let ctx = zmq::Context::new();
+    // Bound before any socket connects: with no handler, libzmq lets every key in.
+    let zap = match &o.listen {
+        Some(c) => Some(Zap::start(&ctx, c).map_err(socket("zap"))?),
+        None => None,
+    };
     let up = ctx.socket(zmq::XSUB).map_err(socket("create"))?;
     let down = ctx.socket(zmq::XPUB).map_err(socket("create"))?;
     for s in [&up, &down] {
@@ -84,6 +116,27 @@ pub fn run(
     up.set_maxmsgsize(MAX_FRAME).map_err(socket("maxmsgsize"))?;
     // Shards send only subscriptions: a type, a prefix and a flag byte.
     down.set_maxmsgsize(1024).map_err(socket("maxmsgsize"))?;
+    match &o.listen {
+        Some(c) => {
+            up.set_curve_server(true).map_err(socket("curve_server"))?;
+            up.set_curve_secretkey(&c.secret)
+                .map_err(socket("curve_secretkey"))?;
+            up.set_zap_domain("tidemark")
+                .map_err(socket("zap_domain"))?;
+        }
+        None => warn_open("publishers", xsub_connect.iter().chain(xsub_bind)),
+    }
+    match &o.forward {
+        Some(c) => c.apply(&down).map_err(socket("curve keys"))?,
+        None => warn_open("shards", xpub_bind.iter()),
+    }
+    // Which names each listed key's ticks may carry (`None`: any, a forwarder).
+    let names: Option<HashMap<String, bool>> = o.listen.as_ref().map(|c| {
+        c.publishers
+            .iter()
+            .map(|p| (p.name.clone(), p.forwarder))
+            .collect()
+    });
     let mut watch = Watch::new(&ctx, &up, xsub_connect).map_err(socket("monitor"))?;
     for ep in xsub_connect {
         up.connect(ep).map_err(endpoint("--publishers", ep))?;
@@ -102,10 +155,11 @@ pub fn run(
         "proxy forwarding"
     );
     let counts: Arc<Vec<AtomicU64>> = Arc::new(KINDS.iter().map(|_| AtomicU64::new(0)).collect());
+    let refused: Arc<[AtomicU64; 2]> = Arc::default();
     let restored = Arc::new(AtomicU64::new(0));
-    let _endpoint = match metrics_addr {
+    let _endpoint = match &o.metrics_addr {
         Some(addr) => {
-            let (c, r) = (counts.clone(), restored.clone());
+            let (c, r, f) = (counts.clone(), restored.clone(), refused.clone());
             let e = tidemark_metrics::serve(addr, "proxy", move || {
                 let mut v: Vec<_> = KINDS
                     .iter()
@@ -125,6 +179,14 @@ pub fn run(
                     &[],
                     r.load(Ordering::Relaxed) as f64,
                 ));
+                for (reason, n) in REFUSALS.iter().zip(f.iter()) {
+                    v.push(tidemark_metrics::counter(
+                        "refused",
+                        "handshakes and messages refused, by reason",
+                        &[("reason", reason)],
+                        n.load(Ordering::Relaxed) as f64,
+                    ));
+                }
                 v
             })
             .map_err(|e| PublishError::Metrics(e.to_string()))?;
@@ -139,17 +201,26 @@ pub fn run(
         let ready = [items[0].is_readable(), items[1].is_readable()];
         if ready[0] {
             for _ in 0..BURST {
-                if !forward(&up, &down, &counts).map_err(socket("forward"))? {
-                    break;
+                match forward(&up, &down, &counts, names.as_ref()).map_err(socket("forward"))? {
+                    Forwarded::Nothing => break,
+                    Forwarded::One => {}
+                    Forwarded::ForeignTick => {
+                        refused[1].fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
         }
         if ready[1] {
             for _ in 0..BURST {
-                if !forward(&down, &up, &counts).map_err(socket("forward"))? {
+                if forward(&down, &up, &counts, None).map_err(socket("forward"))?
+                    == Forwarded::Nothing
+                {
                     break;
                 }
             }
+        }
+        if let Some(z) = &zap {
+            refused[0].store(z.refused(), Ordering::Relaxed);
         }
         let now = Instant::now();
         if now.duration_since(watched) >= Duration::from_millis(200) {
@@ -165,25 +236,87 @@ pub fn run(
     }
 }
 
-/// Moves one whole message from `from` to `to`, counting it by kind;
-/// `false` when none was waiting.
-fn forward(from: &zmq::Socket, to: &zmq::Socket, counts: &[AtomicU64]) -> zmq::Result<bool> {
+/// Warns at start that a side without keys reaches beyond this host.
+fn warn_open<'a>(side: &str, endpoints: impl Iterator<Item = &'a String>) {
+    for ep in endpoints.filter(|e| !tidemark_intake::curve::is_local(e)) {
+        tracing::warn!(
+            endpoint = ep.as_str(),
+            side,
+            "an endpoint outside loopback without CURVE keys: anyone who reaches this \
+             network can publish, and read what publishers send"
+        );
+    }
+}
+
+/// What one call of [`forward`] did.
+#[derive(Debug, PartialEq, Eq)]
+enum Forwarded {
+    /// No message was waiting.
+    Nothing,
+    /// A message went on.
+    One,
+    /// A tick under a name its key is not listed with was dropped.
+    ForeignTick,
+}
+
+/// Moves one whole message from `from` to `to`, counting it by kind. With
+/// `names` (keys listed), a tick goes on only if its `publisher` is the
+/// name its connection's key is listed with (`User-Id`), or that key is a
+/// forwarder's.
+fn forward(
+    from: &zmq::Socket,
+    to: &zmq::Socket,
+    counts: &[AtomicU64],
+    names: Option<&HashMap<String, bool>>,
+) -> zmq::Result<Forwarded> {
     let mut frame = zmq::Message::new();
     match from.recv(&mut frame, zmq::DONTWAIT) {
         Ok(()) => {}
-        Err(zmq::Error::EAGAIN) => return Ok(false),
+        Err(zmq::Error::EAGAIN) => return Ok(Forwarded::Nothing),
         Err(e) => return Err(e),
     }
-    counts[kind(&frame)].fetch_add(1, Ordering::Relaxed);
+    let kind = kind(&frame);
+    counts[kind].fetch_add(1, Ordering::Relaxed);
+    if let (Some(names), "tick") = (names, KINDS[kind]) {
+        // A whole message is already here (ZeroMQ delivers them whole).
+        let user = frame.gets("User-Id").unwrap_or_default().to_owned();
+        let mut frames = vec![frame];
+        while frames.last().is_some_and(|f| f.get_more()) {
+            let mut next = zmq::Message::new();
+            from.recv(&mut next, 0)?;
+            frames.push(next);
+        }
+        let forwarder = names.get(&user).copied().unwrap_or(false);
+        if !forwarder && tick_name(frames.get(1).map(|f| &f[..])).as_deref() != Some(user.as_str())
+        {
+            return Ok(Forwarded::ForeignTick);
+        }
+        let last = frames.len() - 1;
+        for (i, f) in frames.into_iter().enumerate() {
+            to.send(f, if i < last { zmq::SNDMORE } else { 0 })?;
+        }
+        return Ok(Forwarded::One);
+    }
     loop {
         let more = frame.get_more();
         to.send(frame, if more { zmq::SNDMORE } else { 0 })?;
         if !more {
-            return Ok(true);
+            return Ok(Forwarded::One);
         }
         frame = zmq::Message::new();
         from.recv(&mut frame, 0)?;
     }
+}
+
+/// The `publisher` of a tick's payload, if it has one.
+fn tick_name(payload: Option<&[u8]>) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Tick {
+        publisher: String,
+    }
+    serde_json::from_slice::<Tick>(payload?)
+        .ok()
+        .map(|t| t.publisher)
 }
 
 #[cfg(test)]
@@ -198,5 +331,18 @@ mod tests {
         assert_eq!(KINDS[kind(b"signup-ab")], "other");
         assert_eq!(KINDS[kind(b"\x01bid-0")], "subscribe");
         assert_eq!(KINDS[kind(b"\x00bid-0")], "unsubscribe");
+    }
+
+    #[test]
+    fn a_tick_is_named_by_its_publisher_field_only() {
+        let name = |p: &str| tick_name(Some(p.as_bytes()));
+        assert_eq!(
+            name(r#"{"type":"tick","publisher":"a","ts":1}"#).as_deref(),
+            Some("a")
+        );
+        assert_eq!(name(r#"{"type":"tick","ts":1}"#), None);
+        assert_eq!(name(r#"{"publisher":7}"#), None);
+        assert_eq!(name("not json"), None);
+        assert_eq!(tick_name(None), None);
     }
 }

@@ -66,6 +66,9 @@ pub struct PublishOptions {
     /// Serve Prometheus metrics here (`host:port`): events published by
     /// type and, with `profiles`, the bidder's lookup latency.
     pub metrics_addr: Option<String>,
+    /// CURVE keys (SPEC 2): without them the socket is plain, and a warning
+    /// names every endpoint outside loopback.
+    pub curve: Option<tidemark_intake::curve::Client>,
 }
 
 /// The bidder's read path: the counters of a batch's persons, in one round trip.
@@ -376,6 +379,20 @@ pub fn publish(
             let mut sock = ctx.socket(zmq::XPUB).map_err(socket("create"))?;
             sock.set_sndhwm(opts.sndhwm).map_err(socket("sndhwm"))?;
             set_nodrop(&mut sock)?;
+            match &opts.curve {
+                Some(c) => c.apply(&sock).map_err(socket("curve keys"))?,
+                None => {
+                    for ep in opts.bind.iter().chain(&opts.connect) {
+                        if !tidemark_intake::curve::is_local(ep) {
+                            tracing::warn!(
+                                endpoint = ep.as_str(),
+                                "publishing outside loopback without CURVE keys: anyone who \
+                                 reaches this network can read what is sent"
+                            );
+                        }
+                    }
+                }
+            }
             for ep in &opts.bind {
                 sock.bind(ep).map_err(endpoint("--bind", ep))?;
             }

@@ -34,7 +34,28 @@ pub use procs::{terminate, Reaped, ShardProc};
 pub use publisher::Publisher;
 pub use rng::Rng;
 
-/// An hour and a day in milliseconds.
+/// A shard configuration's tail for hostile tests: event clock, short
+/// windows, publishers let go after 2 s of silence, at most 8 names counted.
+pub const GUARDED_CLOCK: &str = r#"
+clock = "event"
+lateness = "0s"
+publisher_timeout = "2s"
+max_publishers = 8
+period = "100ms"
+batch_delay = "20ms"
+[windows]
+impression = "10s"
+click = "60s"
+install_short = "120s"
+install_long = "300s"
+[grace]
+impression = "0s"
+click = "0s"
+install_short = "0s"
+install_long = "0s"
+"#;
+
+/// An hour in milliseconds.
 pub const HOUR: i64 = 3_600_000;
 /// A day in milliseconds.
 pub const DAY: i64 = 24 * HOUR;
