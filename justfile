@@ -83,6 +83,12 @@ bench-proxy old="":
     cargo build --release --workspace
     target/release/tidemark-bench proxy {{ if old != "" { "--old-bin " + old } else { "" } }}
 
+# Issue 23: the cost of CURVE keys, the dense file replayed plain and with keys
+# in turn (three runs each, interleaved), end to end and checked exact
+bench-curve events="2000000":
+    cargo build --release --workspace
+    target/release/tidemark-bench curve --events {{events}}
+
 # Issue 12: the default demo's figures, and on its exported ctr rows Tidemark's learner against Vowpal Wabbit
 # Issue 13: connect, profile lookups and COPY over a unix socket, TCP, and TCP with TLS
 # (verify-full), one cluster, one run; metrics scrape latency

@@ -16,13 +16,60 @@ fn units() -> Vec<PathBuf> {
     v
 }
 
+/// A unit's `ExecStart`, split into words, with `${NAME}` replaced by the
+/// unit's own `Environment=NAME=value` default, as systemd does when
+/// tidemark.env sets nothing.
 fn exec_start(unit: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(unit).unwrap();
     let line = text
         .lines()
         .find_map(|l| l.strip_prefix("ExecStart="))
         .unwrap_or_else(|| panic!("{}: no ExecStart", unit.display()));
-    line.split_whitespace().map(str::to_owned).collect()
+    let defaults: Vec<(String, String)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("Environment="))
+        .flat_map(str::split_whitespace)
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (format!("${{{k}}}"), v.to_owned()))
+        .collect();
+    line.split_whitespace()
+        .map(|w| {
+            defaults
+                .iter()
+                .fold(w.to_owned(), |w, (k, v)| w.replace(k, v))
+        })
+        .collect()
+}
+
+/// The shipped configurations copied into a fresh directory standing for
+/// /etc/tidemark (paths pointed into it), with the keys the install step
+/// makes (`tidemark keys new`): the fleet's, the proxy's, and the one
+/// publisher `publishers.toml` lists.
+fn shipped_etc(name: &str) -> PathBuf {
+    let etc = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&etc);
+    std::fs::create_dir_all(etc.join("publishers")).unwrap();
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/config");
+    for e in std::fs::read_dir(&shipped).unwrap() {
+        let p = e.unwrap().path();
+        let text = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace(
+                "/var/lib/tidemark/checkpoints",
+                etc.join("checkpoints").to_str().unwrap(),
+            )
+            .replace("/etc/tidemark/", &format!("{}/", etc.display()));
+        std::fs::write(etc.join(p.file_name().unwrap()), text).unwrap();
+    }
+    for key in ["fleet.key", "proxy.key", "publishers/bidder-eu1.key"] {
+        let out = tidemark_testkit::bin()
+            .args(["keys", "new"])
+            .arg(etc.join(key))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    etc
 }
 
 #[test]
@@ -184,7 +231,8 @@ fn the_database_url_comes_from_the_environment() {
 
 #[test]
 fn the_example_configurations_parse() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/config");
+    let dir = shipped_etc("example-etc");
+    let c0 = tidemark_shard::Config::from_file(&dir.join("shard-s0.toml")).unwrap();
     for i in 0..4 {
         let c = tidemark_shard::Config::from_file(&dir.join(format!("shard-s{i}.toml"))).unwrap();
         assert_eq!(c.name, format!("s{i}"));
@@ -195,7 +243,22 @@ fn the_example_configurations_parse() {
     }
     let l = tidemark_learner::Config::from_file(&dir.join("learner.toml")).unwrap();
     assert!(l.needs_default_database());
-    tidemark_profiles::Config::from_file(&dir.join("profiles.toml")).unwrap();
+    let p = tidemark_profiles::Config::from_file(&dir.join("profiles.toml")).unwrap();
+    for c in [&p.subscription.curve, &c0.subscription.curve] {
+        let c = c.as_ref().expect("the shipped configurations use keys");
+        assert!(c.publishers.iter().all(|l| l.forwarder), "only the proxy");
+    }
+    let listed = tidemark_intake::config::read_publishers(&dir.join("publishers.toml")).unwrap();
+    assert_eq!(listed[0].name, "bidder-eu1");
+    // The proxy binds loopback unless told otherwise, and never 0.0.0.0.
+    for unit in units() {
+        let args = exec_start(&unit);
+        assert!(
+            !args.iter().any(|a| a.contains("0.0.0.0")),
+            "{}",
+            unit.display()
+        );
+    }
 }
 
 #[test]
@@ -312,18 +375,7 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
         );
     }
     let db = tidemark_testkit::TestDb::new("layout");
-    let etc = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("layout-etc");
-    let _ = std::fs::remove_dir_all(&etc);
-    std::fs::create_dir_all(&etc).unwrap();
-    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/config");
-    for e in std::fs::read_dir(&shipped).unwrap() {
-        let p = e.unwrap().path();
-        let text = std::fs::read_to_string(&p).unwrap().replace(
-            "/var/lib/tidemark/checkpoints",
-            etc.join("checkpoints").to_str().unwrap(),
-        );
-        std::fs::write(etc.join(p.file_name().unwrap()), text).unwrap();
-    }
+    let etc = shipped_etc("layout-etc");
     let start = |unit: &Path, instance: &str| {
         let argv: Vec<String> = exec_start(unit)
             .iter()
@@ -356,7 +408,8 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
     services.push(start(&unit("tidemark-profiles.service"), ""));
     services.push(start(&unit("tidemark-learner.service"), ""));
 
-    // The shipped shards run on wall time: a live market, through the proxy.
+    // The shipped shards run on wall time: a live market, through the
+    // proxy, as the publisher its list names, with its own keys.
     let out = tidemark_testkit::bin()
         .args([
             "publish",
@@ -366,6 +419,10 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
             "300",
         ])
         .args(["--duration", "4s", "--persons", "300", "--warmup", "2s"])
+        .args(["--name", "bidder-eu1", "--curve-secret-key"])
+        .arg(etc.join("publishers/bidder-eu1.key"))
+        .arg("--curve-server-key")
+        .arg(etc.join("proxy.key.pub"))
         .output()
         .unwrap();
     assert!(

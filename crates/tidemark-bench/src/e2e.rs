@@ -85,7 +85,7 @@ pub async fn e2e(
     let mut results = Vec::new();
     for (name, span, tps) in runs {
         let file = market_file(bin, &dir, name, &span, tps)?;
-        results.push(run(bin, cluster, &dir, name, &file).await?);
+        results.push(run(bin, cluster, &dir, name, &file, None).await?);
     }
     println!();
     println!(
@@ -117,6 +117,104 @@ struct Outcome {
     seconds: f64,
     observations: usize,
     exact: bool,
+    /// The publisher's own rate, held back by the shard's intake (its
+    /// socket blocks rather than drops).
+    published_per_second: f64,
+}
+
+/// CURVE keys for one run: the fleet's (the shard's) and the publisher's.
+struct Keys {
+    fleet: PathBuf,
+    publisher: PathBuf,
+    publisher_public: String,
+}
+
+impl Keys {
+    /// Makes (or reuses) the key pairs in `dir` with `tidemark keys new`.
+    fn make(bin: &Path, dir: &Path) -> anyhow::Result<Keys> {
+        let new = |name: &str| -> anyhow::Result<(PathBuf, String)> {
+            let file = dir.join(name);
+            if !file.exists() {
+                let out = Command::new(bin)
+                    .args(["keys", "new"])
+                    .arg(&file)
+                    .output()?;
+                if !out.status.success() {
+                    bail!("keys new: {}", String::from_utf8_lossy(&out.stderr));
+                }
+            }
+            let public = std::fs::read_to_string(dir.join(format!("{name}.pub")))?;
+            Ok((file, public.trim().to_owned()))
+        };
+        let (fleet, _) = new("fleet.key")?;
+        let (publisher, publisher_public) = new("publisher.key")?;
+        Ok(Keys {
+            fleet,
+            publisher,
+            publisher_public,
+        })
+    }
+}
+
+/// `tidemark-bench curve`: the dense file replayed through one shard,
+/// plain and with CURVE keys in turn (plain, keys, plain, keys, …), each
+/// run timed end to end and checked exact; the cost of keys is the ratio
+/// of the medians.
+pub async fn curve(
+    bin: &Path,
+    cluster: &Cluster,
+    events: u64,
+    rounds: usize,
+) -> anyhow::Result<()> {
+    let dir = PathBuf::from("target/bench-home/e2e");
+    std::fs::create_dir_all(&dir)?;
+    let file = market_file(bin, &dir, "dense", "3h", events as f64 / 1.33 / 10_800.0)?;
+    let keys = Keys::make(bin, &dir)?;
+    let mut runs: [Vec<Outcome>; 2] = Default::default();
+    for round in 1..=rounds {
+        for (mode, k) in [("plain", None), ("keys", Some(&keys))] {
+            println!("round {round}/{rounds}: {mode}");
+            let r = run(bin, cluster, &dir, mode, &file, k).await?;
+            if !r.exact {
+                bail!("{mode}: observations differ from the reference");
+            }
+            runs[usize::from(k.is_some())].push(r);
+        }
+    }
+    println!();
+    println!(
+        "{:<6} {:>10} {:>24} {:>24}",
+        "mode", "events", "published/s (3 runs)", "events/s e2e (3 runs)"
+    );
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut medians = Vec::new();
+    for (mode, rs) in ["plain", "keys"].iter().zip(&runs) {
+        let publ: Vec<f64> = rs.iter().map(|r| r.published_per_second).collect();
+        let e2e: Vec<f64> = rs.iter().map(|r| r.events as f64 / r.seconds).collect();
+        let show = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{x:.0}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        println!(
+            "{mode:<6} {:>10} {:>24} {:>24}",
+            rs[0].events,
+            show(&publ),
+            show(&e2e)
+        );
+        medians.push((median(publ), median(e2e)));
+    }
+    let cost = |plain: f64, keys: f64| (1.0 - keys / plain) * 100.0;
+    println!(
+        "cost of keys (medians): published/s {:.1}%, events/s end to end {:.1}%",
+        cost(medians[0].0, medians[1].0),
+        cost(medians[0].1, medians[1].1)
+    );
+    Ok(())
 }
 
 async fn run(
@@ -125,14 +223,29 @@ async fn run(
     dir: &Path,
     name: &'static str,
     file: &Path,
+    keys: Option<&Keys>,
 ) -> anyhow::Result<Outcome> {
     let text = std::fs::read_to_string(file)?;
     let lines: Vec<&str> = text.lines().collect();
     let url = fresh_db(cluster, &format!("bench_e2e_{name}")).await?;
     let endpoint = "tcp://127.0.0.1:57411";
-    let shard_config = format!(
+    let mut shard_config = format!(
         "name = \"e\"\nendpoints = [\"{endpoint}\"]\ndatabase_url = \"{url}\"\nclock = \"event\"\nlateness = \"5s\"\n"
     );
+    let mut publish_keys = Vec::new();
+    if let Some(k) = keys {
+        shard_config += &format!(
+            "[curve]\nsecret_key_file = \"{}\"\n[[curve.publishers]]\nname = \"tidemark-publish\"\npublic_key = \"{}\"\n",
+            k.fleet.display(),
+            k.publisher_public
+        );
+        let fleet_public = format!("{}.pub", k.fleet.display());
+        publish_keys.extend([
+            "--curve-secret-key".into(),
+            k.publisher.display().to_string(),
+        ]);
+        publish_keys.extend(["--curve-server-key".into(), fleet_public]);
+    }
     let config_path = dir.join(format!("{name}.toml"));
     std::fs::write(&config_path, &shard_config)?;
     let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
@@ -163,6 +276,7 @@ async fn run(
             "--warmup",
             "1s",
         ])
+        .args(&publish_keys)
         .stderr(Stdio::inherit())
         .output()?;
     if !out.status.success() {
@@ -232,6 +346,7 @@ async fn run(
         seconds,
         observations: got.len(),
         exact: wrong == 0 && got.len() == want.len(),
+        published_per_second: report["events_per_second"].as_f64().unwrap_or(0.0),
     })
 }
 

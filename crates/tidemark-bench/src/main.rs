@@ -130,6 +130,16 @@ enum Bench {
         #[arg(long)]
         old_bin: Option<PathBuf>,
     },
+    /// The cost of CURVE keys: the dense file replayed through one shard,
+    /// plain and with keys in turn (interleaved), each run end to end and exact
+    Curve {
+        /// Events in the dense file (three hours of event time)
+        #[arg(long, default_value_t = 2_000_000)]
+        events: u64,
+        /// Runs of each mode
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// Sweeping a buffer of N transactions through every phase
     Phases {
         /// Transactions buffered before the sweep
@@ -161,6 +171,7 @@ fn main() -> anyhow::Result<()> {
             seconds,
             warmup,
         } => rt.block_on(intake(&bin, &cluster, offered, speed, seconds, warmup)),
+        Bench::Curve { events, rounds } => rt.block_on(e2e::curve(&bin, &cluster, events, rounds)),
         Bench::Phases { transactions } => rt.block_on(phases(&bin, &cluster, transactions)),
         Bench::Ops { samples, copy_rows } => rt.block_on(ops::run(samples, copy_rows)),
         Bench::Proxy {

@@ -57,7 +57,11 @@ pub struct RawListed {
     /// `name`.
     pub name: String,
     /// `public_key`, Z85.
-    pub public_key: String,
+    #[serde(default)]
+    pub public_key: Option<String>,
+    /// `public_key_file`: a file holding it (a `tidemark keys new` FILE.pub).
+    #[serde(default)]
+    pub public_key_file: Option<String>,
     /// `forwarder`.
     #[serde(default)]
     pub forwarder: bool,
@@ -214,9 +218,11 @@ fn curve(raw: &RawCurve) -> Result<crate::curve::Curve, ConfigError> {
 }
 
 /// Validates a list of publishers (`key` names it in messages): at least
-/// one, each named once with a key of its own.
+/// one, each key listed once, given inline or by file. A name may be
+/// listed with several keys (a key being rotated), all alike as to
+/// `forwarder`.
 fn listed(raw: &[RawListed], key: &str) -> Result<Vec<crate::curve::Listed>, ConfigError> {
-    use crate::curve::{parse_key, Listed};
+    use crate::curve::{parse_key, read_key_file, Listed};
     if raw.is_empty() {
         return Err(err(
             key,
@@ -226,15 +232,34 @@ fn listed(raw: &[RawListed], key: &str) -> Result<Vec<crate::curve::Listed>, Con
     let mut publishers: Vec<Listed> = Vec::new();
     for (i, p) in raw.iter().enumerate() {
         let key = |k: &str| format!("{key}[{i}].{k}");
-        if p.name.is_empty() || publishers.iter().any(|q| q.name == p.name) {
+        if p.name.is_empty() {
+            return Err(err(&key("name"), "a publisher needs a name"));
+        }
+        if publishers
+            .iter()
+            .any(|q| q.name == p.name && q.forwarder != p.forwarder)
+        {
             return Err(err(
-                &key("name"),
-                format!("{:?} is empty or listed twice", p.name),
+                &key("forwarder"),
+                format!("{:?} is listed before with another `forwarder`", p.name),
             ));
         }
-        let public = parse_key(&p.public_key).map_err(|m| err(&key("public_key"), m))?;
-        if publishers.iter().any(|q| q.public == public) {
-            return Err(err(&key("public_key"), "listed twice"));
+        let public = match (&p.public_key, &p.public_key_file) {
+            (Some(k), None) => parse_key(k).map_err(|m| err(&key("public_key"), m))?,
+            (None, Some(f)) => read_key_file(std::path::Path::new(f))
+                .map_err(|m| err(&key("public_key_file"), m))?,
+            _ => {
+                return Err(err(
+                    &key("public_key"),
+                    "give exactly one of public_key and public_key_file",
+                ))
+            }
+        };
+        if let Some(q) = publishers.iter().find(|q| q.public == public) {
+            return Err(err(
+                &key("public_key"),
+                format!("this key is listed before, as {:?}", q.name),
+            ));
         }
         publishers.push(Listed {
             name: p.name.clone(),
@@ -394,6 +419,59 @@ mod tests {
         assert_eq!(s.max_future, Duration::from_secs(600));
         assert_eq!(s.rcvhwm, 7);
         assert_eq!(s.rate(), 1.0);
+    }
+
+    #[test]
+    fn a_publisher_list_takes_keys_inline_or_by_file_and_a_name_may_rotate_keys() {
+        let z85 = |b: u8| zmq::z85_encode(&[b; 32]).unwrap();
+        let file = std::env::temp_dir().join(format!("listed-{}.pub", std::process::id()));
+        std::fs::write(&file, format!("{}\n", z85(2))).unwrap();
+        let entry =
+            |name: &str, key: Option<String>, file: Option<&std::path::Path>, fw: bool| RawListed {
+                name: name.to_owned(),
+                public_key: key,
+                public_key_file: file.map(|f| f.display().to_string()),
+                forwarder: fw,
+            };
+        let ok = listed(
+            &[
+                entry("a", Some(z85(1)), None, false),
+                entry("a", None, Some(&file), false),
+                entry("p", Some(z85(3)), None, true),
+            ],
+            "publishers",
+        )
+        .unwrap();
+        assert_eq!(ok[1].public, [2; 32]);
+        assert!(ok[2].forwarder && ok.iter().filter(|p| p.name == "a").count() == 2);
+        let refused = |list: &[RawListed]| listed(list, "publishers").unwrap_err().key;
+        assert_eq!(refused(&[]), "publishers");
+        assert_eq!(
+            refused(&[entry("", Some(z85(1)), None, false)]),
+            "publishers[0].name"
+        );
+        assert_eq!(
+            refused(&[entry("a", None, None, false)]),
+            "publishers[0].public_key"
+        );
+        let both = entry("a", Some(z85(1)), Some(&file), false);
+        assert_eq!(refused(&[both]), "publishers[0].public_key");
+        let twice = [
+            entry("a", Some(z85(2)), None, false),
+            entry("b", None, Some(&file), false),
+        ];
+        assert_eq!(refused(&twice), "publishers[1].public_key");
+        let unlike = [
+            entry("a", Some(z85(1)), None, false),
+            entry("a", Some(z85(3)), None, true),
+        ];
+        assert_eq!(refused(&unlike), "publishers[1].forwarder");
+        let missing = std::path::Path::new("/nonexistent/k.pub");
+        assert_eq!(
+            refused(&[entry("a", None, Some(missing), false)]),
+            "publishers[0].public_key_file"
+        );
+        let _ = std::fs::remove_file(&file);
     }
 
     #[test]
