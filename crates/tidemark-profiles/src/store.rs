@@ -443,12 +443,12 @@ pub async fn upsert_ids(tx: &Transaction<'_>, rows: &[IdRow]) -> Result<(), Stor
     let id: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
     let person: Vec<i64> = rows.iter().map(|r| r.person).collect();
     let first: Vec<i64> = rows.iter().map(|r| r.first_ts).collect();
-    let refusals: Vec<i32> = rows.iter().map(|r| r.refusals).collect();
+    let refusals: Vec<i64> = rows.iter().map(|r| r.refusals).collect();
     let blocklisted: Vec<bool> = rows.iter().map(|r| r.blocklisted).collect();
     tx.execute(
         "INSERT INTO tidemark.profile_ids AS i (id, person, first_ts, refusals, blocklisted_at)
          SELECT id, person, first_ts, refusals, CASE WHEN b THEN now() END
-         FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::bool[])
+         FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bool[])
               AS u(id, person, first_ts, refusals, b)
          ON CONFLICT (id) DO UPDATE SET person = EXCLUDED.person, first_ts = EXCLUDED.first_ts,
              refusals = EXCLUDED.refusals,

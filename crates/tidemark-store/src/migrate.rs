@@ -48,6 +48,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "profile_quarantine",
         include_str!("../../../sql/V0009__profile_quarantine.sql"),
     ),
+    (
+        10,
+        "refusals_bigint",
+        include_str!("../../../sql/V0010__refusals_bigint.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.

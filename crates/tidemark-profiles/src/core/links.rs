@@ -62,7 +62,7 @@ pub struct LinkPlan {
 struct IdState {
     person: i64,
     first_ts: i64,
-    refusals: i32,
+    refusals: i64,
     blocklisted: bool,
     dirty: bool,
 }
@@ -287,9 +287,9 @@ impl<'a> LinkStage<'a> {
                     for id in &l {
                         let s = ids.get_mut(id).expect("present");
                         if s.person == cap && charged.insert((id.clone(), other)) {
-                            s.refusals += 1;
+                            s.refusals = s.refusals.saturating_add(1);
                             s.dirty = true;
-                            if s.refusals > caps.blocklist_after && !s.blocklisted {
+                            if s.refusals > i64::from(caps.blocklist_after) && !s.blocklisted {
                                 s.blocklisted = true;
                                 *counts.entry("blocklisted").or_default() += 1;
                             }
@@ -370,7 +370,7 @@ mod tests {
         plan.counts.iter().map(|(k, v)| (*k, *v)).collect()
     }
 
-    fn refusals(sim: &Sim) -> Vec<(&str, i32, bool)> {
+    fn refusals(sim: &Sim) -> Vec<(&str, i64, bool)> {
         sim.db
             .ids
             .iter()
@@ -517,7 +517,7 @@ mod tests {
                 ("merges", 0)
             ]
         );
-        let rows: Vec<(&str, i32)> = plan
+        let rows: Vec<(&str, i64)> = plan
             .ids
             .iter()
             .map(|r| (r.id.as_str(), r.refusals))

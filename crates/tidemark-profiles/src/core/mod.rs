@@ -98,7 +98,7 @@ pub struct StoredId {
     /// Earliest `ts` of an event carrying it.
     pub first_ts: i64,
     /// Refusals charged to it.
-    pub refusals: i32,
+    pub refusals: i64,
     /// Whether it is blocklisted.
     pub blocklisted: bool,
     /// Its person.
@@ -115,7 +115,7 @@ pub struct IdRow {
     /// Earliest `ts` of an event carrying it.
     pub first_ts: i64,
     /// Refusals charged to it.
-    pub refusals: i32,
+    pub refusals: i64,
     /// Whether it is blocklisted (the time is set when it first becomes so).
     pub blocklisted: bool,
 }

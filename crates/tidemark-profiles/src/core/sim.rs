@@ -127,7 +127,7 @@ pub struct IdState {
     /// Its first ts.
     pub first_ts: i64,
     /// Refusals charged.
-    pub refusals: i32,
+    pub refusals: i64,
     /// `blocklisted_at IS NOT NULL`.
     pub blocklisted: bool,
 }
@@ -772,7 +772,7 @@ mod tests {
         for m in &msgs {
             receive(&mut want, m);
         }
-        let core: Vec<(&str, i32)> = sim
+        let core: Vec<(&str, i64)> = sim
             .db
             .ids
             .iter()
