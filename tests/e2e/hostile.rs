@@ -470,3 +470,46 @@ fn a_flood_into_a_stalled_proxy_stays_within_its_memory_bound() {
         "the flood dwarfs the bound"
     );
 }
+
+/// A first run on the event clock, before any tick, over txids spread
+/// across twenty years (an old log replayed without ticks, or a hostile
+/// publisher): first-copy marks and trail rows are kept only within `dedup`
+/// and `trail` of the newest txid accepted, so a handful of day partitions
+/// are made (not one per day, which would exhaust PostgreSQL's lock table
+/// on the next read); the older events are counted stale, the rest applied.
+#[test]
+fn a_first_run_over_txids_spread_across_years_makes_few_partitions() {
+    let db = TestDb::new("decades");
+    let mut publ = Publisher::new();
+    let config = "clock = \"event\"\nbatch_delay = \"50ms\"\ntrail = \"7d\"\n";
+    let mut proc = ShardProc::start_profiles(&db, "decades", &publ.endpoint, config);
+    publ.wait_subscribed("tick", 2);
+    let (now, day) = (now_ms(), tidemark_testkit::DAY);
+    let events = 2_000i64;
+    // Newest first: every later (older) one is judged against the newest.
+    for n in 0..events {
+        let created = now - n * 4 * day;
+        let t = Txid::new(n as u128, created as u64);
+        publ.event("impression", &t, created, &format!(r#""user":"u{n}""#));
+    }
+    wait_for("every event applied or counted stale", || {
+        std::thread::sleep(Duration::from_millis(100));
+        let done = profile_count(&db, "applied")? + profile_count(&db, "stale")?;
+        (done == events).then_some(())
+    });
+    proc.stop();
+    // Within 8 days (dedup) of the newest: the first three (0, 4, 8 days back).
+    assert_eq!(profile_count(&db, "applied"), Some(3));
+    let partitions = |parent: &str| {
+        tidemark_testkit::query_i64(
+            &db.url,
+            &format!(
+                "SELECT count(*) FROM pg_inherits WHERE inhparent = 'tidemark.{parent}'::regclass"
+            ),
+        )
+        .unwrap()
+    };
+    let (seen, trail) = (partitions("profile_seen"), partitions("profile_trail"));
+    eprintln!("day partitions after 2,000 txids over 22 years: marks {seen}, trail {trail}");
+    assert!(seen <= 12 && trail <= 12, "marks {seen}, trail {trail}");
+}

@@ -167,6 +167,7 @@ pub async fn run(
         board,
         unknown_failures: 0,
         lock_waits: Default::default(),
+        newest_created: None,
     };
     drive(&mut p, intake, stop, rx, shutdown, shutdown_timeout).await?;
     tracing::info!(counts = ?p.run_counts, "profile process stopped cleanly");
@@ -613,6 +614,9 @@ struct Process<'a> {
     /// Errors of no known class in a row (see [`refused`]).
     unknown_failures: u32,
     lock_waits: tidemark_store::LockWaits,
+    /// The newest txid creation time accepted, standing in for the clock
+    /// until there is one (see [`Process::now_ms`]).
+    newest_created: Option<i64>,
 }
 
 impl Process<'_> {
@@ -762,12 +766,27 @@ impl Process<'_> {
         Ok(())
     }
 
+    /// The time marks and trails are kept from: the clock, else the newest
+    /// tick, else (an event clock before its first tick, when the door
+    /// bounds txids only from above) the newest txid accepted, so a first
+    /// run over txids spread across years still keeps marks and trail rows,
+    /// and their day partitions, within `dedup` and `trail` of it.
+    fn now_ms(&self) -> Option<i64> {
+        let saved = &self.saved;
+        saved
+            .clock_ms
+            .or(saved.reference_ms)
+            .or(self.newest_created)
+    }
+
     /// Drops later copies within the batch and stale copies
     /// (`core::judge`); the rest stays in arrival order for `settle`.
-    fn judge(&self, events: Vec<Event>) -> Inflight {
+    fn judge(&mut self, events: Vec<Event>) -> Inflight {
+        if let Some(m) = events.iter().map(|e| e.created).max() {
+            self.newest_created = Some(self.newest_created.map_or(m, |o| o.max(m)));
+        }
         let stale_before = self
-            .saved
-            .clock_ms
+            .now_ms()
             .map(|c| c - self.config.dedup.as_millis() as i64);
         let (rest, judged) = core::judge(events, stale_before);
         Inflight {
@@ -783,7 +802,7 @@ impl Process<'_> {
     /// Events at or after this get trail rows: their day is kept.
     fn trail_from(&self) -> Option<i64> {
         let trail = self.config.trail?.as_millis() as i64;
-        let now = self.saved.clock_ms.or(self.saved.reference_ms).unwrap_or(0);
+        let now = self.now_ms().unwrap_or(0);
         Some(day_of(now - trail))
     }
 
