@@ -40,6 +40,9 @@ pub struct Config {
     /// Most events held in memory (received, not yet written); beyond it new
     /// events wait in ZeroMQ's queues, then are dropped there.
     pub max_pending: usize,
+    /// Most bytes those events may take (payloads and rebuilt parts): with
+    /// events of the largest size, this binds before `max_pending`.
+    pub max_pending_bytes: usize,
     /// Creation-time span of one buffer partition.
     pub partition: Duration,
     /// Observations older than this (by emission) are deleted once every
@@ -124,6 +127,7 @@ tidemark_intake::raw_config! {
         batch_events: Option<usize>,
         batch_delay: Option<String>,
         max_pending: Option<usize>,
+        max_pending_bytes: Option<usize>,
         partition: Option<String>,
         retention: Option<String>,
         retention_check: Option<String>,
@@ -228,6 +232,7 @@ impl Config {
             batch_events: positive("batch_events", raw.batch_events, 20_000)?,
             batch_delay: dur("batch_delay", &raw.batch_delay, Duration::from_millis(200))?,
             max_pending: positive("max_pending", raw.max_pending, 100_000)?,
+            max_pending_bytes: positive("max_pending_bytes", raw.max_pending_bytes, 256 << 20)?,
             partition,
             retention: raw
                 .retention

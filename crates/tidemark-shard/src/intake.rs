@@ -29,12 +29,17 @@ const CHUNK_EVENTS: usize = 2048;
 const CHUNK_AGE: Duration = Duration::from_millis(20);
 /// How long intake waits for a stuck writer before reading on and dropping.
 const STALL_LIMIT: Duration = Duration::from_secs(10);
-/// Events the chunk intake fills may hold: beyond, while the writer is
-/// stuck, they are dropped and counted. Each takes at most its payload
-/// (64 KiB) and parts the decoder rebuilt (as much again), so the chunk's
-/// arena stays far below what its `u32` offsets can address.
+/// Bytes of events a chunk gathers before it is handed over: real events
+/// (1-2 KiB) fill `CHUNK_EVENTS` first; the largest allowed (64 KiB) fill
+/// this, so a chunk of them costs megabytes, not a quarter of a gigabyte.
+const CHUNK_BYTES: usize = 4 << 20;
+/// Events (and bytes) the chunk intake fills may hold: beyond, while the
+/// writer is stuck, they are dropped and counted. Each event takes at most
+/// its payload (64 KiB) and parts the decoder rebuilt (as much again), so
+/// the chunk's arena stays far below what its `u32` offsets can address.
 const MAX_CHUNK: usize = 2 * CHUNK_EVENTS;
-const _: () = assert!(MAX_CHUNK * 2 * tidemark_wire::MAX_PAYLOAD < u32::MAX as usize);
+const MAX_CHUNK_BYTES: usize = 2 * CHUNK_BYTES;
+const _: () = assert!(MAX_CHUNK_BYTES + 2 * tidemark_wire::MAX_PAYLOAD < u32::MAX as usize);
 
 /// One accepted event; strings live in the chunk's arena.
 #[derive(Debug, Clone, Copy)]
@@ -106,6 +111,21 @@ impl Chunk {
     fn is_empty(&self) -> bool {
         self.events.is_empty() && self.clock.is_none()
     }
+
+    /// Bytes its events hold (payloads and rebuilt parts).
+    pub fn bytes(&self) -> usize {
+        self.arena.len()
+    }
+
+    /// Big enough to hand over.
+    fn full(&self) -> bool {
+        self.events.len() >= CHUNK_EVENTS || self.arena.len() >= CHUNK_BYTES
+    }
+
+    /// As big as intake lets it grow while the writer is stuck.
+    fn overfull(&self) -> bool {
+        self.events.len() >= MAX_CHUNK || self.arena.len() >= MAX_CHUNK_BYTES
+    }
 }
 
 /// Opens both sockets, connects them and starts the intake thread.
@@ -161,7 +181,7 @@ struct Shard {
 
 impl Handler for Shard {
     fn ready(&mut self) -> bool {
-        let writer_behind = self.chunk.events.len() >= CHUNK_EVENTS
+        let writer_behind = self.chunk.full()
             && self
                 .stalled_since
                 .is_some_and(|t| t.elapsed() < STALL_LIMIT);
@@ -174,7 +194,7 @@ impl Handler for Shard {
 
     fn event(&mut self, _: Socket, e: Event<'_>) {
         self.loss.arrived(e.kind, e.txid.first_digit());
-        if self.chunk.events.len() >= MAX_CHUNK {
+        if self.chunk.overfull() {
             self.counters.add(Counter::DroppedOverflow, 1);
             return;
         }
@@ -274,9 +294,7 @@ impl Shard {
         // A clock move rides with the events: it never forces a small chunk
         // (a replay ticks every minute of event time), and `CHUNK_AGE` bounds
         // how long it waits when the publisher is idle.
-        let due = last
-            || self.chunk.events.len() >= CHUNK_EVENTS
-            || self.chunk_started.elapsed() >= CHUNK_AGE;
+        let due = last || self.chunk.full() || self.chunk_started.elapsed() >= CHUNK_AGE;
         if !due {
             return;
         }

@@ -154,8 +154,11 @@ impl Step for ShardStep<'_> {
     }
 
     fn room(&self) -> bool {
-        // Hold at most `max_pending` events; beyond it intake drops (counted).
-        self.writer.pending_events() < self.writer.config().max_pending
+        // Hold at most `max_pending` events and `max_pending_bytes`; beyond
+        // them intake holds back, then drops (counted).
+        let config = self.writer.config();
+        self.writer.pending_events() < config.max_pending
+            && self.writer.pending_bytes() < config.max_pending_bytes
     }
 
     fn due(&self, _: Instant) -> Instant {

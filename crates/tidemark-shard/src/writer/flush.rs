@@ -120,6 +120,7 @@ impl Writer {
         if written.iter().all(|w| *w) {
             self.pending.clear();
             self.pending_events = 0;
+            self.pending_bytes = 0;
         } else {
             // Keep only what was not written, so a retry never writes twice.
             let mut keep = written.iter().map(|w| !w);
@@ -130,6 +131,8 @@ impl Writer {
             }
             self.pending.retain(|c| !c.events.is_empty());
             self.pending_events = self.pending.iter().map(|c| c.events.len()).sum();
+            // A chunk's arena stays whole until it is written: count it whole.
+            self.pending_bytes = self.pending.iter().map(|c| c.bytes()).sum();
         }
         result
     }

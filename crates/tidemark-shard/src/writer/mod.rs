@@ -53,6 +53,8 @@ pub struct Writer {
     txns_parts: BTreeMap<i64, Partition>,
     pending: Vec<Chunk>,
     pending_events: usize,
+    /// Bytes those events hold (`Chunk::bytes`).
+    pending_bytes: usize,
     /// When retention last ran.
     last_prune: Option<Instant>,
     /// The newest tick intake heard (the `max_future` reference), saved with the clock.
@@ -134,6 +136,7 @@ impl Writer {
             txns_parts: BTreeMap::new(),
             pending: Vec::new(),
             pending_events: 0,
+            pending_bytes: 0,
             last_prune: None,
             reference: None,
             rows_by_bucket: BTreeMap::new(),
@@ -296,6 +299,11 @@ impl Writer {
         self.pending_events
     }
 
+    /// Bytes the events held in memory take.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
     /// The clock saved by the last sweep, and the newest tick heard: where
     /// intake starts.
     pub fn saved_clocks(&self) -> (Option<i64>, Option<i64>) {
@@ -311,6 +319,7 @@ impl Writer {
             self.reference = Some(self.reference.map_or(r, |e| e.max(r)));
         }
         self.pending_events += chunk.events.len();
+        self.pending_bytes += chunk.bytes();
         if self.gate.is_some() {
             self.note_heard(&chunk);
         }
