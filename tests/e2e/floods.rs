@@ -215,3 +215,89 @@ fn a_flood_into_a_stuck_shard_stays_within_its_memory_bound() {
         "every event accepted is written"
     );
 }
+
+/// A profile process whose database is stuck (its first-copy marks
+/// locked) flooded with the largest events allowed: it takes what its
+/// budgets allow (`rcvhwm`, `max_pending_bytes`, the chunk's byte budget)
+/// and then holds back, so the rest waits in the sender's queue; peak
+/// memory stays under the documented bound, and once the lock goes every
+/// event is applied.
+#[test]
+fn a_flood_into_a_stuck_profile_process_stays_within_its_memory_bound() {
+    let _heavy = tidemark_testkit::HEAVY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let db = TestDb::new("flood_profiles");
+    let (rcvhwm, max_pending_bytes) = (100u64, 32 * MIB);
+    let config =
+        format!("clock = \"wall\"\nrcvhwm = {rcvhwm}\nmax_pending_bytes = {max_pending_bytes}\n");
+    let ctx = zmq::Context::new();
+    let publ = ctx.socket(zmq::XPUB).unwrap();
+    publ.set_sndhwm(0).unwrap();
+    publ.set_xpub_verbose(true).unwrap();
+    publ.set_rcvtimeo(100).unwrap();
+    publ.bind("tcp://127.0.0.1:*").unwrap();
+    let endpoint = publ.get_last_endpoint().unwrap().unwrap();
+    let mut proc = ShardProc::start_profiles(&db, "flood", &endpoint, &config);
+    let mut subscribed = 0;
+    while subscribed < 2 {
+        if let Ok(m) = publ.recv_bytes(0) {
+            subscribed += usize::from(m == b"\x01tick");
+        }
+    }
+    // Applied counts only come with a batch: one small event first, so the
+    // tables exist and a count is there to read.
+    let applied = || {
+        tidemark_testkit::query_i64(
+            &db.url,
+            "SELECT sum(n)::bigint FROM tidemark.profile_counts WHERE reason = 'applied'",
+        )
+    };
+    let now = now_ms();
+    let send = |n: u64, size: usize| {
+        let t = Txid::new(u128::from(n), now as u64);
+        let head =
+            format!(r#"{{"type":"impression","txid":"{t}","ts":{now},"user":"u{n}","pad":""#);
+        let pad = size.saturating_sub(head.len() + 2);
+        let payload = format!("{head}{}\"}}", "x".repeat(pad));
+        publ.send_multipart(
+            [format!("impression-{t}").as_bytes(), payload.as_bytes()],
+            0,
+        )
+        .unwrap();
+    };
+    send(0, 100);
+    wait_for("the first event applied", || {
+        (applied()? == 1).then_some(())
+    });
+    let (release, holder) = hold_lock(&db.url, "tidemark.profile_seen");
+    let base = peak_rss(proc.child.id());
+    let messages = 30_000u64; // 1.9 GB
+    for n in 1..=messages {
+        send(n, tidemark_wire::MAX_PAYLOAD);
+    }
+    // Long enough for every queue of the process to fill while stuck.
+    std::thread::sleep(Duration::from_secs(5));
+    let stuck = peak_rss(proc.child.id());
+    drop(release);
+    holder.join().unwrap();
+    wait_for("every event applied", || {
+        std::thread::sleep(Duration::from_millis(200));
+        (applied()? == 1 + messages as i64).then_some(())
+    });
+    let peak = peak_rss(proc.child.id());
+    proc.stop();
+    // docs/operations.md: 100 MiB + 2 sockets x C x rcvhwm x F + 2 x
+    // max_pending_bytes + 18 chunks of at most 4 MiB + 2F.
+    let bound = 100 * MIB + 2 * rcvhwm * F + 2 * max_pending_bytes + 18 * (4 * MIB + 2 * F);
+    eprintln!(
+        "profile process peak RSS {} MiB (idle {} MiB, stuck {} MiB, bound {} MiB) after {} MiB offered, all applied",
+        peak / MIB,
+        base / MIB,
+        stuck / MIB,
+        bound / MIB,
+        messages * F / MIB
+    );
+    assert!(peak < bound, "peak {peak} over {bound}");
+    assert!(messages * F > 5 * bound, "the flood dwarfs the bound");
+}

@@ -55,6 +55,12 @@ pub trait Handler {
     fn ready(&mut self) -> bool {
         true
     }
+    /// Before each message: `true` ends the round early, so what was
+    /// gathered is handed over (`turn`) before more is read. Bounds what a
+    /// round of the largest messages adds to a byte budget.
+    fn full(&self) -> bool {
+        false
+    }
     /// An event within `max_future`.
     fn event(&mut self, which: Socket, e: Event<'_>);
     /// An event beyond `max_future` (SPEC 1): refused.
@@ -210,6 +216,9 @@ impl<H: Handler> Intake<H> {
             // Round-robin: a flood on one socket cannot starve the other.
             for (which, sock) in sockets {
                 for _ in 0..BURST {
+                    if self.handler.full() {
+                        break;
+                    }
                     match sock.recv(&mut topic, zmq::DONTWAIT) {
                         Ok(()) => {
                             idle = false;

@@ -56,6 +56,9 @@ pub struct Config {
     pub workers: usize,
     /// Events per batch at most.
     pub batch_events: usize,
+    /// Bytes of events held in memory at most (a batch takes at most half):
+    /// with events of the largest size this binds before `batch_events`.
+    pub max_pending_bytes: usize,
     /// Longest an accepted event waits before its batch is applied.
     pub batch_delay: Duration,
     /// How long a stop waits for the database to take what is held.
@@ -90,6 +93,8 @@ tidemark_intake::raw_config! {
         workers: i64,
         #[serde(default = "default_batch_events")]
         batch_events: i64,
+        #[serde(default = "default_max_pending_bytes")]
+        max_pending_bytes: i64,
         #[serde(default = "default_batch_delay")]
         batch_delay: String,
         #[serde(default = "default_shutdown_timeout")]
@@ -105,6 +110,9 @@ fn default_workers() -> i64 {
 }
 fn default_batch_events() -> i64 {
     50_000
+}
+fn default_max_pending_bytes() -> i64 {
+    256 << 20
 }
 fn default_batch_delay() -> String {
     "200ms".into()
@@ -188,6 +196,9 @@ impl Config {
         if !(1..=1_000_000).contains(&raw.batch_events) {
             return Err(err("batch_events", "must be 1 to 1000000"));
         }
+        if !((1 << 20)..=(1 << 40)).contains(&raw.max_pending_bytes) {
+            return Err(err("max_pending_bytes", "must be 1 MiB to 1 TiB"));
+        }
         let mut names = BTreeSet::new();
         let mut counters = Vec::with_capacity(raw.counters.len());
         for (i, c) in raw.counters.into_iter().enumerate() {
@@ -226,6 +237,7 @@ impl Config {
             counters,
             workers: raw.workers as usize,
             batch_events: raw.batch_events as usize,
+            max_pending_bytes: raw.max_pending_bytes as usize,
             batch_delay: duration("batch_delay", &raw.batch_delay)?,
             shutdown_timeout: duration("shutdown_timeout", &raw.shutdown_timeout)?,
             quarantine_max: raw.quarantine_max,

@@ -21,6 +21,9 @@ use crate::config::Config;
 
 /// Events per chunk handed over.
 const CHUNK_EVENTS: usize = 4096;
+/// Bytes of events per chunk handed over: real events (1-2 KiB) fill
+/// `CHUNK_EVENTS` first, the largest allowed (64 KiB) fill this.
+const CHUNK_BYTES: usize = 4 << 20;
 /// Longest an event waits in intake before its chunk is handed over.
 const CHUNK_AGE: Duration = Duration::from_millis(20);
 
@@ -41,11 +44,22 @@ pub struct Event {
     pub raw: Box<str>,
 }
 
+impl Event {
+    /// Memory it holds, near enough: its payload, its identifiers, and a
+    /// fixed part.
+    pub fn bytes(&self) -> usize {
+        let ids: usize = self.ids.ids.iter().map(|i| i.as_str().len() + 32).sum();
+        self.raw.len() + ids + 128
+    }
+}
+
 /// Events in arrival order and the clocks as they stood after them.
 #[derive(Debug, Default)]
 pub struct Chunk {
     /// The events.
     pub events: Vec<Event>,
+    /// What they hold ([`Event::bytes`]).
+    pub bytes: usize,
     /// The process clock, when it moved.
     pub clock: Option<i64>,
     /// The newest tick heard (the `max_future` reference), when it moved.
@@ -121,7 +135,7 @@ impl Profiles {
             self.started = Instant::now();
             return true;
         }
-        if !last && self.chunk.events.len() < CHUNK_EVENTS && self.started.elapsed() < CHUNK_AGE {
+        if !last && !self.full() && self.started.elapsed() < CHUNK_AGE {
             return true;
         }
         let mut chunk = std::mem::take(&mut self.chunk);
@@ -144,6 +158,10 @@ impl Profiles {
 }
 
 impl Handler for Profiles {
+    fn full(&self) -> bool {
+        self.chunk.events.len() >= CHUNK_EVENTS || self.chunk.bytes >= CHUNK_BYTES
+    }
+
     fn event(&mut self, _: Socket, e: WireEvent<'_>) {
         let Some(type_index) = self.type_index(&e) else {
             return;
@@ -153,14 +171,16 @@ impl Handler for Profiles {
         else {
             return self.count("too_many_ids");
         };
-        self.chunk.events.push(Event {
+        let event = Event {
             type_index,
             txid: e.txid,
             created: e.txid.created_ms() as i64,
             ts: e.ts,
             ids,
             raw: e.payload.into(),
-        });
+        };
+        self.chunk.bytes += event.bytes();
+        self.chunk.events.push(event);
     }
 
     fn future(&mut self, _: Socket, e: &WireEvent<'_>) {

@@ -154,6 +154,7 @@ pub async fn run(
         layout,
         workers,
         pending: Vec::new(),
+        pending_bytes: 0,
         inflight: None,
         saved,
         tally,
@@ -322,6 +323,7 @@ impl Step for Process<'_> {
             self.oldest.get_or_insert(now);
         }
         self.pending.extend(c.events);
+        self.pending_bytes += c.bytes;
         if let Some(v) = c.clock {
             self.saved.clock_ms = Some(self.saved.clock_ms.map_or(v, |o| o.max(v)));
         }
@@ -332,12 +334,13 @@ impl Step for Process<'_> {
 
     fn room(&self) -> bool {
         self.pending.len() < 2 * self.config.batch_events
+            && self.pending_bytes < self.config.max_pending_bytes
     }
 
     /// A full batch goes at once, a partial one waits up to `batch_delay`;
     /// the status is saved every `STATUS_EVERY`.
     fn due(&self, now: Instant) -> Instant {
-        if self.pending.len() >= self.config.batch_events {
+        if self.batch_full() {
             return now;
         }
         let batch = self.oldest.map(|t| t + self.config.batch_delay);
@@ -355,7 +358,7 @@ impl Step for Process<'_> {
     }
 
     async fn work(&mut self, now: Instant) -> Result<(), Failure<ProfilesError>> {
-        let full = self.pending.len() >= self.config.batch_events;
+        let full = self.batch_full();
         let old = self
             .oldest
             .is_some_and(|t| now >= t + self.config.batch_delay);
@@ -594,6 +597,8 @@ struct Process<'a> {
     workers: Vec<Worker>,
     /// Accepted events not yet in a batch, in arrival order.
     pending: Vec<Event>,
+    /// What they hold ([`Event::bytes`]).
+    pending_bytes: usize,
     /// The batch being applied.
     inflight: Option<Inflight>,
     /// Clock and reference as they stand (saved every STATUS_EVERY).
@@ -620,12 +625,26 @@ struct Process<'a> {
 }
 
 impl Process<'_> {
+    /// Enough pending for a whole batch, by count or by bytes.
+    fn batch_full(&self) -> bool {
+        self.pending.len() >= self.config.batch_events
+            || self.pending_bytes >= self.config.max_pending_bytes / 2
+    }
+
     /// Forms the next batch if none is in flight; applies its links, then
     /// routes the rest by person and applies every part not yet committed,
     /// concurrently. What fails stays for the retry; what committed stays so.
     async fn step(&mut self) -> Result<(), ProfilesError> {
         if self.inflight.is_none() {
-            let n = self.pending.len().min(self.config.batch_events);
+            // At most batch_events, and half of max_pending_bytes (one event at least).
+            let (mut n, mut bytes) = (0, 0);
+            for e in self.pending.iter().take(self.config.batch_events) {
+                if n > 0 && bytes + e.bytes() > self.config.max_pending_bytes / 2 {
+                    break;
+                }
+                (n, bytes) = (n + 1, bytes + e.bytes());
+            }
+            self.pending_bytes -= bytes;
             let events: Vec<Event> = self.pending.drain(..n).collect();
             self.inflight = Some(self.judge(events));
         }
