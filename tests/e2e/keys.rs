@@ -377,3 +377,54 @@ fn a_listed_publisher_ratcheting_its_own_clock_is_trusted() {
     assert_eq!(label, Some(0), "swept before its click arrived");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The profile process reads through the same intake: with `[curve]`, an
+/// unlisted key's events never reach a profile, a listed key's are applied.
+#[test]
+fn with_keys_a_profile_process_applies_only_listed_publishers() {
+    let db = TestDb::new("curve_profiles");
+    let dir = key_dir("curve_profiles");
+    let (fleet_file, fleet_public) = new_key(&dir, "fleet.key");
+    let fleet = tidemark_intake::curve::parse_key(&fleet_public).unwrap();
+    let (alice, bob) = (
+        zmq::CurveKeyPair::new().unwrap(),
+        zmq::CurveKeyPair::new().unwrap(),
+    );
+    let ctx = zmq::Context::new();
+    let (listed, listed_ep) = curve_publisher(&ctx, &fleet, &alice, None);
+    let (unlisted, unlisted_ep) = curve_publisher(&ctx, &fleet, &bob, None);
+    let config = format!(
+        "clock = \"wall\"\nbatch_delay = \"50ms\"\n[curve]\nsecret_key_file = \"{}\"\n[[curve.publishers]]\nname = \"alice\"\npublic_key = \"{}\"\n",
+        fleet_file.display(),
+        zmq::z85_encode(&alice.public_key).unwrap()
+    );
+    let mut proc = ShardProc::start_profiles_multi(&db, "kp", &[&listed_ep, &unlisted_ep], &config);
+    assert_eq!(ticks_subscribed(&listed, soon(20), 2), 2);
+    assert_eq!(ticks_subscribed(&unlisted, soon(2), 2), 0);
+    let now = tidemark_testkit::now_ms();
+    for n in 0..5u128 {
+        for (s, who) in [(&listed, "a"), (&unlisted, "b")] {
+            let t = Txid::new(n + if who == "a" { 0 } else { 100 }, now as u64);
+            let imp =
+                format!(r#"{{"type":"impression","txid":"{t}","ts":{now},"user":"{who}{n}"}}"#);
+            send(s, &format!("impression-{t}"), &imp);
+        }
+    }
+    let count = |sql: &str| tidemark_testkit::query_i64(&db.url, sql);
+    let applied = "SELECT sum(n)::bigint FROM tidemark.profile_counts WHERE reason = 'applied'";
+    wait_for("alice's events applied", || {
+        (count(applied)? == 5).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    proc.stop();
+    assert_eq!(count(applied), Some(5), "none of the unlisted key's");
+    let ids = "SELECT count(*) FROM tidemark.profile_ids WHERE id LIKE 'user:b%'";
+    assert_eq!(
+        count(ids),
+        Some(0),
+        "no profile for an unlisted key's users"
+    );
+    let ids = "SELECT count(*) FROM tidemark.profile_ids WHERE id LIKE 'user:a%'";
+    assert_eq!(count(ids), Some(5));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -183,10 +183,7 @@ impl Handler for Shard {
     fn full(&self) -> bool {
         // Once the writer has been stuck past the limit, intake reads on
         // and drops (counted) instead.
-        self.chunk.full()
-            && self
-                .stalled_since
-                .is_none_or(|t| t.elapsed() < STALL_LIMIT)
+        self.chunk.full() && self.stalled_since.is_none_or(|t| t.elapsed() < STALL_LIMIT)
     }
 
     fn ready(&mut self) -> bool {
