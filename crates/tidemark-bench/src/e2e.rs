@@ -184,7 +184,10 @@ pub async fn curve(
     println!();
     println!(
         "{:<6} {:>10} {:>24} {:>24}",
-        "mode", "events", "published/s (3 runs)", "events/s e2e (3 runs)"
+        "mode",
+        "events",
+        format!("published/s ({rounds} runs)"),
+        format!("events/s e2e ({rounds} runs)")
     );
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
