@@ -40,8 +40,9 @@ pub struct Config {
     pub known: Types,
     /// The event types read, by name.
     pub types: Vec<String>,
-    /// How long (of txid creation time) duplicates are recognised.
-    pub dedup: Duration,
+    /// How long (of txid creation time) duplicates are recognised, by type
+    /// (as `types`; SPEC 11 v1.2): older copies are stale.
+    pub dedup: Vec<Duration>,
     /// Most identifiers one person may hold.
     pub max_ids: usize,
     /// Most identifiers one event may carry as sent (`too_many_ids` beyond).
@@ -78,8 +79,7 @@ tidemark_intake::raw_config! {
         types: Option<Vec<String>>,
         #[serde(default)]
         custom_types: Vec<String>,
-        #[serde(default = "default_dedup")]
-        dedup: String,
+        dedup: Option<RawDedup>,
         #[serde(default = "default_max_ids")]
         max_ids: i64,
         #[serde(default = "default_max_ids_per_event")]
@@ -132,8 +132,46 @@ struct RawCounter {
     half_life: String,
 }
 
-fn default_dedup() -> String {
-    "8d".into()
+/// `dedup` as written: one duration for every type, or a table by type.
+#[derive(Debug, serde::Deserialize)]
+#[serde(untagged)]
+enum RawDedup {
+    All(String),
+    ByType(std::collections::BTreeMap<String, String>),
+}
+
+/// SPEC 11 v1.2's default `dedup` of a type: clicks and impressions come
+/// within minutes of creation, installs and other types within days.
+fn default_dedup(type_name: &str) -> &'static str {
+    match type_name {
+        "impression" => "1h",
+        "click" => "3h",
+        _ => "8d",
+    }
+}
+
+/// The `dedup` horizon of each type read, in `types` order.
+fn dedup_by_type(raw: Option<&RawDedup>, types: &[String]) -> Result<Vec<Duration>, ConfigError> {
+    let parse = |key: String, v: &str| parse_duration(v).map_err(|e| err(&key, e));
+    match raw {
+        None => types
+            .iter()
+            .map(|t| parse(format!("dedup.{t}"), default_dedup(t)))
+            .collect(),
+        Some(RawDedup::All(v)) => Ok(vec![parse("dedup".into(), v)?; types.len()]),
+        Some(RawDedup::ByType(by_type)) => {
+            if let Some(k) = by_type.keys().find(|k| !types.contains(k)) {
+                return Err(err(format!("dedup.{k}"), "not a type this process reads"));
+            }
+            types
+                .iter()
+                .map(|t| {
+                    let v = by_type.get(t).map_or(default_dedup(t), String::as_str);
+                    parse(format!("dedup.{t}"), v)
+                })
+                .collect()
+        }
+    }
 }
 fn default_max_ids() -> i64 {
     50
@@ -223,13 +261,14 @@ impl Config {
                 half_life_ms: h.as_millis() as i64,
             });
         }
+        let dedup = dedup_by_type(raw.dedup.as_ref(), &types)?;
         Ok(Config {
             name: raw.name,
             subscription,
             database_url: raw.database_url,
             known,
             types,
-            dedup: duration("dedup", &raw.dedup)?,
+            dedup,
             max_ids: raw.max_ids as usize,
             max_ids_per_event: raw.max_ids_per_event as usize,
             blocklist_after: raw.blocklist_after as u64,
@@ -269,7 +308,16 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(c.types, ["impression", "click", "install", "open"]);
-        assert_eq!(c.dedup, Duration::from_secs(8 * 86_400));
+        let (hour, day) = (Duration::from_secs(3600), Duration::from_secs(86_400));
+        assert_eq!(c.dedup, [hour, 3 * hour, 8 * day, 8 * day]);
+        let one = Config::parse(&format!("{BASE}dedup = \"2d\"\n")).unwrap();
+        assert_eq!(one.dedup, [2 * day; 3], "one duration sets every type");
+        let by_type = Config::parse(&format!("{BASE}[dedup]\nclick = \"5h\"\n")).unwrap();
+        assert_eq!(by_type.dedup, [hour, 5 * hour, 8 * day]);
+        let bad = Config::parse(&format!("{BASE}[dedup]\nopen = \"5h\"\n")).unwrap_err();
+        assert_eq!(bad.key, "dedup.open");
+        let bad = Config::parse(&format!("{BASE}[dedup]\nclick = \"soon\"\n")).unwrap_err();
+        assert_eq!(bad.key, "dedup.click");
         assert_eq!((c.max_ids, c.blocklist_after, c.trail), (50, 100, None));
         assert_eq!(c.counters[0].half_life_ms, 7 * 86_400_000);
         assert_eq!(c.subscription.clock, tidemark_intake::ClockKind::Wall);

@@ -19,6 +19,7 @@
 
 pub mod config;
 mod core;
+pub mod days;
 pub mod intake;
 mod links;
 pub mod store;
@@ -30,7 +31,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use store::{Daily, Saved, DAY_MS};
+use days::{day_of, Days, DAY_MS};
+use store::{Daily, Saved};
 use tidemark_intake::{drive, Failure, Step, Stopped};
 use tidemark_person::CounterSlot;
 use tidemark_store::StoreError;
@@ -142,14 +144,8 @@ pub async fn run(
     };
     let shutdown_timeout = config.shutdown_timeout;
     let mut p = Process {
-        seen_days: store::partitions(&main, Daily::Seen)
-            .await?
-            .into_iter()
-            .collect(),
-        trail_days: store::partitions(&main, Daily::Trail)
-            .await?
-            .into_iter()
-            .collect(),
+        seen_days: Days::from_parts(store::partitions(&main, Daily::Seen).await?),
+        trail_days: Days::from_parts(store::partitions(&main, Daily::Trail).await?),
         config,
         layout,
         workers,
@@ -473,7 +469,9 @@ fn describe(c: &Config) -> serde_json::Value {
         "rate": c.rate(),
         "clock": if c.subscription.clock == tidemark_intake::ClockKind::Event { "event" } else { "wall" },
         "types": c.types,
-        "dedup_ms": c.dedup.as_millis() as i64,
+        "dedup_ms": c.types.iter().zip(&c.dedup)
+            .map(|(t, d)| (t.clone(), serde_json::json!(d.as_millis() as i64)))
+            .collect::<serde_json::Map<String, serde_json::Value>>(),
         "trail_ms": c.trail.map(|t| t.as_millis() as i64),
         "workers": c.workers,
         "counters": c.counters.iter().map(|d| serde_json::json!({
@@ -605,8 +603,8 @@ struct Process<'a> {
     saved: Saved,
     tally: Tally,
     run_counts: BTreeMap<String, i64>,
-    seen_days: BTreeSet<i64>,
-    trail_days: BTreeSet<i64>,
+    seen_days: Days,
+    trail_days: Days,
     hasher: std::collections::hash_map::RandomState,
     /// The coordinator's connection: the lock, the link stage, status.
     main: Client,
@@ -649,10 +647,16 @@ impl Process<'_> {
             self.inflight = Some(self.judge(events));
         }
         let (main, url) = (&mut self.main, self.url);
+        let saved = &self.saved;
+        let now = saved
+            .clock_ms
+            .or(saved.reference_ms)
+            .or(self.newest_created);
         ensure_partitions(
             main,
             &self.config,
             self.inflight.as_ref(),
+            now,
             &mut self.seen_days,
             &mut self.trail_days,
         )
@@ -785,29 +789,19 @@ impl Process<'_> {
         Ok(())
     }
 
-    /// The time marks and trails are kept from: the clock, else the newest
-    /// tick, else (an event clock before its first tick, when the door
-    /// bounds txids only from above) the newest txid accepted, so a first
-    /// run over txids spread across years still keeps marks and trail rows,
-    /// and their day partitions, within `dedup` and `trail` of it.
-    fn now_ms(&self) -> Option<i64> {
-        let saved = &self.saved;
-        saved
-            .clock_ms
-            .or(saved.reference_ms)
-            .or(self.newest_created)
-    }
-
     /// Drops later copies within the batch and stale copies
-    /// (`core::judge`); the rest stays in arrival order for `settle`.
+    /// (`core::judge`: older than each type's `dedup` behind the clock;
+    /// before the event clock's first tick nothing is stale, SPEC 11); the
+    /// rest stays in arrival order for `settle`.
     fn judge(&mut self, events: Vec<Event>) -> Inflight {
         if let Some(m) = events.iter().map(|e| e.created).max() {
             self.newest_created = Some(self.newest_created.map_or(m, |o| o.max(m)));
         }
-        let stale_before = self
-            .now_ms()
-            .map(|c| c - self.config.dedup.as_millis() as i64);
-        let (rest, judged) = core::judge(events, stale_before);
+        let stale_before: Option<Vec<i64>> = self.saved.clock_ms.map(|c| {
+            let dedup = &self.config.dedup;
+            dedup.iter().map(|d| c - d.as_millis() as i64).collect()
+        });
+        let (rest, judged) = core::judge(events, stale_before.as_deref());
         Inflight {
             links: Vec::new(),
             settled: false,
@@ -821,7 +815,7 @@ impl Process<'_> {
     /// Events at or after this get trail rows: their day is kept.
     fn trail_from(&self) -> Option<i64> {
         let trail = self.config.trail?.as_millis() as i64;
-        let now = self.now_ms().unwrap_or(0);
+        let now = self.saved.clock_ms.or(self.saved.reference_ms).unwrap_or(0);
         Some(day_of(now - trail))
     }
 
@@ -834,16 +828,16 @@ impl Process<'_> {
         if !self.lock_waits.ready() {
             return Ok(());
         }
-        let dedup = self.config.dedup.as_millis() as i64;
-        let old: Vec<i64> = self
-            .seen_days
+        // Marks of every type share a day: it goes after the longest horizon.
+        let dedup = self
+            .config
+            .dedup
             .iter()
-            .copied()
-            .filter(|d| d + DAY_MS <= clock - dedup)
-            .collect();
-        for d in old {
-            match store::drop_partition(main, Daily::Seen, d).await {
-                Ok(()) => self.seen_days.remove(&d),
+            .max()
+            .map_or(0, |d| d.as_millis() as i64);
+        for p in self.seen_days.retired(clock - dedup) {
+            match store::drop_partition(main, Daily::Seen, p).await {
+                Ok(()) => self.seen_days.dropped(p),
                 Err(e) if e.is_lock_timeout() => {
                     self.lock_waits
                         .put_off("dropping a day of first-copy marks");
@@ -853,16 +847,9 @@ impl Process<'_> {
             };
         }
         if let Some(trail) = self.config.trail {
-            let trail = trail.as_millis() as i64;
-            let old: Vec<i64> = self
-                .trail_days
-                .iter()
-                .copied()
-                .filter(|d| d + DAY_MS <= clock - trail)
-                .collect();
-            for d in old {
-                match store::drop_partition(main, Daily::Trail, d).await {
-                    Ok(()) => self.trail_days.remove(&d),
+            for p in self.trail_days.retired(clock - trail.as_millis() as i64) {
+                match store::drop_partition(main, Daily::Trail, p).await {
+                    Ok(()) => self.trail_days.dropped(p),
                     Err(e) if e.is_lock_timeout() => {
                         self.lock_waits.put_off("dropping a day of trails");
                         return Ok(());
@@ -928,43 +915,45 @@ impl Process<'_> {
     }
 }
 
-/// Creates the day partitions a batch's first-copy marks and trail rows need.
+/// Creates the partitions a batch's first-copy marks and trail rows need:
+/// a day's own while it is within reach of `now` (the clock, else the
+/// newest tick, else the newest txid), the catch-all before that.
 async fn ensure_partitions(
     main: &Client,
     config: &Config,
     inflight: Option<&Inflight>,
-    seen_days: &mut BTreeSet<i64>,
-    trail_days: &mut BTreeSet<i64>,
+    now: Option<i64>,
+    seen_days: &mut Days,
+    trail_days: &mut Days,
 ) -> Result<(), ProfilesError> {
     let Some(inflight) = inflight else {
         return Ok(());
     };
     let mut seen = BTreeSet::new();
     let mut trail = BTreeSet::new();
+    // The batch's own horizon: the clock may have moved since it was judged.
+    let trail_from = inflight.trail_from.unwrap_or(i64::MAX);
     for e in inflight.events() {
         seen.insert(day_of(e.created));
-        if config.trail.is_some() {
+        if config.trail.is_some() && e.ts >= trail_from {
             trail.insert(day_of(e.ts));
         }
     }
-    // The batch's own horizon: the clock may have moved since it was judged.
-    let trail_from = inflight.trail_from.unwrap_or(i64::MAX);
-    for d in seen {
-        if !seen_days.contains(&d) {
-            store::create_partition(main, Daily::Seen, d).await?;
-            seen_days.insert(d);
-        }
+    let now = now.unwrap_or(i64::MIN / 2);
+    let dedup = config
+        .dedup
+        .iter()
+        .max()
+        .map_or(0, |d| d.as_millis() as i64);
+    for p in seen_days.plan(&seen, day_of(now - dedup) - DAY_MS) {
+        store::create_partition(main, Daily::Seen, p).await?;
+        seen_days.made(p);
     }
-    for d in trail.into_iter().filter(|d| *d >= trail_from) {
-        if !trail_days.contains(&d) {
-            store::create_partition(main, Daily::Trail, d).await?;
-            trail_days.insert(d);
+    if let Some(t) = config.trail {
+        for p in trail_days.plan(&trail, day_of(now - t.as_millis() as i64) - DAY_MS) {
+            store::create_partition(main, Daily::Trail, p).await?;
+            trail_days.made(p);
         }
     }
     Ok(())
-}
-
-/// The start of the UTC day holding `ms`.
-fn day_of(ms: i64) -> i64 {
-    ms.div_euclid(DAY_MS) * DAY_MS
 }

@@ -19,8 +19,8 @@ pub use crate::core::{IdRow, Merge, StoredId, StoredPerson, TrailRow};
 /// Advisory-lock key of the profile database's owner ("tdmkprof").
 const PROFILE_LOCK: i64 = 0x7464_6d6b_7072_6f66;
 
-/// One day in milliseconds: partitions are UTC days.
-pub const DAY_MS: i64 = 86_400_000;
+use crate::days::Part;
+pub use crate::days::DAY_MS;
 
 /// Takes the database's profile lock on this session; `false` if another
 /// session holds it.
@@ -250,8 +250,18 @@ pub fn seen_key(txid: &str) -> String {
     hyphenate(created, random)
 }
 
-/// The days (start, ms) that have a partition.
-pub async fn partitions(c: &Client, which: Daily) -> Result<Vec<i64>, StoreError> {
+impl Daily {
+    /// A partition's table name, unqualified.
+    fn name(self, p: Part) -> String {
+        match p {
+            Part::Day(d) => format!("{}_{}", self.table(), d / DAY_MS),
+            Part::Before(d) => format!("{}_before_{}", self.table(), d / DAY_MS),
+        }
+    }
+}
+
+/// The partitions a table has.
+pub async fn partitions(c: &Client, which: Daily) -> Result<Vec<Part>, StoreError> {
     let rows = c
         .query(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -264,45 +274,51 @@ pub async fn partitions(c: &Client, which: Daily) -> Result<Vec<i64>, StoreError
         .iter()
         .filter_map(|r| {
             let name: String = r.get(0);
-            name.strip_prefix(&prefix)?.parse::<i64>().ok()
+            let rest = name.strip_prefix(&prefix)?;
+            Some(match rest.strip_prefix("before_") {
+                Some(day) => Part::Before(day.parse::<i64>().ok()? * DAY_MS),
+                None => Part::Day(rest.parse::<i64>().ok()? * DAY_MS),
+            })
         })
-        .map(|day| day * DAY_MS)
         .collect())
 }
 
-/// Creates the partition of the day starting at `day_ms` (idempotent).
-pub async fn create_partition(c: &Client, which: Daily, day_ms: i64) -> Result<(), StoreError> {
+/// Creates a partition (idempotent).
+pub async fn create_partition(c: &Client, which: Daily, p: Part) -> Result<(), StoreError> {
     let t = which.table();
-    let day = day_ms / DAY_MS;
+    let range = match p {
+        Part::Day(d) => format!(
+            "FOR VALUES FROM ({}) TO ({})",
+            which.bound(d),
+            which.bound(d + DAY_MS)
+        ),
+        Part::Before(d) => format!("FOR VALUES FROM (MINVALUE) TO ({})", which.bound(d)),
+    };
     tidemark_store::create_partition(
         c,
         "CREATE TABLE",
         &format!("tidemark.{t}"),
-        &format!("tidemark.{t}_{day}"),
-        &format!(
-            "FOR VALUES FROM ({}) TO ({})",
-            which.bound(day_ms),
-            which.bound(day_ms + DAY_MS)
-        ),
+        &format!("tidemark.{}", which.name(p)),
+        &range,
         "",
         "SELECT 1",
     )
     .await
 }
 
-/// Drops the partition of the day starting at `day_ms` (idempotent), and
-/// for trails that day's wide identifier lists.
-pub async fn drop_partition(c: &Client, which: Daily, day_ms: i64) -> Result<(), StoreError> {
-    let sql = format!(
-        "DROP TABLE IF EXISTS tidemark.{}_{}",
-        which.table(),
-        day_ms / DAY_MS
-    );
+/// Drops a partition (idempotent), and for trails those days' wide
+/// identifier lists.
+pub async fn drop_partition(c: &Client, which: Daily, p: Part) -> Result<(), StoreError> {
+    let sql = format!("DROP TABLE IF EXISTS tidemark.{}", which.name(p));
     tidemark_store::ddl(c, &sql).await?;
     if which == Daily::Trail {
+        let (from, to) = match p {
+            Part::Day(d) => (d, d + DAY_MS),
+            Part::Before(d) => (i64::MIN, d),
+        };
         c.execute(
             "DELETE FROM tidemark.profile_trail_wide WHERE ts >= $1 AND ts < $2",
-            &[&day_ms, &(day_ms + DAY_MS)],
+            &[&from, &to],
         )
         .await?;
     }

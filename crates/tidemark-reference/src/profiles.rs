@@ -12,7 +12,7 @@
 //!
 //! * **Order of checks** for a received message: wire (SPEC 1-3), future
 //!   (txid creation time or `ts` more than `max_future` ahead of the
-//!   reference), stale (txid creation time `< clock - dedup`), duplicate
+//!   reference), stale (txid creation time `< clock - dedup` of its type), duplicate
 //!   (the (type, txid) was already taken), identifiers. Rejected, future and
 //!   stale copies do not take their (type, txid); a first copy left without
 //!   identifiers does (it was "the event"; later copies are duplicates).
@@ -68,7 +68,8 @@ const TS_END: i64 = 1 << 53;
 const BUILT_INS: [&str; 5] = ["auction", "bid", "impression", "click", "install"];
 
 const MINUTE_MS: i64 = 60_000;
-const DAY_MS: i64 = 24 * 60 * MINUTE_MS;
+const HOUR_MS: i64 = 60 * MINUTE_MS;
+const DAY_MS: i64 = 24 * HOUR_MS;
 
 /// Every reason [`Profiles::counts`] always reports, even at zero.
 const REASONS: [&str; 8] = [
@@ -104,8 +105,10 @@ pub struct Setup {
     pub counters: Vec<CounterSpec>,
     /// The process's txid prefixes (SPEC 4); empty = all. Weight w = 1/rate, rate = sum of 16^-len(p) (1 when empty).
     pub prefixes: Vec<String>,
-    /// How long (of txid creation time) a (type, txid) is remembered; default 8 days.
-    pub dedup_ms: i64,
+    /// How long (of txid creation time) a (type, txid) is remembered, by
+    /// type (SPEC 11 v1.2); a type not here takes its default
+    /// ([`Setup::dedup_of`]: impression 1 h, click 3 h, any other 8 days).
+    pub dedup_ms: BTreeMap<String, i64>,
     /// How far ahead of the reference a txid or `ts` may be; default 10 minutes.
     pub max_future_ms: i64,
     /// The most identifiers a person may hold; default 50.
@@ -131,7 +134,7 @@ impl Default for Setup {
             custom_types: Vec::new(),
             counters: Vec::new(),
             prefixes: Vec::new(),
-            dedup_ms: 8 * DAY_MS,
+            dedup_ms: BTreeMap::new(),
             max_future_ms: 10 * MINUTE_MS,
             max_ids: 50,
             blocklist_after: 100,
@@ -141,6 +144,19 @@ impl Default for Setup {
 }
 
 impl Setup {
+    /// The `dedup` horizon of a type: as configured, else SPEC 11's
+    /// default (impression 1 h, click 3 h, install and any other 8 days).
+    pub fn dedup_of(&self, type_name: &str) -> i64 {
+        self.dedup_ms
+            .get(type_name)
+            .copied()
+            .unwrap_or(match type_name {
+                "impression" => HOUR_MS,
+                "click" => 3 * HOUR_MS,
+                _ => 8 * DAY_MS,
+            })
+    }
+
     /// Reads a profile process's TOML configuration (SPEC 11). Only `types`,
     /// `custom_types`, `prefixes`, `dedup`, `max_future`, `max_ids`,
     /// `blocklist_after` and `[[counters]]` matter; other keys are ignored.
@@ -158,8 +174,21 @@ impl Setup {
         if let Some(value) = table.get("prefixes") {
             setup.prefixes = strings("prefixes", value)?;
         }
-        if let Some(value) = table.get("dedup") {
-            setup.dedup_ms = duration("dedup", value)?;
+        match table.get("dedup") {
+            None => {}
+            // A single duration sets every type.
+            Some(value @ toml::Value::String(_)) => {
+                let d = duration("dedup", value)?;
+                setup.dedup_ms = setup.types.iter().map(|t| (t.clone(), d)).collect();
+            }
+            Some(toml::Value::Table(by_type)) => {
+                for (t, value) in by_type {
+                    setup
+                        .dedup_ms
+                        .insert(t.clone(), duration(&format!("dedup.{t}"), value)?);
+                }
+            }
+            Some(_) => return Err("dedup: a duration or a table of durations by type".into()),
         }
         if let Some(value) = table.get("max_future") {
             setup.max_future_ms = duration("max_future", value)?;
@@ -430,7 +459,7 @@ impl Profiles {
     /// One message as the profile process received it, in receive order.
     /// `reference_ms`: the process's max_future reference at receipt (SPEC 1).
     /// `clock_ms`: the process clock at receipt (SPEC 6), None before it has one; a copy whose
-    /// txid creation time is < clock_ms - dedup_ms is stale (counted "stale", ignored).
+    /// txid creation time is < clock_ms - its type's dedup horizon is stale (counted "stale", ignored).
     pub fn receive(
         &mut self,
         topic: &[u8],
@@ -466,7 +495,7 @@ impl Profiles {
             return self.count("too_many_ids");
         }
         if let Some(clock) = clock_ms {
-            if created < clock.saturating_sub(self.setup.dedup_ms) {
+            if created < clock.saturating_sub(self.setup.dedup_of(&kind)) {
                 return self.count("stale");
             }
         }
@@ -1272,7 +1301,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.types, vec!["impression", "click", "install", "signup"]);
-        assert_eq!(s.dedup_ms, 2 * DAY_MS);
+        assert_eq!(
+            s.dedup_of("click"),
+            2 * DAY_MS,
+            "one duration sets every type"
+        );
+        let by_type = Setup::from_toml("[dedup]\nclick = \"5h\"\n").unwrap();
+        assert_eq!(by_type.dedup_of("click"), 5 * HOUR_MS);
+        assert_eq!(
+            by_type.dedup_of("impression"),
+            HOUR_MS,
+            "SPEC 11 v1.2 defaults"
+        );
+        assert_eq!(by_type.dedup_of("install"), 8 * DAY_MS);
+        assert_eq!(by_type.dedup_of("open"), 8 * DAY_MS);
         assert_eq!(s.max_future_ms, 10 * MINUTE_MS);
         assert_eq!((s.max_ids, s.blocklist_after), (7, 100));
         assert_eq!(s.counters[0].half_life_ms, 7 * DAY_MS);

@@ -224,9 +224,12 @@ pub fn compare(url: &str, oracle: &Profiles, messages: &[(String, String)], now:
     }
 }
 
-/// The profile configuration of the link runs.
+/// The profile configuration of the link runs: every type remembered 8
+/// days, so the streams' transactions (created up to 6 h back) all count
+/// and every distinct event is applied.
 pub const LINKS: &str = r#"
 clock = "wall"
+dedup = "8d"
 trail = "7d"
 batch_delay = "50ms"
 batch_events = 300

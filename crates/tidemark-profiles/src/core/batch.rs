@@ -14,15 +14,16 @@ use crate::intake::Event;
 pub type Placed = HashMap<String, (i64, i64)>;
 
 /// Drops later copies within the batch and stale copies (txid created
-/// before `stale_before`); the rest stays in arrival order. The counts
+/// before `stale_before` of its type, indexed by `type_index`); the rest
+/// stays in arrival order. The counts
 /// (`duplicate`, `stale`, both present even at 0) commit with worker 0's
 /// share.
-pub fn judge(events: Vec<Event>, stale_before: Option<i64>) -> (Vec<Event>, Counts) {
+pub fn judge(events: Vec<Event>, stale_before: Option<&[i64]>) -> (Vec<Event>, Counts) {
     let mut seen = HashSet::with_capacity(events.len());
     let (mut duplicate, mut stale) = (0, 0);
     let mut rest = Vec::with_capacity(events.len());
     for e in events {
-        if stale_before.is_some_and(|s| e.created < s) {
+        if stale_before.is_some_and(|s| e.created < s[e.type_index]) {
             stale += 1;
             continue;
         }
@@ -182,7 +183,7 @@ mod tests {
         let (rest, counts) = judge(events.clone(), None);
         assert_eq!(rest.len(), 3);
         assert_eq!(counts, Counts::from([("duplicate", 1), ("stale", 0)]));
-        let (rest, counts) = judge(events, Some(T0 - 9));
+        let (rest, counts) = judge(events, Some(&[T0 - 9, T0 - 9, T0 - 9]));
         let kept: Vec<(usize, i64)> = rest.iter().map(|e| (e.type_index, e.ts)).collect();
         assert_eq!(kept, [(1, T0), (2, T0)], "the first copy wins");
         assert_eq!(counts, Counts::from([("duplicate", 1), ("stale", 1)]));
