@@ -111,7 +111,7 @@ fn offline(args: Args) -> anyhow::Result<()> {
 }
 
 fn online(path: &std::path::Path, database_url: Option<&str>) -> anyhow::Result<()> {
-    let mut config = Config::from_file(path)?;
+    let mut config = Config::from_file(path).map_err(|e| crate::Misconfigured(format!("{e}")))?;
     if config.needs_default_database() {
         config.default_database(&crate::db::resolve(database_url)?);
     }

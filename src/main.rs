@@ -16,7 +16,7 @@ mod score;
 mod shard;
 mod signals;
 
-use signals::{exit_on_panic, shutdown_signal, stop_on_signal};
+use signals::{exit_on_panic, shutdown_signal, stop_on_signal, Misconfigured};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -114,7 +114,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tidemark: {e:#}");
-            ExitCode::FAILURE
+            if e.downcast_ref::<Misconfigured>().is_some() {
+                ExitCode::from(signals::EX_CONFIG)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -61,7 +61,7 @@ pub struct TrailArgs {
 
 pub fn run_process(args: ProcessArgs) -> anyhow::Result<()> {
     let config = Config::from_file(&args.config)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
+        .map_err(|e| crate::Misconfigured(format!("{}: {e}", args.config.display())))?;
     let url = crate::db::resolve(args.database_url.or(config.database_url.clone()).as_deref())?;
     crate::runtime()?.block_on(async {
         let summary = tidemark_profiles::run(config, &url, crate::shutdown_signal())

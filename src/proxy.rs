@@ -41,22 +41,21 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    use crate::Misconfigured as Bad;
     let listen = match (&a.curve_secret_key, &a.curve_publishers) {
         (Some(key), Some(list)) => Some(Curve {
-            secret: read_key_file(key).map_err(anyhow::Error::msg)?,
-            publishers: tidemark_intake::config::read_publishers(list)
-                .map_err(anyhow::Error::msg)?,
+            secret: read_key_file(key).map_err(Bad)?,
+            publishers: tidemark_intake::config::read_publishers(list).map_err(Bad)?,
         }),
         _ => None,
     };
     let forward = match (&a.curve_secret_key, &a.curve_server_key) {
-        (Some(key), Some(server)) => {
-            Some(Client::from_files(key, server).map_err(anyhow::Error::msg)?)
-        }
+        (Some(key), Some(server)) => Some(Client::from_files(key, server).map_err(Bad)?),
         _ => None,
     };
     if a.curve_secret_key.is_some() && listen.is_none() && forward.is_none() {
-        anyhow::bail!("--curve-secret-key needs --curve-publishers, --curve-server-key or both");
+        let needs = "--curve-secret-key needs --curve-publishers, --curve-server-key or both";
+        return Err(Bad(needs.into()).into());
     }
     tidemark_market::proxy::run(&ProxyOptions {
         publishers: a.publishers,

@@ -80,7 +80,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => Source::Synthetic(args.market.config()),
     };
     let curve = match (&args.curve_secret_key, &args.curve_server_key) {
-        (Some(k), Some(s)) => Some(Client::from_files(k, s).map_err(anyhow::Error::msg)?),
+        (Some(k), Some(s)) => Some(Client::from_files(k, s).map_err(crate::Misconfigured)?),
         _ => None,
     };
     let opts = PublishOptions {

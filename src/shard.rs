@@ -20,7 +20,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = Config::from_file(&args.config)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
+        .map_err(|e| crate::Misconfigured(format!("{}: {e}", args.config.display())))?;
     let url = crate::db::resolve(args.database_url.or(config.database_url.clone()).as_deref())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

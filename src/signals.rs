@@ -1,5 +1,22 @@
 //! Stopping on SIGTERM or SIGINT (SPEC 7 semantics for every long-running
-//! command), and on a panic.
+//! command), and on a panic; what a process's exit status says.
+
+/// A configuration (file, key or flag) that cannot be used: the process
+/// exits with [`EX_CONFIG`], which the shipped units do not restart on
+/// (`RestartPreventExitStatus`): starting again would fail the same way.
+#[derive(Debug)]
+pub struct Misconfigured(pub String);
+
+impl std::fmt::Display for Misconfigured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Misconfigured {}
+
+/// The exit status of a configuration error (sysexits.h's `EX_CONFIG`).
+pub const EX_CONFIG: u8 = 78;
 
 /// Run on a second signal, just before exiting (the demo stops its children).
 pub static BEFORE_EXIT: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
@@ -11,6 +28,16 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    // SIGHUP (a closed terminal, a reflexive `kill -HUP`) would end the
+    // process by default: nothing is reloaded, so it is only logged.
+    let mut hup = signal(SignalKind::hangup()).expect("install SIGHUP handler");
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            tracing::warn!(
+                "SIGHUP ignored: configuration and keys are read at start; restart to apply changes"
+            );
+        }
+    });
     async move {
         tokio::select! {
             _ = term.recv() => tracing::info!("SIGTERM: stopping (a second signal ends at once)"),

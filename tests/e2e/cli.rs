@@ -90,6 +90,89 @@ fn plan_check_finds_overlapping_shard_configs() {
     assert!(String::from_utf8_lossy(&bad.stdout).contains("overlap: a \"1\" and c \"1f\""));
 }
 
+/// A configuration that cannot be used exits 78 (EX_CONFIG), which the
+/// shipped units do not restart on; anything else that fails exits 1.
+#[test]
+fn a_configuration_error_exits_78_and_names_the_key() {
+    let dir = tidemark_testkit::tmp_dir().join(format!("exit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "name = \"s0\"\nendpoints = [\"tcp://127.0.0.1:1\"]\nbatch_events = \"5\"\n",
+    )
+    .unwrap();
+    let missing = dir.join("missing.toml");
+    for (command, file) in [
+        ("shard", &bad),
+        ("profiles", &bad),
+        ("shard", &missing),
+        ("learn", &missing),
+    ] {
+        let out = bin()
+            .arg(command)
+            .arg("--config")
+            .arg(file)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(78),
+            "{command} {}: {said}",
+            file.display()
+        );
+        if file == &bad {
+            assert!(said.contains("batch_events"), "{said}");
+        }
+    }
+    let out = bin()
+        .args([
+            "proxy",
+            "--backend",
+            "tcp://127.0.0.1:1",
+            "--curve-secret-key",
+        ])
+        .arg(&missing)
+        .arg("--curve-publishers")
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SIGHUP is logged and ignored (nothing is reloaded); SIGTERM still stops.
+#[test]
+fn sighup_is_ignored() {
+    let child = bin()
+        .args([
+            "publish",
+            "--bind",
+            "tcp://127.0.0.1:*",
+            "--tps",
+            "50",
+            "--warmup",
+            "0s",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    for signal in ["-HUP", "-TERM"] {
+        std::process::Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("SIGHUP ignored"), "{said}");
+}
+
 #[test]
 fn publish_stops_cleanly_on_sigterm_and_reports() {
     let child = bin()
