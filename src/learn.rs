@@ -22,12 +22,16 @@ pub struct Args {
     /// Hash into 2^bits weights
     #[arg(long, default_value_t = 22)]
     bits: u8,
+    /// FTRL-Proximal learning rate: a weight's step is alpha / (beta + sqrt(sum of its squared gradients))
     #[arg(long, default_value_t = 0.1)]
     alpha: f64,
+    /// FTRL-Proximal smoothing of the per-weight learning rate (see --alpha)
     #[arg(long, default_value_t = 1.0)]
     beta: f64,
+    /// L1 regularisation: weights whose accumulated evidence stays under it are exactly 0 (sparse models)
     #[arg(long, default_value_t = 1.0)]
     l1: f64,
+    /// L2 regularisation: shrinks every weight towards 0
     #[arg(long, default_value_t = 1.0)]
     l2: f64,
     /// Hash seed
