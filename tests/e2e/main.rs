@@ -9,6 +9,7 @@ mod db;
 mod demo;
 mod deploy;
 mod exact;
+mod examples;
 mod floods;
 mod hostile;
 mod hosts;
