@@ -20,7 +20,7 @@ pub enum Action {
     },
     /// Stop the cluster
     Down,
-    /// Say whether the cluster runs, and where
+    /// Say whether the cluster runs, and where (exit status 0 running, 3 stopped, 4 not initialised)
     Status,
     /// Print the connection string (starts nothing)
     Url {
@@ -64,8 +64,14 @@ pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
         }
         Action::Status => match cluster.status()? {
             Status::Running { url } => println!("running {url}"),
-            Status::Stopped => println!("stopped"),
-            Status::NotInitialised => println!("not initialised"),
+            Status::Stopped => {
+                println!("stopped");
+                return Err(crate::signals::Answer(3).into());
+            }
+            Status::NotInitialised => {
+                println!("not initialised");
+                return Err(crate::signals::Answer(4).into());
+            }
         },
         Action::Url { database: None } => println!("{}", url(&cluster)?),
         Action::Url { database: Some(d) } => println!("{}", cluster.url_for(&d)),

@@ -112,6 +112,9 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<signals::Answer>().is_some() => {
+            ExitCode::from(e.downcast_ref::<signals::Answer>().map_or(1, |a| a.0))
+        }
         Err(e) => {
             eprintln!("tidemark: {e:#}");
             if e.downcast_ref::<Misconfigured>().is_some() {

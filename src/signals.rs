@@ -18,6 +18,19 @@ impl std::error::Error for Misconfigured {}
 /// The exit status of a configuration error (sysexits.h's `EX_CONFIG`).
 pub const EX_CONFIG: u8 = 78;
 
+/// An answer given as an exit status, with nothing more to say (`db status`:
+/// 3 stopped, 4 not initialised, as LSB init scripts answer `status`).
+#[derive(Debug)]
+pub struct Answer(pub u8);
+
+impl std::fmt::Display for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit status {}", self.0)
+    }
+}
+
+impl std::error::Error for Answer {}
+
 /// Run on a second signal, just before exiting (the demo stops its children).
 pub static BEFORE_EXIT: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 

@@ -142,6 +142,26 @@ fn a_configuration_error_exits_78_and_names_the_key() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Answers a supervisor or a shell can act on: `db status` by its exit
+/// status, a mistyped subcommand with a suggestion.
+#[test]
+fn db_status_answers_by_exit_status_and_typos_get_a_suggestion() {
+    let home = tidemark_testkit::tmp_dir().join(format!("nohome-{}", std::process::id()));
+    let out = bin()
+        .args(["db", "status", "--home"])
+        .arg(&home)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "not initialised\n");
+    let out = bin().arg("shrad").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("shard"),
+        "{out:?}"
+    );
+}
+
 /// SIGHUP is logged and ignored (nothing is reloaded); SIGTERM still stops.
 #[test]
 fn sighup_is_ignored() {

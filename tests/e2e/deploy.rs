@@ -477,6 +477,8 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
         assert!(t.lines().any(|l| l.starts_with(&build)), "{build} in\n{t}");
         let rss = tidemark_testkit::metric(&t, "process_resident_memory_bytes");
         assert!(rss.is_some_and(|b| b > 1e6), "{addr}: {rss:?}");
+        let health = tidemark_testkit::try_get(addr, "/healthz");
+        assert_eq!(health, Some(format!("ok {component}\n")), "{addr}");
     }
     // A clean stop of each, as `systemctl stop` sends it (SIGTERM). The
     // proxy holds nothing and ends by the signal itself, which systemd

@@ -167,8 +167,13 @@ pub fn serve(
                     .expect("a valid header");
                     tiny_http::Response::from_string(render(component, collect.clone()))
                         .with_header(header)
+                } else if req.url() == "/healthz" {
+                    // Serving at all is the signal: the endpoint lives as
+                    // long as its process, whose threads exit it on a panic.
+                    tiny_http::Response::from_string(format!("ok {component}\n"))
                 } else {
-                    tiny_http::Response::from_string("see /metrics\n").with_status_code(404)
+                    tiny_http::Response::from_string("see /metrics or /healthz\n")
+                        .with_status_code(404)
                 };
                 let _ = req.respond(response);
             }

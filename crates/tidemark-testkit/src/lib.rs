@@ -171,9 +171,14 @@ pub fn scrape(addr: &str) -> String {
 
 /// `scrape`, or `None` while nothing answers 200 there.
 pub fn try_scrape(addr: &str) -> Option<String> {
+    try_get(addr, "/metrics")
+}
+
+/// The body of `GET path` at `addr`, if it answers 200.
+pub fn try_get(addr: &str, path: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
         .ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
