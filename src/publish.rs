@@ -22,6 +22,11 @@ pub struct Args {
     /// Replay a file of JSON event payloads, one per line, in time order
     #[arg(long)]
     replay: Option<PathBuf>,
+    /// With --replay: go on reading past the end (a pipe such as `kcat … |
+    /// tidemark publish --replay /dev/stdin --follow`, or a growing file),
+    /// ticking while idle, until stopped
+    #[arg(long, requires = "replay")]
+    follow: bool,
     /// Event time per wall time (a replay at 0 goes as fast as it can)
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
@@ -85,6 +90,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let opts = PublishOptions {
         curve,
+        follow: args.follow,
         bind: if args.connect.is_empty() {
             args.bind
         } else {

@@ -225,3 +225,73 @@ fn publish_stops_cleanly_on_sigterm_and_reports() {
     assert!(report["events"].as_u64().unwrap() > 0);
     assert!(report["ticks"].as_u64().unwrap() > 0);
 }
+
+/// `publish --replay /dev/stdin --follow` (a `kcat … |` pipe): events go
+/// out as lines arrive, and while the pipe is idle ticks keep coming
+/// (every 250 ms, with the `sent` counts), so shards neither let the
+/// publisher go nor lose track of what it sent.
+#[test]
+fn a_followed_pipe_is_published_line_by_line_and_ticked_while_idle() {
+    use std::io::Write;
+    let endpoint = format!("tcp://{}", tidemark_testkit::free_addr());
+    let mut child = bin()
+        .args([
+            "publish",
+            "--replay",
+            "/dev/stdin",
+            "--follow",
+            "--speed",
+            "0",
+        ])
+        .args(["--bind", &endpoint, "--warmup", "1s", "--drain", "1s"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ctx = zmq::Context::new();
+    let sub = ctx.socket(zmq::SUB).unwrap();
+    sub.set_subscribe(b"").unwrap();
+    sub.set_rcvtimeo(100).unwrap();
+    sub.connect(&endpoint).unwrap();
+    let t0 = 1_700_000_000_000i64;
+    let line = |n: u128| {
+        let t = tidemark_wire::Txid::new(n, t0 as u64);
+        format!("{{\"type\":\"bid\",\"txid\":\"{t}\",\"ts\":{t0},\"features\":{{}}}}\n")
+    };
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(line(1).as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    // Two seconds of an idle pipe.
+    let (mut bids, mut ticks) = (0, Vec::new());
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        if let Ok(frames) = sub.recv_multipart(0) {
+            match &frames[0][..] {
+                b"tick" => ticks.push(String::from_utf8(frames[1].clone()).unwrap()),
+                t if t.starts_with(b"bid-") => bids += 1,
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(bids, 1);
+    assert!(ticks.len() >= 5, "{} ticks in 2 s idle", ticks.len());
+    assert!(ticks.last().unwrap().contains("\"sent\""), "{ticks:?}");
+    stdin.write_all(line(2).as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    tidemark_testkit::wait_for("the next line published", || {
+        let frames = sub.recv_multipart(0).ok()?;
+        frames[0].starts_with(b"bid-").then_some(())
+    });
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

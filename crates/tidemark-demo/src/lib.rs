@@ -214,6 +214,7 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
         write: None,
         sndhwm: 200_000,
         curve: None,
+        follow: false,
     };
     let market = MarketConfig {
         tps: args.tps,

@@ -66,6 +66,9 @@ pub struct PublishOptions {
     /// Serve Prometheus metrics here (`host:port`): events published by
     /// type and, with `profiles`, the bidder's lookup latency.
     pub metrics_addr: Option<String>,
+    /// A replay goes on reading past the end of its file (a pipe, a growing
+    /// file), ticking while idle, until stopped or `duration` passes.
+    pub follow: bool,
     /// CURVE keys (SPEC 2): without them the socket is plain, and a warning
     /// names every endpoint outside loopback.
     pub curve: Option<tidemark_intake::curve::Client>,
@@ -687,6 +690,45 @@ fn quick_head(line: &str) -> Option<Head<'_>> {
     (plain(ty) && plain(txid)).then_some(Head { ty, txid, ts })
 }
 
+/// Reads a replay file's lines on a thread of its own, in batches; with
+/// `follow`, goes on reading past its end (a growing file, or a pipe such
+/// as `kcat … | tidemark publish --replay /dev/stdin --follow`), one line
+/// at a time so none waits for a batch to fill.
+fn read_lines(
+    path: &std::path::Path,
+    follow: bool,
+) -> Result<std::sync::mpsc::Receiver<std::io::Result<Vec<String>>>, PublishError> {
+    let file = std::fs::File::open(path).map_err(file_error(path))?;
+    let (tx, rx) = std::sync::mpsc::sync_channel(64);
+    let batch = if follow { 1 } else { 1024 };
+    std::thread::Builder::new()
+        .name("replay-reader".into())
+        .spawn(move || {
+            let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+            loop {
+                let mut lines = Vec::with_capacity(batch);
+                while lines.len() < batch {
+                    let mut line = String::new();
+                    match reader.read_line(&mut line) {
+                        Ok(0) if follow => std::thread::sleep(Duration::from_millis(50)),
+                        Ok(0) => break,
+                        Ok(_) => lines.push(line),
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+                let end = lines.len() < batch;
+                if (!lines.is_empty() && tx.send(Ok(lines)).is_err()) || end {
+                    return;
+                }
+            }
+        })
+        .map_err(file_error(path))?;
+    Ok(rx)
+}
+
 fn replay(
     opts: &PublishOptions,
     path: &PathBuf,
@@ -694,63 +736,76 @@ fn replay(
     stop: &AtomicBool,
     started: Instant,
 ) -> Result<i64, PublishError> {
-    let file = std::fs::File::open(path).map_err(file_error(path))?;
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let lines = read_lines(path, opts.follow)?;
     let mut first_ts: Option<i64> = None;
     let mut through = i64::MIN;
-    let mut line = String::new();
     let mut n = 0u64;
     let mut skipped = 0u64;
-    loop {
-        line.clear();
-        n += 1;
-        if reader.read_line(&mut line).map_err(file_error(path))? == 0 || done(opts, stop, started)
-        {
-            break;
-        }
-        let text = line.trim_end_matches(['\n', '\r']);
-        if text.trim().is_empty() {
-            continue;
-        }
-        let head = match quick_head(text).map_or_else(|| serde_json::from_str::<Head<'_>>(text), Ok)
-        {
-            Ok(h) => h,
-            Err(e) => {
-                skipped += 1;
-                if skipped <= 10 {
-                    tracing::warn!(
-                        "{}:{n}: skipped, needs string type and txid and integer ts: {e}",
-                        path.display()
-                    );
+    while !done(opts, stop, started) {
+        let batch = match lines.recv_timeout(TICK_EVERY) {
+            Ok(batch) => batch.map_err(file_error(path))?,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                // Idle (following a quiet pipe): tell shards the publisher
+                // is alive, with its `sent` counts.
+                if through > i64::MIN {
+                    wire.ticks_to(through)?;
                 }
                 continue;
             }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
         };
-        let Some(txid) = Txid::parse(head.txid) else {
-            skipped += 1;
-            if skipped <= 10 {
-                tracing::warn!("{}:{n}: skipped, bad txid {:?}", path.display(), head.txid);
+        for line in batch {
+            n += 1;
+            if done(opts, stop, started) {
+                break;
             }
-            continue;
-        };
-        let ts = head.ts;
-        let first = *first_ts.get_or_insert(ts);
-        if opts.speed > 0.0 {
-            // Wait until this event's time comes round, ticking meanwhile.
-            let due = Duration::from_secs_f64(((ts - first).max(0) as f64 / opts.speed) / 1000.0);
-            while started.elapsed() < due && !done(opts, stop, started) {
-                if through > i64::MIN {
-                    let now =
-                        first + (started.elapsed().as_secs_f64() * 1000.0 * opts.speed) as i64;
-                    wire.ticks_to(now.min(ts - 1).max(through))?;
+            let text = line.trim_end_matches(['\n', '\r']);
+            if text.trim().is_empty() {
+                continue;
+            }
+            let head =
+                match quick_head(text).map_or_else(|| serde_json::from_str::<Head<'_>>(text), Ok) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        skipped += 1;
+                        if skipped <= 10 {
+                            tracing::warn!(
+                                "{}:{n}: skipped, needs string type and txid and integer ts: {e}",
+                                path.display()
+                            );
+                        }
+                        continue;
+                    }
+                };
+            let Some(txid) = Txid::parse(head.txid) else {
+                skipped += 1;
+                if skipped <= 10 {
+                    tracing::warn!("{}:{n}: skipped, bad txid {:?}", path.display(), head.txid);
                 }
-                std::thread::sleep(Duration::from_millis(1).min(due - started.elapsed().min(due)));
+                continue;
+            };
+            let ts = head.ts;
+            let first = *first_ts.get_or_insert(ts);
+            if opts.speed > 0.0 {
+                // Wait until this event's time comes round, ticking meanwhile.
+                let due =
+                    Duration::from_secs_f64(((ts - first).max(0) as f64 / opts.speed) / 1000.0);
+                while started.elapsed() < due && !done(opts, stop, started) {
+                    if through > i64::MIN {
+                        let now =
+                            first + (started.elapsed().as_secs_f64() * 1000.0 * opts.speed) as i64;
+                        wire.ticks_to(now.min(ts - 1).max(through))?;
+                    }
+                    std::thread::sleep(
+                        Duration::from_millis(1).min(due - started.elapsed().min(due)),
+                    );
+                }
             }
+            // Everything before this event's time has been sent (up to the file's disorder).
+            through = through.max(ts - 1);
+            wire.ticks_to(through)?;
+            wire.event(head.ty, &txid, text.as_bytes())?;
         }
-        // Everything before this event's time has been sent (up to the file's disorder).
-        through = through.max(ts - 1);
-        wire.ticks_to(through)?;
-        wire.event(head.ty, &txid, text.as_bytes())?;
     }
     if skipped > 10 {
         tracing::warn!("{}: {skipped} lines skipped in all", path.display());
