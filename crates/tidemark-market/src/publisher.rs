@@ -731,7 +731,7 @@ fn read_lines(
 
 fn replay(
     opts: &PublishOptions,
-    path: &PathBuf,
+    path: &std::path::Path,
     wire: &mut Wire,
     stop: &AtomicBool,
     started: Instant,
