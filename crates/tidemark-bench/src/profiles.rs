@@ -446,7 +446,7 @@ pub async fn trail_bench(
         tidemark_profiles::store::create_partition(
             &c,
             tidemark_profiles::store::Daily::Trail,
-            start,
+            tidemark_profiles::days::Part::Day(start),
         )
         .await?;
     }
