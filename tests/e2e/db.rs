@@ -36,8 +36,12 @@ fn db_up_url_down_in_a_private_home() {
     });
     assert_eq!((one, version), (1, tidemark_store::latest_version()));
     run_ok(&["db", "down", "--home", h]);
-    let status = String::from_utf8(run_ok(&["db", "status", "--home", h]).stdout).unwrap();
-    assert_eq!(status.trim(), "stopped");
+    let out = tidemark_testkit::bin()
+        .args(["db", "status", "--home", h])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "stopped");
+    assert_eq!(out.status.code(), Some(3), "stopped answers 3");
     // A second `up` restarts the same cluster, and migrations stay applied once.
     run_ok(&["db", "up", "--home", h]);
     run_ok(&["db", "down", "--home", h]);
