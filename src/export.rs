@@ -1,12 +1,15 @@
 //! `tidemark export --target T`: a target's observations as the TSV that
 //! `tidemark learn --input --header` reads: a header line, then the label and
 //! one column per feature name (strings as they are, bools as true/false,
-//! numbers as written), empty where a bid lacked the feature.
+//! numbers as written), empty where a bid lacked the feature. A feature
+//! whose every value is a number is headed `name:num`, so the offline pass
+//! hashes it as a number, as online learning does.
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
+use tidemark_learner::offline;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -36,8 +39,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let shard = args.shard.as_deref();
         let names = tidemark_store::observations::feature_names(&c, &args.target, shard).await?;
         write!(out, "label")?;
-        for n in &names {
-            write!(out, "\t{}", clean(n))?;
+        for (n, numeric) in &names {
+            let mark = if *numeric { offline::NUMERIC } else { "" };
+            write!(out, "\t{}{mark}", clean(n))?;
         }
         writeln!(out)?;
         let mut cursor = (String::new(), 0i64);
@@ -56,7 +60,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             for (_, _, label, features) in &page {
                 let f: serde_json::Map<String, serde_json::Value> = serde_json::from_str(features)?;
                 write!(out, "{}", u8::from(*label))?;
-                for n in &names {
+                for (n, _) in &names {
                     out.write_all(b"\t")?;
                     match f.get(n) {
                         Some(serde_json::Value::String(s)) => write!(out, "{}", clean(s))?,

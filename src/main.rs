@@ -2,12 +2,14 @@
 //! function per subcommand (SPEC 8). Each subcommand is a thin shell over a
 //! library crate; the logic lives there.
 
+mod checkpoint;
 mod db;
 mod demo;
 mod export;
 mod keys;
 mod learn;
 mod market;
+mod offline;
 mod plan;
 mod profiles;
 mod proxy;
@@ -63,6 +65,11 @@ enum Command {
     Learn(learn::Args),
     /// Score bids (JSON lines on stdin) with a checkpoint
     Score(score::Args),
+    /// Show or verify a checkpoint file (before shipping it to bidders)
+    Checkpoint {
+        #[command(subcommand)]
+        action: checkpoint::Action,
+    },
     /// Write a target's observations as TSV for `learn --input --header`
     Export(export::Args),
     /// Forward publishers to shards through one address (XSUB/XPUB)
@@ -102,6 +109,7 @@ fn main() -> ExitCode {
         Command::Publish(args) => publish::run(*args),
         Command::Learn(args) => learn::run(args),
         Command::Score(args) => score::run(args),
+        Command::Checkpoint { action } => checkpoint::run(action),
         Command::Export(args) => export::run(args),
         Command::Profiles(args) => profiles::run_process(args),
         Command::Profile { action } => profiles::run_profile(action),

@@ -295,3 +295,44 @@ fn a_followed_pipe_is_published_line_by_line_and_ticked_while_idle() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Every command and subcommand prints its help, so clap's own checks of
+/// the definitions (unique names, conflicts naming real options) ran on it,
+/// and every option has a line of help.
+#[test]
+fn every_command_has_help_for_every_option() {
+    fn commands(path: &[&str]) -> Vec<String> {
+        let out = bin().args(path).arg("--help").output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(out.status.success(), "{path:?} --help failed");
+        // An option's line: "  -x, --name <V>  help" or "      --name  help"; a
+        // line of its own means its help follows on the next lines.
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            let t = l.trim_start();
+            if t.starts_with("--") || (t.starts_with('-') && t.get(2..4) == Some(", ")) {
+                let inline = t.contains("  ");
+                let below = lines
+                    .get(i + 1)
+                    .is_some_and(|n| n.starts_with("          "));
+                assert!(inline || below, "{path:?}: no help for {t:?}");
+            }
+        }
+        text.lines()
+            .skip_while(|l| !l.starts_with("Commands:"))
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|c| *c != "help")
+            .map(str::to_owned)
+            .collect()
+    }
+    let mut seen = 0;
+    for c in commands(&[]) {
+        seen += 1;
+        for sub in commands(&[&c]) {
+            commands(&[&c, &sub]);
+        }
+    }
+    assert!(seen >= 14, "{seen} commands");
+}

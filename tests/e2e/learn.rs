@@ -223,6 +223,18 @@ fn a_corrupt_or_foreign_checkpoint_is_refused_clearly() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a Tidemark checkpoint"));
+    // `checkpoint verify` says so too, before the file is shipped to bidders.
+    let out = bin()
+        .args(["checkpoint", "verify", "--json", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert!(v["error"]
+        .as_str()
+        .unwrap()
+        .contains("not a Tidemark checkpoint"));
 }
 
 #[test]
@@ -250,7 +262,7 @@ fn export_then_learn_offline() {
     );
     let text = std::fs::read_to_string(&tsv).unwrap();
     let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("label\tapp\tn\tos\twifi"));
+    assert_eq!(lines.next(), Some("label\tapp\tn:num\tos\twifi"));
     assert_eq!(lines.count(), 2000);
     let preds = dir.join("preds");
     let out = bin()
@@ -287,6 +299,165 @@ fn export_then_learn_offline() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad.tsv:2: label must be 0 or 1"));
+}
+
+#[test]
+fn offline_learning_over_an_export_equals_online_learning_weight_for_weight() {
+    // The same rows in the same order, the same hashing (a numeric column
+    // through a transform, a cross) and settings: the online learner's ctr
+    // model and the offline pass's saved model must hold identical weights.
+    let db = TestDb::new("offline_equal");
+    insert(&db, "a", 0, 1500);
+    let dir = workdir("equal");
+    let cfg = config(&dir, &db);
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{text}\n[transforms]\nn = \"log1p\"\n")).unwrap();
+    let mut child = start(&cfg, &dir.join("learn.log"));
+    let online = wait_for("every ctr row learned online", || {
+        latest(&dir).filter(|c| {
+            c.targets
+                .iter()
+                .any(|t| t.name == "ctr" && t.trained == 1500)
+        })
+    });
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let run = |args: &[&str]| {
+        let out = bin().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let (tsv, saved) = (dir.join("ctr.tsv"), dir.join("ctr.tdm"));
+    let (tsv, saved) = (tsv.to_str().unwrap(), saved.to_str().unwrap());
+    run(&[
+        "export",
+        "--target",
+        "ctr",
+        "--database-url",
+        &db.url,
+        "--output",
+        tsv,
+    ]);
+    run(&[
+        "learn",
+        "--input",
+        tsv,
+        "--header",
+        "--bits",
+        "16",
+        "--cross",
+        "app,os",
+        "--transform",
+        "n=log1p",
+        "--save",
+        saved,
+        "--target",
+        "ctr",
+    ]);
+    let offline = Checkpoint::read(Path::new(saved), true).unwrap();
+    let shown: serde_json::Value =
+        serde_json::from_slice(&run(&["checkpoint", "show", "--json", saved])).unwrap();
+    assert_eq!(shown["version"], 2);
+    assert_eq!(shown["hashing"]["transforms"]["n"]["kind"], "log1p");
+    assert_eq!(shown["targets"][0]["trained"], 1500);
+    let ok = String::from_utf8(run(&["checkpoint", "verify", saved])).unwrap();
+    assert!(ok.starts_with("ok: "), "{ok}");
+    let want = online.targets.iter().find(|t| t.name == "ctr").unwrap();
+    assert_eq!(offline.hashing, online.hashing);
+    assert_eq!(offline.targets[0].trained, 1500);
+    assert_eq!(offline.targets[0].weights, want.weights, "weights differ");
+    assert_eq!(offline.targets[0].state, want.state, "resume state differs");
+
+    // Without the `:num` mark the column would be hashed as strings: a
+    // different model (the check above can fail).
+    let plain = dir.join("plain.tsv");
+    std::fs::write(
+        &plain,
+        std::fs::read_to_string(tsv)
+            .unwrap()
+            .replacen("n:num", "n", 1),
+    )
+    .unwrap();
+    let other = dir.join("plain.tdm");
+    run(&[
+        "learn",
+        "--input",
+        plain.to_str().unwrap(),
+        "--header",
+        "--bits",
+        "16",
+        "--cross",
+        "app,os",
+        "--transform",
+        "n=log1p",
+        "--save",
+        other.to_str().unwrap(),
+    ]);
+    let other = Checkpoint::read(&other, true).unwrap();
+    assert_ne!(other.targets[0].weights, want.weights);
+    assert_eq!(other.targets[0].name, "model");
+
+    // A fixed model scores a file without learning: the online checkpoint's
+    // ctr model, then the saved one, give the same figures; training on from
+    // it moves the weights.
+    let ckpt = tidemark_checkpoint::latest(&dir.join("ckpt")).unwrap();
+    let report = |args: &[&str]| -> serde_json::Value {
+        serde_json::from_slice(&run(&[
+            &["learn", "--input", tsv, "--header", "--json"],
+            args,
+        ]
+        .concat()))
+        .unwrap()
+    };
+    let a = report(&[
+        "--model",
+        ckpt.to_str().unwrap(),
+        "--target",
+        "ctr",
+        "--test-only",
+    ]);
+    let b = report(&["--model", saved, "--test-only"]);
+    assert_eq!(a["logloss"], b["logloss"]);
+    assert_eq!(a["rows"], 1500);
+    let more = dir.join("more.tdm");
+    report(&["--model", saved, "--save", more.to_str().unwrap()]);
+    let more = Checkpoint::read(&more, true).unwrap();
+    assert_eq!(more.targets[0].trained, 3000);
+    assert_ne!(more.targets[0].weights, want.weights);
+    // A checkpoint of several targets needs --target; --bits beside --model is refused.
+    for bad in [
+        vec!["--model", ckpt.to_str().unwrap()],
+        vec!["--model", saved, "--bits", "12"],
+    ] {
+        let out = bin()
+            .args(["learn", "--input", tsv, "--header"])
+            .args(&bad)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{bad:?} accepted");
+    }
+    // The saved model scores bids with `tidemark score`, the transform applied.
+    let mut score = bin()
+        .args(["score", "--checkpoint", saved])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(
+        score.stdin.as_mut().unwrap(),
+        r#"{{"app":"app0","os":"ios","n":3}}"#
+    )
+    .unwrap();
+    let out = score.wait_with_output().unwrap();
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(line["ctr"].as_f64().is_some(), "{line}");
 }
 
 #[test]

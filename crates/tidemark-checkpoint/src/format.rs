@@ -1,8 +1,8 @@
-//! The bytes of a checkpoint (version 1), little-endian:
+//! The bytes of a checkpoint (version 2), little-endian:
 //!
 //! ```text
 //! magic        8 bytes   "TDMKCKPT"
-//! version      u32       1
+//! version      u32       2 (version 1, without transforms, is still read)
 //! header_len   u32
 //! header       JSON, header_len bytes (hashing, targets with their counts, positions, metrics)
 //! weights      per target, in header order: count × (u32 index, f32 weight), non-zero only
@@ -14,14 +14,16 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde_json::{json, Value};
-use tidemark_features::Hashing;
+use tidemark_features::{Hashing, Transform};
 
 use crate::crc32::Crc32;
 
 /// The first bytes of every checkpoint file.
 pub const MAGIC: &[u8; 8] = b"TDMKCKPT";
-/// The format version this crate writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this crate writes. Version 2 added
+/// `hashing.transforms`; a reader that ignored them would score differently,
+/// so older readers must refuse it. Version 1 files are still read.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// One target's model.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,15 +97,18 @@ impl From<std::io::Error> for FormatError {
 }
 
 impl Checkpoint {
-    /// The checkpoint as bytes.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let header = json!({
+    /// The header as written in the file (`tidemark checkpoint show --json`).
+    pub fn header(&self) -> Value {
+        json!({
             "hashing": {
                 "function": "murmur3_x86_32",
                 "seed": self.hashing.seed,
                 "bits": self.hashing.bits,
                 "crosses": self.hashing.crosses.iter().map(|(a, b)| [a, b]).collect::<Vec<_>>(),
                 "bias_index": self.hashing.bias_index(),
+                "transforms": self.hashing.transforms.iter()
+                    .map(|(n, t)| (n.clone(), t.to_json()))
+                    .collect::<serde_json::Map<_, _>>(),
             },
             "targets": self.targets.iter().map(|t| json!({
                 "name": t.name, "alpha": t.alpha, "beta": t.beta, "l1": t.l1, "l2": t.l2,
@@ -113,7 +118,11 @@ impl Checkpoint {
             "positions": self.positions,
             "created_at_ms": self.created_at_ms,
         })
-        .to_string();
+    }
+
+    /// The checkpoint as bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let header = self.header().to_string();
         let body: usize = self
             .targets
             .iter()
@@ -154,7 +163,7 @@ impl Checkpoint {
             return Err(corrupt("truncated header"));
         }
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-        if version != FORMAT_VERSION {
+        if !(1..=FORMAT_VERSION).contains(&version) {
             return Err(FormatError::UnsupportedVersion(version));
         }
         let (body, tail) = bytes.split_at(bytes.len() - 4);
@@ -191,7 +200,19 @@ impl Checkpoint {
                 _ => Err(corrupt("hashing.crosses")),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let hashing = Hashing::new(bits, seed, crosses);
+        let transforms = match (version, &h["transforms"]) {
+            (1, _) => BTreeMap::new(),
+            (_, Value::Object(m)) => m
+                .iter()
+                .map(|(n, t)| {
+                    Transform::from_json(t)
+                        .map(|t| (n.clone(), t))
+                        .ok_or_else(|| corrupt(&format!("hashing.transforms.{n}")))
+                })
+                .collect::<Result<_, _>>()?,
+            _ => return Err(corrupt("hashing.transforms")),
+        };
+        let hashing = Hashing::new(bits, seed, crosses).with_transforms(transforms);
         let slots = hashing.slots() as u32;
         let metas = header["targets"]
             .as_array()
@@ -300,7 +321,12 @@ mod tests {
 
     fn sample() -> Checkpoint {
         Checkpoint {
-            hashing: Hashing::new(4, 7, vec![("a".into(), "b".into())]),
+            hashing: Hashing::new(4, 7, vec![("a".into(), "b".into())]).with_transforms(
+                BTreeMap::from([
+                    ("n".to_owned(), Transform::Log1p),
+                    ("k".to_owned(), Transform::Buckets(vec![0.5, 2.0])),
+                ]),
+            ),
             targets: vec![Target {
                 name: "ctr".into(),
                 alpha: 0.1,
@@ -344,13 +370,26 @@ mod tests {
             Err(FormatError::Corrupt(_))
         ));
         let mut future = bytes.clone();
-        future[8] = 2;
+        future[8] = 3;
         assert!(matches!(
             Checkpoint::from_bytes(&future, true),
-            Err(FormatError::UnsupportedVersion(2))
+            Err(FormatError::UnsupportedVersion(3))
         ));
         for cut in 0..bytes.len() {
             assert!(Checkpoint::from_bytes(&bytes[..cut], true).is_err());
         }
+    }
+
+    #[test]
+    fn reads_version_1_without_transforms() {
+        let mut c = sample();
+        c.hashing.transforms.clear();
+        let mut bytes = c.to_bytes();
+        bytes[8] = 1;
+        let n = bytes.len() - 4;
+        let mut crc = Crc32::new();
+        crc.update(&bytes[..n]);
+        bytes[n..].copy_from_slice(&crc.finish().to_le_bytes());
+        assert_eq!(Checkpoint::from_bytes(&bytes, true).unwrap(), c);
     }
 }

@@ -17,4 +17,4 @@ mod store;
 
 pub use format::{Checkpoint, FormatError, Target, FORMAT_VERSION, MAGIC};
 pub use scorer::{Model, Scorer, Scores};
-pub use store::{latest, publish, LATEST};
+pub use store::{latest, publish, write, LATEST};

@@ -65,3 +65,23 @@ fn numbered(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
     out.sort();
     Ok(out)
 }
+
+/// Writes `checkpoint` to `path` atomically (a temporary name beside it,
+/// fsynced, renamed): `tidemark learn --input --save FILE`.
+pub fn write(path: &Path, checkpoint: &Checkpoint) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("not a file name"))?;
+    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+    {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(&checkpoint.to_bytes())?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    fs::File::open(dir)?.sync_all()
+}

@@ -14,13 +14,23 @@
 //!   its value's, a bool's `"true"`/`"false"`, a number's empty, and the value is
 //!   the product of the numbers (1 for strings and bools);
 //! - the bias: index `2^bits` (one past the hashed slots), value 1.
+//!
+//! A number under a name with a [`Transform`] is first transformed: its
+//! value replaced (`log1p`, `clip`), or made the categorical bucket label
+//! (`buckets`), everywhere above, crosses included.
 
 #![warn(missing_docs)]
 
+mod transform;
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
 use serde_json::Value;
+pub use transform::{Shaped, Transform};
 
 /// The hashing settings a checkpoint records.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Hashing {
     /// Features hash into `2^bits` slots.
     pub bits: u8,
@@ -28,6 +38,42 @@ pub struct Hashing {
     pub seed: u32,
     /// Pairs of feature names crossed into one more feature each.
     pub crosses: Vec<(String, String)>,
+    /// Numeric features' transforms, by feature name.
+    pub transforms: BTreeMap<String, Transform>,
+}
+
+/// A feature's value as hashing sees it.
+#[derive(Debug, Clone, Copy)]
+pub enum Val<'a> {
+    /// A string's bytes, or a bool's `"true"`/`"false"`.
+    Bytes(&'a [u8]),
+    /// A number.
+    Number(f64),
+}
+
+impl<'a> Val<'a> {
+    /// The value of a JSON feature; arrays, objects and null have none.
+    pub fn of_json(v: &'a Value) -> Option<Val<'a>> {
+        match v {
+            Value::String(s) => Some(Val::Bytes(s.as_bytes())),
+            Value::Bool(b) => Some(Val::Bytes(bool_bytes(*b))),
+            Value::Number(n) => n.as_f64().map(Val::Number),
+            _ => None,
+        }
+    }
+}
+
+/// A value after its transform: the bytes hashed under the name (none for
+/// a number, whose index is its name's) and the value `x`.
+pub fn shape<'a>(t: Option<&Transform>, v: Val<'a>) -> (Option<Cow<'a, [u8]>>, f32) {
+    match (v, t) {
+        (Val::Bytes(b), _) => (Some(Cow::Borrowed(b)), 1.0),
+        (Val::Number(x), None) => (None, x as f32),
+        (Val::Number(x), Some(t)) => match t.apply(x) {
+            Shaped::Number(y) => (None, y),
+            Shaped::Bucket(label) => (Some(Cow::Owned(label.into_bytes())), 1.0),
+        },
+    }
 }
 
 impl Hashing {
@@ -38,6 +84,32 @@ impl Hashing {
             bits,
             seed,
             crosses,
+            transforms: BTreeMap::new(),
+        }
+    }
+
+    /// The same hashing with these numeric transforms.
+    pub fn with_transforms(mut self, transforms: BTreeMap<String, Transform>) -> Hashing {
+        self.transforms = transforms;
+        self
+    }
+
+    /// The transform of the feature `name`, if one is configured.
+    #[inline]
+    pub fn transform(&self, name: &str) -> Option<&Transform> {
+        if self.transforms.is_empty() {
+            None
+        } else {
+            self.transforms.get(name)
+        }
+    }
+
+    /// Appends the feature `name` (whose seed is `name_seed`) with value `v`.
+    #[inline]
+    pub fn push(&self, name_seed: u32, t: Option<&Transform>, v: Val, out: &mut Vec<(u32, f32)>) {
+        match shape(t, v) {
+            (Some(bytes), x) => out.push((self.categorical(name_seed, &bytes), x)),
+            (None, x) => out.push((name_seed & self.mask(), x)),
         }
     }
 
@@ -59,30 +131,38 @@ impl Hashing {
     /// Appends the features of a JSON object, then the bias, to `out`.
     /// Values other than strings, numbers and bools are skipped.
     pub fn hash_json(&self, features: &serde_json::Map<String, Value>, out: &mut Vec<(u32, f32)>) {
-        let mask = self.mask();
         for (name, v) in features {
-            let name_seed = murmur3_32(name.as_bytes(), self.seed);
-            match v {
-                Value::String(s) => out.push((self.categorical(name_seed, s.as_bytes()), 1.0)),
-                Value::Bool(b) => out.push((self.categorical(name_seed, bool_bytes(*b)), 1.0)),
-                Value::Number(n) => {
-                    if let Some(x) = n.as_f64() {
-                        out.push((name_seed & mask, x as f32));
-                    }
-                }
-                _ => {}
+            if let Some(v) = Val::of_json(v) {
+                self.push(self.name_seed(name), self.transform(name), v, out);
             }
         }
         for (a, b) in &self.crosses {
-            let (Some(va), Some(vb)) = (features.get(a), features.get(b)) else {
+            let (Some(va), Some(vb)) = (
+                features.get(a).and_then(Val::of_json),
+                features.get(b).and_then(Val::of_json),
+            ) else {
                 continue;
             };
-            let (Some((ba, xa)), Some((bb, xb))) = (part(va), part(vb)) else {
-                continue;
-            };
-            out.push((self.cross(self.cross_seed(a, b), ba, bb), xa * xb));
+            let seed = self.cross_seed(a, b);
+            self.push_cross(seed, (self.transform(a), va), (self.transform(b), vb), out);
         }
         out.push((self.bias_index(), 1.0));
+    }
+
+    /// Appends the cross (seed `cross_seed(a, b)`) of two present values,
+    /// each with its feature's transform.
+    #[inline]
+    pub fn push_cross(
+        &self,
+        cross_seed: u32,
+        a: (Option<&Transform>, Val),
+        b: (Option<&Transform>, Val),
+        out: &mut Vec<(u32, f32)>,
+    ) {
+        let (ba, xa) = shape(a.0, a.1);
+        let (bb, xb) = shape(b.0, b.1);
+        let (ba, bb) = (ba.unwrap_or_default(), bb.unwrap_or_default());
+        out.push((self.cross(cross_seed, &ba, &bb), xa * xb));
     }
 
     /// The seed of a column or feature name: index of a categorical value `v`
@@ -125,16 +205,6 @@ fn bool_bytes(b: bool) -> &'static [u8] {
         b"true"
     } else {
         b"false"
-    }
-}
-
-/// A cross participant: the bytes hashed and the value multiplied.
-fn part(v: &Value) -> Option<(&[u8], f32)> {
-    match v {
-        Value::String(s) => Some((s.as_bytes(), 1.0)),
-        Value::Bool(b) => Some((bool_bytes(*b), 1.0)),
-        Value::Number(n) => n.as_f64().map(|x| (&b""[..], x as f32)),
-        _ => None,
     }
 }
 
@@ -211,5 +281,33 @@ mod tests {
             "bias last, one past the hashed slots"
         );
         assert_eq!(out.len(), 6, "the array value is skipped");
+    }
+
+    #[test]
+    fn transforms_apply_to_features_and_crosses() {
+        let t = BTreeMap::from([
+            ("n".to_string(), Transform::Log1p),
+            ("k".to_string(), Transform::Buckets(vec![1.0, 10.0])),
+        ]);
+        let h = Hashing::new(10, 0, vec![("k".into(), "os".into())]).with_transforms(t);
+        let f: serde_json::Map<String, Value> =
+            serde_json::from_str(r#"{"n":3,"k":4,"os":"ios"}"#).unwrap();
+        let mut out = Vec::new();
+        h.hash_json(&f, &mut out);
+        let mask = h.mask();
+        let n = murmur3_32(b"n", 0) & mask;
+        // 4 is past one bound of two: the bucket "1", a categorical value.
+        let k = murmur3_32(b"1", murmur3_32(b"k", 0)) & mask;
+        let cross = murmur3_32(b"ios", murmur3_32(b"1", murmur3_32(b"k\x1fos", 0))) & mask;
+        assert_eq!(
+            out,
+            vec![
+                (k, 1.0),
+                (n, 4f64.ln() as f32),
+                (murmur3_32(b"ios", murmur3_32(b"os", 0)) & mask, 1.0),
+                (cross, 1.0),
+                (1024, 1.0)
+            ]
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
-use tidemark_features::Hashing;
+use tidemark_features::{Hashing, Transform};
 use tidemark_ftrl::Params;
 use tidemark_wire::parse_duration;
 
@@ -74,6 +74,8 @@ struct Raw {
     seed: u32,
     #[serde(default)]
     crosses: Vec<(String, String)>,
+    #[serde(default)]
+    transforms: BTreeMap<String, String>,
     alpha: Option<f64>,
     beta: Option<f64>,
     l1: Option<f64>,
@@ -151,8 +153,24 @@ fn default_consumer() -> String {
     "learner".into()
 }
 
+/// Numeric transforms by feature name, from `name → text` pairs (a
+/// configuration's `[transforms]`, `learn --transform NAME=T`); an error
+/// starts with the name at fault.
+pub fn parse_transforms<'a>(
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<BTreeMap<String, Transform>, String> {
+    pairs
+        .into_iter()
+        .map(|(n, t)| {
+            Transform::parse(t)
+                .map(|t| (n.to_owned(), t))
+                .map_err(|e| format!("{n}: {e}"))
+        })
+        .collect()
+}
+
 /// Checks `bits` as hashing takes it.
-pub(crate) fn check_bits(bits: u8) -> Result<(), ConfigError> {
+pub fn check_bits(bits: u8) -> Result<(), ConfigError> {
     if (1..=30).contains(&bits) {
         Ok(())
     } else {
@@ -208,12 +226,15 @@ impl Config {
                 .map_err(|e| ConfigError(format!("targets.{name}: {e}")))?;
             targets.insert(name, p);
         }
+        let transforms =
+            parse_transforms(raw.transforms.iter().map(|(n, t)| (n.as_str(), t.as_str())))
+                .map_err(|e| ConfigError(format!("transforms.{e}")))?;
         Ok(Config {
             checkpoint_dir: raw.checkpoint_dir,
             checkpoint_every: raw.checkpoint_every,
             checkpoint_interval,
             keep: raw.keep,
-            hashing: Hashing::new(raw.bits, raw.seed, raw.crosses),
+            hashing: Hashing::new(raw.bits, raw.seed, raw.crosses).with_transforms(transforms),
             batch: raw.batch,
             poll,
             source_timeout,
@@ -273,6 +294,12 @@ mod tests {
         assert_eq!(c.params("cvr_long").l1, 3.0);
         assert_eq!(c.checkpoint_interval, Duration::from_secs(30));
         assert!(c.needs_default_database());
+        assert!(c.hashing.transforms.is_empty());
+        let t = Config::from_toml(
+            "checkpoint_dir = \"c\"\n[transforms]\nclk = \"log1p\"\n[[sources]]\nname = \"a\"\n",
+        )
+        .unwrap();
+        assert_eq!(t.hashing.transforms["clk"], Transform::Log1p);
     }
 
     #[test]
@@ -284,6 +311,7 @@ mod tests {
             ("bits = 31\n", "bits"),
             ("alpha = 0.0\n", "alpha"),
             ("[targets.ctr]\nl2 = -1.0\n", "targets.ctr"),
+            ("[transforms]\nclk = \"log2\"\n", "transforms.clk"),
         ] {
             let text = if extra.starts_with('[') {
                 format!("{base}{extra}")

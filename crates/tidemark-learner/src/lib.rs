@@ -15,5 +15,5 @@ pub mod offline;
 mod online;
 mod sources;
 
-pub use config::{Config, ConfigError, Source};
+pub use config::{check_bits, parse_transforms, Config, ConfigError, Source};
 pub use online::{run, Summary, TrainError};

@@ -1,16 +1,21 @@
 //! `tidemark learn --input FILE...`: one progressive pass over TSV files
 //! (plain or gzip, read in order). Each line is a label (0 or 1), then one
-//! categorical feature per column; an empty column is a missing feature.
-//! Column `j` (1 for the first feature) is named by the header with
-//! `header`, else by its number, and hashed as the string value `v` under
-//! that name: `murmur3(v, murmur3(name, seed)) & mask` (see `tidemark-features`).
+//! feature per column; an empty column is a missing feature. Column `j` (1
+//! for the first feature) is named by the header with `header`, else by its
+//! number, and hashed as the string value `v` under that name:
+//! `murmur3(v, murmur3(name, seed)) & mask` (see `tidemark-features`). A
+//! header cell `name:num` (as `tidemark export` writes the features that are
+//! numbers) makes the column numeric: hashed as the number it holds, through
+//! its transform if one is configured, exactly as online learning hashes it.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use tidemark_features::Hashing;
+use tidemark_checkpoint::{Checkpoint, Target};
+use tidemark_features::{Hashing, Transform, Val};
 use tidemark_ftrl::{auc, Ftrl, Metrics, Params};
 
 /// Why an offline pass stopped.
@@ -40,6 +45,18 @@ pub enum OfflineError {
         /// What the label column held.
         got: String,
     },
+    /// A numeric column holds something else.
+    #[error("{path}:{line}: column {column:?} is numeric (`:num`), got {got:?}")]
+    Number {
+        /// The file.
+        path: PathBuf,
+        /// The line, from 1.
+        line: u64,
+        /// The column's name.
+        column: String,
+        /// What it held.
+        got: String,
+    },
     /// A cross names a column the header lacks.
     #[error("--cross {a},{b}: no column named {missing:?}")]
     Cross {
@@ -61,18 +78,19 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> OfflineError + '_ {
 
 /// How to run an offline pass.
 pub struct Options {
-    /// Hash into 2^bits weights.
-    pub bits: u8,
-    /// The hash seed.
-    pub seed: u32,
-    /// Learning settings.
+    /// Feature hashing: crosses by column name, numeric columns' transforms.
+    pub hashing: Hashing,
+    /// Learning settings (of an empty model; `start` has its own).
     pub params: Params,
     /// The first line of each file names the columns.
     pub header: bool,
-    /// Column-name pairs crossed into one more feature each.
-    pub crosses: Vec<(String, String)>,
     /// Where to write each row's progressive prediction, one per line.
     pub predictions: Option<PathBuf>,
+    /// Start from this model (a checkpoint's target, trained with the same
+    /// hashing) instead of an empty one.
+    pub start: Option<Target>,
+    /// Learn from each row after predicting it; `false` only predicts.
+    pub learn: bool,
 }
 
 /// What an offline pass measured.
@@ -109,16 +127,24 @@ fn open(path: &Path) -> Result<Box<dyn BufRead>, OfflineError> {
     Ok(Box::new(BufReader::with_capacity(1 << 20, raw)))
 }
 
-/// Runs the progressive pass and returns what it measured.
-pub fn run(files: &[PathBuf], opts: &Options) -> Result<Report, OfflineError> {
+/// Runs the progressive pass and returns what it measured, and the model.
+pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Ftrl), OfflineError> {
     if files.is_empty() {
         return Err(OfflineError::NoInput);
     }
-    crate::config::check_bits(opts.bits).map_err(|e| OfflineError::Settings(e.to_string()))?;
-    opts.params.validate().map_err(OfflineError::Settings)?;
-    let hashing = Hashing::new(opts.bits, opts.seed, opts.crosses.clone());
+    let params = opts.start.as_ref().map_or(opts.params, |t| Params {
+        alpha: t.alpha,
+        beta: t.beta,
+        l1: t.l1,
+        l2: t.l2,
+    });
+    params.validate().map_err(OfflineError::Settings)?;
+    let hashing = &opts.hashing;
     let bias = hashing.bias_index();
-    let mut model = Ftrl::new(opts.params, hashing.slots());
+    let mut model = match &opts.start {
+        Some(t) => Ftrl::from_target(t, hashing.slots()),
+        None => Ftrl::new(params, hashing.slots()),
+    };
     let mut metrics = Metrics::new(100_000);
     let mut pairs: Vec<(f32, bool)> = Vec::new();
     let mut out = match &opts.predictions {
@@ -129,7 +155,7 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<Report, OfflineError> {
         None => None,
     };
     let mut names: Vec<String> = Vec::new();
-    let mut seeds: Vec<u32> = Vec::new();
+    let mut cols: Vec<Column> = Vec::new();
     // Crosses as column positions, resolved once the names are known.
     let mut cross_cols: Vec<(usize, usize, u32)> = Vec::new();
     let mut x: Vec<(u32, f32)> = Vec::with_capacity(64);
@@ -182,36 +208,61 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<Report, OfflineError> {
                     })
                 }
             };
-            let cols = fields.len() - 1;
-            if seeds.len() < cols {
+            let n_cols = fields.len() - 1;
+            if cols.len() < n_cols {
                 // Name new columns: by header, else by number (1-based).
-                for j in seeds.len()..cols {
-                    let name = names.get(j).cloned().unwrap_or_else(|| (j + 1).to_string());
-                    seeds.push(hashing.name_seed(&name));
+                for j in cols.len()..n_cols {
+                    let cell = names.get(j).cloned().unwrap_or_else(|| (j + 1).to_string());
+                    let col = Column::new(hashing, &cell);
                     names.resize(names.len().max(j + 1), String::new());
-                    if names[j].is_empty() {
-                        names[j] = name;
-                    }
+                    names[j] = col.name.clone();
+                    cols.push(col);
                 }
-                cross_cols = resolve_crosses(&hashing, &names)?;
+                cross_cols = resolve_crosses(hashing, &names)?;
             }
             x.clear();
-            for (j, &(a, b)) in fields[1..].iter().enumerate() {
-                if a < b {
-                    x.push((hashing.categorical(seeds[j], &line[a..b]), 1.0));
+            let value = |j: usize| -> Result<Option<Val>, OfflineError> {
+                let (a, b) = fields[j + 1];
+                let cell = &line[a..b];
+                if cell.is_empty() {
+                    return Ok(None);
+                }
+                if !cols[j].numeric {
+                    return Ok(Some(Val::Bytes(cell)));
+                }
+                match std::str::from_utf8(cell)
+                    .ok()
+                    .and_then(|t| t.parse::<f64>().ok())
+                {
+                    Some(v) if v.is_finite() => Ok(Some(Val::Number(v))),
+                    _ => Err(OfflineError::Number {
+                        path: path.clone(),
+                        line: line_no,
+                        column: cols[j].name.clone(),
+                        got: String::from_utf8_lossy(cell).into_owned(),
+                    }),
+                }
+            };
+            for (j, col) in cols.iter().enumerate().take(n_cols) {
+                if let Some(v) = value(j)? {
+                    hashing.push(col.seed, col.transform.as_ref(), v, &mut x);
                 }
             }
             for &(ca, cb, seed) in &cross_cols {
-                let (Some(&(a0, a1)), Some(&(b0, b1))) = (fields.get(ca + 1), fields.get(cb + 1))
-                else {
+                if ca >= n_cols || cb >= n_cols {
                     continue;
-                };
-                if a0 < a1 && b0 < b1 {
-                    x.push((hashing.cross(seed, &line[a0..a1], &line[b0..b1]), 1.0));
+                }
+                if let (Some(va), Some(vb)) = (value(ca)?, value(cb)?) {
+                    let (ta, tb) = (cols[ca].transform.as_ref(), cols[cb].transform.as_ref());
+                    hashing.push_cross(seed, (ta, va), (tb, vb), &mut x);
                 }
             }
             x.push((bias, 1.0));
-            let p = model.learn(&x, y);
+            let p = if opts.learn {
+                model.learn(&x, y)
+            } else {
+                model.score(&x)
+            };
             metrics.total.add(p, y);
             pairs.push((p as f32, y));
             if let Some(o) = out.as_mut() {
@@ -226,15 +277,108 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<Report, OfflineError> {
     }
     let seconds = started.elapsed().as_secs_f64();
     let t = metrics.total;
-    Ok(Report {
+    let report = Report {
         rows: t.rows,
         positives: t.positives,
         seconds,
         logloss: t.logloss(),
         auc: auc(&mut pairs),
         calibration: t.calibration(),
-    })
+    };
+    Ok((report, model))
 }
+
+/// Hashing into `2^bits` slots with crosses and `NAME=T` transforms, as
+/// the command line gives them.
+pub fn hashing(
+    bits: u8,
+    seed: u32,
+    crosses: Vec<(String, String)>,
+    transforms: &[String],
+) -> Result<Hashing, OfflineError> {
+    crate::config::check_bits(bits).map_err(|e| OfflineError::Settings(e.to_string()))?;
+    let pairs = transforms
+        .iter()
+        .map(|t| t.split_once('=').unwrap_or((t.as_str(), "")));
+    let transforms = crate::config::parse_transforms(pairs)
+        .map_err(|e| OfflineError::Settings(format!("--transform {e}")))?;
+    Ok(Hashing::new(bits, seed, crosses).with_transforms(transforms))
+}
+
+/// The model `--model FILE` starts from: the checkpoint's hashing and its
+/// target `target` (or its only one).
+pub fn load(path: &Path, target: Option<&str>) -> Result<(Hashing, Target), OfflineError> {
+    let c = Checkpoint::read(path, true)
+        .map_err(|e| OfflineError::Settings(format!("--model {}: {e}", path.display())))?;
+    let pick = match (target, &c.targets[..]) {
+        (Some(n), _) => c.targets.iter().find(|t| t.name == n),
+        (None, [only]) => Some(only),
+        (None, _) => None,
+    };
+    match pick {
+        Some(t) => Ok((c.hashing.clone(), t.clone())),
+        None => {
+            let names: Vec<&str> = c.targets.iter().map(|t| t.name.as_str()).collect();
+            Err(OfflineError::Settings(format!(
+                "--model {}: name one of its targets {names:?} with --target",
+                path.display()
+            )))
+        }
+    }
+}
+
+/// Writes `model` as a one-target checkpoint named `name` (`--save`),
+/// atomically, with the pass's figures.
+pub fn save(
+    path: &Path,
+    hashing: &Hashing,
+    model: &Ftrl,
+    name: &str,
+    r: &Report,
+) -> Result<(), OfflineError> {
+    let auc = if r.auc.is_finite() {
+        serde_json::json!(r.auc)
+    } else {
+        serde_json::Value::Null
+    };
+    let figures = serde_json::json!({"rows": r.rows, "logloss": r.logloss, "auc": auc});
+    let c = Checkpoint {
+        hashing: hashing.clone(),
+        targets: vec![model.to_target(name, figures)],
+        positions: BTreeMap::new(),
+        created_at_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
+    };
+    tidemark_checkpoint::write(path, &c).map_err(io(path))
+}
+
+/// A feature column: its name, seed and kind.
+struct Column {
+    name: String,
+    seed: u32,
+    numeric: bool,
+    transform: Option<Transform>,
+}
+
+impl Column {
+    /// From a header cell: `name`, or `name:num` for a numeric column.
+    fn new(h: &Hashing, cell: &str) -> Column {
+        let (name, numeric) = match cell.strip_suffix(NUMERIC) {
+            Some(n) => (n, true),
+            None => (cell, false),
+        };
+        Column {
+            name: name.to_owned(),
+            seed: h.name_seed(name),
+            numeric,
+            transform: h.transform(name).cloned(),
+        }
+    }
+}
+
+/// The header suffix that marks a numeric column.
+pub const NUMERIC: &str = ":num";
 
 fn resolve_crosses(
     h: &Hashing,

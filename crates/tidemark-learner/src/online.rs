@@ -35,14 +35,14 @@ pub enum TrainError {
         error: String,
     },
     /// The latest checkpoint was hashed otherwise than the configuration says.
-    #[error("{path} was trained with hashing {found:?}, the configuration says {configured:?}: use a new checkpoint_dir to change bits, seed or crosses")]
+    #[error("{path} was trained with hashing {found:?}, the configuration says {configured:?}: use a new checkpoint_dir to change bits, seed, crosses or transforms")]
     HashingChanged {
         /// The checkpoint file.
         path: PathBuf,
         /// Its hashing.
-        found: tidemark_features::Hashing,
+        found: Box<tidemark_features::Hashing>,
         /// The configuration's.
-        configured: tidemark_features::Hashing,
+        configured: Box<tidemark_features::Hashing>,
     },
     /// A checkpoint could not be written.
     #[error("writing a checkpoint in {dir}: {error}")]
@@ -168,8 +168,8 @@ fn resume(config: &Config) -> Result<State, TrainError> {
     if c.hashing != config.hashing {
         return Err(TrainError::HashingChanged {
             path,
-            found: c.hashing,
-            configured: config.hashing.clone(),
+            found: Box::new(c.hashing),
+            configured: Box::new(config.hashing.clone()),
         });
     }
     tracing::info!(checkpoint = %path.display(), "resumed");

@@ -70,20 +70,24 @@ pub async fn read(
     .collect())
 }
 
-/// The feature names used by a target's observations, sorted.
+/// The feature names used by a target's observations, sorted, each with
+/// whether every value it has (of the kinds hashed) is a number.
 pub async fn feature_names(
     c: &Client,
     target: &str,
     shard: Option<&str>,
-) -> Result<Vec<String>, StoreError> {
+) -> Result<Vec<(String, bool)>, StoreError> {
     Ok(c.query(
-        "SELECT DISTINCT jsonb_object_keys(features) AS k FROM tidemark.observations
-             WHERE target = $1 AND ($2::text IS NULL OR shard = $2) ORDER BY k",
+        "SELECT f.key, coalesce(bool_and(jsonb_typeof(f.value) = 'number')
+                 FILTER (WHERE jsonb_typeof(f.value) IN ('number', 'string', 'boolean')), false)
+             FROM tidemark.observations o, jsonb_each(o.features) f
+             WHERE o.target = $1 AND ($2::text IS NULL OR o.shard = $2)
+             GROUP BY f.key ORDER BY f.key",
         &[&target, &shard],
     )
     .await?
     .iter()
-    .map(|r| r.get(0))
+    .map(|r| (r.get(0), r.get(1)))
     .collect())
 }
 

@@ -1,0 +1,150 @@
+//! `tidemark learn --input FILE...`: the offline pass's flags, saving and
+//! loading models (VW's `-f`, `-i`, `-t`), and its report.
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+use tidemark_ftrl::Params;
+use tidemark_learner::offline;
+
+#[derive(clap::Args)]
+pub struct Offline {
+    /// TSV files (plain or .gz), read in order, for one progressive pass
+    #[arg(long, num_args = 1..)]
+    pub input: Vec<PathBuf>,
+    /// The first line of each file names the columns (`name:num` marks a numeric column, as `export` writes them)
+    #[arg(long)]
+    header: bool,
+    /// Hash into 2^bits weights [default: 22]
+    #[arg(long)]
+    bits: Option<u8>,
+    /// FTRL-Proximal learning rate: a weight's step is alpha / (beta + sqrt(sum of its squared gradients)) [default: 0.1]
+    #[arg(long)]
+    alpha: Option<f64>,
+    /// FTRL-Proximal smoothing of the per-weight learning rate (see --alpha) [default: 1]
+    #[arg(long)]
+    beta: Option<f64>,
+    /// L1 regularisation: weights whose accumulated evidence stays under it are exactly 0 (sparse models) [default: 1]
+    #[arg(long)]
+    l1: Option<f64>,
+    /// L2 regularisation: shrinks every weight towards 0 [default: 1]
+    #[arg(long)]
+    l2: Option<f64>,
+    /// Hash seed [default: 0]
+    #[arg(long)]
+    seed: Option<u32>,
+    /// Cross two columns into one more feature: `--cross a,b` (repeatable)
+    #[arg(long)]
+    cross: Vec<String>,
+    /// A numeric column's transform, as the online learner's `[transforms]`:
+    /// `--transform clk_1h=log1p`, `price=clip(0, 10)`, `n=buckets(1, 2, 5)` (repeatable)
+    #[arg(long, value_name = "NAME=T")]
+    transform: Vec<String>,
+    /// Start from this checkpoint's model (its hashing, its settings unless
+    /// --alpha/--beta/--l1/--l2 say otherwise) instead of an empty one
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["bits", "seed", "cross", "transform"])]
+    model: Option<PathBuf>,
+    /// The checkpoint target --model starts from (default: its only one), and
+    /// the name --save gives the model (default: that target, else "model")
+    #[arg(long)]
+    target: Option<String>,
+    /// Only predict (progressive figures of a fixed model, e.g. a held-out file)
+    #[arg(long, requires = "model")]
+    test_only: bool,
+    /// Write the model after the pass as a checkpoint (bidders and `score` load it)
+    #[arg(long, value_name = "FILE")]
+    save: Option<PathBuf>,
+    /// Write each row's progressive prediction (made before learning it), one per line
+    #[arg(long)]
+    predictions: Option<PathBuf>,
+    /// Print the figures as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Offline) -> anyhow::Result<()> {
+    let (hashing, mut start) = match &args.model {
+        Some(path) => {
+            let (h, t) = offline::load(path, args.target.as_deref())?;
+            (h, Some(t))
+        }
+        None => {
+            let crosses = parse_crosses(&args.cross)?;
+            let bits = args.bits.unwrap_or(22);
+            let h = offline::hashing(bits, args.seed.unwrap_or(0), crosses, &args.transform)?;
+            (h, None)
+        }
+    };
+    let over = |base: Params| Params {
+        alpha: args.alpha.unwrap_or(base.alpha),
+        beta: args.beta.unwrap_or(base.beta),
+        l1: args.l1.unwrap_or(base.l1),
+        l2: args.l2.unwrap_or(base.l2),
+    };
+    if let Some(t) = start.as_mut() {
+        let p = over(Params {
+            alpha: t.alpha,
+            beta: t.beta,
+            l1: t.l1,
+            l2: t.l2,
+        });
+        (t.alpha, t.beta, t.l1, t.l2) = (p.alpha, p.beta, p.l1, p.l2);
+    }
+    let name = (args.target.clone())
+        .or_else(|| start.as_ref().map(|t| t.name.clone()))
+        .unwrap_or_else(|| "model".to_owned());
+    let opts = offline::Options {
+        hashing,
+        params: over(Params::default()),
+        header: args.header,
+        predictions: args.predictions,
+        start,
+        learn: !args.test_only,
+    };
+    let (r, model) = offline::run(&args.input, &opts)?;
+    if let Some(path) = &args.save {
+        offline::save(path, &opts.hashing, &model, &name, &r)?;
+    }
+    print(&r, args.json);
+    Ok(())
+}
+
+fn parse_crosses(cross: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    cross
+        .iter()
+        .map(|c| match c.split_once(',') {
+            Some((a, b)) if !a.is_empty() && !b.is_empty() => Ok((a.to_owned(), b.to_owned())),
+            _ => bail!("--cross {c:?}: expected two column names, like a,b"),
+        })
+        .collect()
+}
+
+fn finite(x: f64) -> serde_json::Value {
+    if x.is_finite() {
+        serde_json::json!(x)
+    } else {
+        serde_json::Value::Null
+    }
+}
+
+fn print(r: &offline::Report, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "rows": r.rows, "positives": r.positives, "seconds": r.seconds,
+                "rows_per_second": r.rows_per_second(), "logloss": r.logloss,
+                "auc": finite(r.auc), "calibration": finite(r.calibration),
+            })
+        );
+        return;
+    }
+    println!("rows        {}", r.rows);
+    println!("rows/s      {:.0}", r.rows_per_second());
+    println!("logloss     {:.6}", r.logloss);
+    println!("auc         {:.6}", r.auc);
+    println!(
+        "calibration {:.4} (mean prediction / label rate)",
+        r.calibration
+    );
+}
