@@ -11,6 +11,7 @@ mod deploy;
 mod exact;
 mod examples;
 mod floods;
+mod guide;
 mod hostile;
 mod hosts;
 mod keys;
