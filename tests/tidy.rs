@@ -23,12 +23,13 @@ fn sql_may_live_in(rel: &Path) -> bool {
 
 /// Crates bidders and publishers link: no runtime, socket, database or
 /// compression dependency may reach them, however indirectly.
-const BIDDER_FACING: [&str; 6] = [
+const BIDDER_FACING: [&str; 7] = [
     "tidemark-wire",
     "tidemark-person",
     "tidemark-plan",
     "tidemark-features",
     "tidemark-checkpoint",
+    "tidemark-cabi",
     "tidemark-ftrl",
 ];
 

@@ -47,7 +47,7 @@ fn the_first_pipeline_guide_runs_as_written() {
     let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
     let script = script();
     assert!(script.contains("tidemark publish") && script.contains("tidemark score"));
-    let mut child = Command::new("bash")
+    let child = Command::new("bash")
         .args(["-c", &script])
         .current_dir(&dir)
         .env("PATH", path)

@@ -1,0 +1,306 @@
+//! The golden fixtures (`tests/fixtures/golden.tdm`, `golden-bids.jsonl`,
+//! `golden-scores.jsonl`): a checkpoint with crosses and every transform,
+//! bids that reach every hashing rule, and the scores they must get. A port
+//! of the scorer to another language checks itself against them; here the
+//! Rust scorer, this C ABI, a C program and the Python ctypes example must
+//! all give exactly those scores. `TIDEMARK_BLESS=1` rewrites them (only
+//! when the format changes on purpose: old files must keep scoring).
+
+// Calls the C ABI as C does.
+#![allow(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::{c_char, CStr, CString};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use tidemark_cabi::*;
+use tidemark_checkpoint::{Checkpoint, Scorer, Target};
+use tidemark_features::{Hashing, Transform};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+const BIDS: &[&str] = &[
+    r#"{}"#,
+    r#"{"app":"app1","campaign":"c3","country":"us","exchange":"adx","os":"android"}"#,
+    r#"{"app":"app2","country":"br","exchange":"mopub","os":"ios","wifi":true}"#,
+    r#"{"country":"us","wifi":false,"clk_1h":0}"#,
+    r#"{"clk_1h":3.5,"price":-2,"imp_1d":0.5}"#,
+    r#"{"clk_1h":-7,"price":99.25,"imp_1d":1}"#,
+    r#"{"clk_1h":1e30,"price":2.5,"imp_1d":3,"country":"de","exchange":"adx"}"#,
+    r#"{"imp_1d":10,"country":"de","exchange":17}"#,
+    r#"{"imp_1d":1e9,"n":42,"ratio":0.125,"country":"日本","exchange":"ünï"}"#,
+    r#"{"app":"","list":[1,2],"obj":{"a":1},"none":null,"os":"ios"}"#,
+    r#"{"country":true,"exchange":false}"#,
+    r#"{"country":2,"exchange":0.5,"price":4}"#,
+];
+
+/// Deterministic weights: every target, most slots, both signs.
+fn golden() -> Checkpoint {
+    let hashing = Hashing::new(8, 42, vec![("country".into(), "exchange".into())]).with_transforms(
+        BTreeMap::from([
+            ("clk_1h".to_owned(), Transform::Log1p),
+            ("price".to_owned(), Transform::Clip { min: 0.0, max: 5.0 }),
+            (
+                "imp_1d".to_owned(),
+                Transform::Buckets(vec![1.0, 3.0, 10.0]),
+            ),
+        ]),
+    );
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let targets = ["ctr", "cvr_short", "cvr_long"]
+        .iter()
+        .map(|name| {
+            let weights = (0..hashing.slots() as u32)
+                .filter_map(|i| {
+                    let r = next();
+                    (r % 4 != 0).then(|| (i, ((r >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0))
+                })
+                .collect();
+            Target {
+                name: (*name).to_owned(),
+                alpha: 0.1,
+                beta: 1.0,
+                l1: 1.0,
+                l2: 1.0,
+                trained: 1000,
+                weights,
+                state: Vec::new(),
+                metrics: serde_json::json!({}),
+            }
+        })
+        .collect();
+    Checkpoint {
+        hashing,
+        targets,
+        positions: BTreeMap::from([("golden/s0".to_owned(), 1000)]),
+        created_at_ms: 1_795_000_000_000,
+    }
+}
+
+fn expected() -> Vec<Value> {
+    std::fs::read_to_string(fixtures().join("golden-scores.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn the_golden_checkpoint_is_stable_and_scores_as_recorded() {
+    let c = golden();
+    let path = fixtures().join("golden.tdm");
+    if std::env::var_os("TIDEMARK_BLESS").is_some() {
+        std::fs::write(&path, c.to_bytes()).unwrap();
+        std::fs::write(fixtures().join("golden-bids.jsonl"), BIDS.join("\n") + "\n").unwrap();
+        let scorer = Scorer::open(&path).unwrap();
+        let lines: Vec<String> = BIDS
+            .iter()
+            .map(|b| {
+                scorer
+                    .score(&serde_json::from_str(b).unwrap())
+                    .to_json()
+                    .to_string()
+            })
+            .collect();
+        std::fs::write(
+            fixtures().join("golden-scores.jsonl"),
+            lines.join("\n") + "\n",
+        )
+        .unwrap();
+    }
+    // The writer still writes the file byte for byte, and the file reads back.
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        c.to_bytes(),
+        "golden.tdm changed"
+    );
+    let bids = std::fs::read_to_string(fixtures().join("golden-bids.jsonl")).unwrap();
+    assert_eq!(bids.lines().collect::<Vec<_>>(), BIDS);
+    let scorer = Scorer::open(&path).unwrap();
+    for (bid, want) in BIDS.iter().zip(expected()) {
+        let got = scorer.score(&serde_json::from_str(bid).unwrap()).to_json();
+        assert_eq!(got, want, "{bid}");
+    }
+}
+
+#[test]
+fn the_c_abi_gives_the_golden_scores() {
+    let path = CString::new(fixtures().join("golden.tdm").to_str().unwrap()).unwrap();
+    let mut err = [0 as c_char; 256];
+    let s = unsafe { tidemark_open(path.as_ptr(), err.as_mut_ptr(), err.len()) };
+    assert!(!s.is_null());
+    assert_eq!(unsafe { tidemark_created_at_ms(s) }, 1_795_000_000_000);
+    let names: Vec<CString> = ["ctr", "cvr_short", "cvr_long", "p_install", "nope"]
+        .iter()
+        .map(|n| CString::new(*n).unwrap())
+        .collect();
+    let ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
+    for (bid, want) in BIDS.iter().zip(expected()) {
+        let bid_c = CString::new(*bid).unwrap();
+        let mut out = [0f64; 5];
+        let rc = unsafe {
+            tidemark_score(
+                s,
+                bid_c.as_ptr(),
+                ptrs.as_ptr(),
+                5,
+                out.as_mut_ptr(),
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        assert_eq!(rc, 0);
+        for (i, k) in ["ctr", "cvr_short", "cvr_long", "p_install"]
+            .iter()
+            .enumerate()
+        {
+            assert_eq!(out[i], want[k].as_f64().unwrap(), "{k} of {bid}");
+        }
+        assert!(out[4].is_nan(), "a name the checkpoint lacks");
+        let mut text = [0 as c_char; 512];
+        let n = unsafe {
+            tidemark_score_json(
+                s,
+                bid_c.as_ptr(),
+                text.as_mut_ptr(),
+                text.len(),
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        let got = unsafe { CStr::from_ptr(text.as_ptr()) }.to_str().unwrap();
+        assert_eq!(n as usize, got.len());
+        assert_eq!(serde_json::from_str::<Value>(got).unwrap(), want);
+    }
+    // Errors come back as -1 and a reason, never a crash.
+    let bad = CString::new("[1,2]").unwrap();
+    let mut small = [0 as c_char; 4];
+    let fine = CString::new("{}").unwrap();
+    unsafe {
+        assert_eq!(
+            tidemark_score_json(
+                s,
+                bad.as_ptr(),
+                small.as_mut_ptr(),
+                4,
+                err.as_mut_ptr(),
+                err.len()
+            ),
+            -1
+        );
+        assert!(CStr::from_ptr(err.as_ptr())
+            .to_str()
+            .unwrap()
+            .contains("JSON object"));
+        assert_eq!(
+            tidemark_score_json(s, fine.as_ptr(), small.as_mut_ptr(), 4, err.as_mut_ptr(), 8),
+            -1
+        );
+        assert_eq!(
+            CStr::from_ptr(err.as_ptr()).to_bytes().len(),
+            7,
+            "truncated to err_len"
+        );
+        assert_eq!(
+            tidemark_score(
+                s,
+                std::ptr::null(),
+                ptrs.as_ptr(),
+                1,
+                [0f64].as_mut_ptr(),
+                err.as_mut_ptr(),
+                err.len()
+            ),
+            -1
+        );
+        assert_eq!(
+            tidemark_reload(std::ptr::null(), err.as_mut_ptr(), err.len()),
+            -1
+        );
+        let missing = CString::new("/nonexistent/x.tdm").unwrap();
+        assert!(tidemark_open(missing.as_ptr(), err.as_mut_ptr(), err.len()).is_null());
+        assert!(CStr::from_ptr(err.as_ptr())
+            .to_str()
+            .unwrap()
+            .contains("/nonexistent/x.tdm"));
+        assert_eq!(tidemark_reload(s, err.as_mut_ptr(), err.len()), 0);
+        tidemark_free(s);
+        tidemark_free(std::ptr::null_mut());
+    }
+}
+
+/// `target/<profile>/deps`, where `cargo test` builds `libtidemark_cabi.so`
+/// beside these tests (`cargo build` copies it up to `target/<profile>`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().to_owned()
+}
+
+fn answers(out: std::process::Output, who: &str) -> Vec<Value> {
+    assert!(
+        out.status.success(),
+        "{who}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{who}: {l:?}: {e}")))
+        .collect()
+}
+
+#[test]
+fn python_and_c_programs_score_the_golden_bids_through_the_library() {
+    let lib = profile_dir().join("libtidemark_cabi.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let ckpt = fixtures().join("golden.tdm");
+    let bids = std::fs::File::open(fixtures().join("golden-bids.jsonl")).unwrap();
+    let py = Command::new("python3")
+        .arg(root.join("examples/score.py"))
+        .args([
+            "--lib",
+            lib.to_str().unwrap(),
+            "--checkpoint",
+            ckpt.to_str().unwrap(),
+        ])
+        .stdin(bids)
+        .output()
+        .expect("python3");
+    assert_eq!(answers(py, "score.py"), expected());
+
+    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("score-c");
+    let cc = Command::new("cc")
+        .arg(root.join("examples/score.c"))
+        .arg("-I")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
+        .arg("-L")
+        .arg(profile_dir())
+        .args(["-ltidemark_cabi", "-o"])
+        .arg(&exe)
+        .output()
+        .expect("cc");
+    assert!(
+        cc.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let bids = std::fs::File::open(fixtures().join("golden-bids.jsonl")).unwrap();
+    let c = Command::new(&exe)
+        .arg(&ckpt)
+        .env("LD_LIBRARY_PATH", profile_dir())
+        .stdin(bids)
+        .output()
+        .unwrap();
+    assert_eq!(answers(c, "score.c"), expected());
+}
