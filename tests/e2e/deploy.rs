@@ -358,6 +358,70 @@ impl Drop for Service {
     }
 }
 
+/// The series names a scrape can hold: each `# TYPE` family with the
+/// suffixes of its type.
+fn metric_families(text: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for l in text.lines() {
+        let Some(rest) = l.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let (name, kind) = rest.split_once(' ').unwrap();
+        let suffixes: &[&str] = match kind {
+            "counter" => &["_total", ""],
+            "histogram" => &["_bucket", "_sum", "_count"],
+            _ => &[""],
+        };
+        for s in suffixes {
+            out.insert(format!("{}{s}", name.trim_end_matches("_total")));
+        }
+    }
+    out
+}
+
+/// The metric names a file's queries use: `tidemark_*` and `process_*`.
+fn queried(text: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut rest = text;
+    while let Some(i) = rest.find(|c: char| c == 't' || c == 'p') {
+        let tail = &rest[i..];
+        let end = tail.find(|c: char| !word(c)).unwrap_or(tail.len());
+        let w = &tail[..end];
+        let before = rest[..i].chars().last();
+        if !before.is_some_and(word)
+            && (w.starts_with("tidemark_") || w.starts_with("process_"))
+            && w.len() > 9
+        {
+            out.insert(w.to_owned());
+        }
+        rest = &tail[end.max(1)..];
+    }
+    out
+}
+
+#[test]
+fn the_shipped_alerts_pass_promtool_and_their_unit_tests() {
+    // CI installs Debian's prometheus package for promtool (.ci/run).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus");
+    for args in [
+        ["check", "rules", "alerts.yml"],
+        ["test", "rules", "alerts_test.yml"],
+    ] {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("promtool (apt-get install prometheus)");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
     // What systemd would run, without systemd (not on this machine): each
@@ -409,8 +473,10 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
     services.push(start(&unit("tidemark-learner.service"), ""));
 
     // The shipped shards run on wall time: a live market, through the
-    // proxy, as the publisher its list names, with its own keys.
-    let out = tidemark_testkit::bin()
+    // proxy, as the publisher its list names, with its own keys, reading
+    // persons' profiles as a bidder does (and serving its lookup times).
+    let publisher_addr = tidemark_testkit::free_addr();
+    let publisher = tidemark_testkit::bin()
         .args([
             "publish",
             "--connect",
@@ -418,13 +484,22 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
             "--tps",
             "300",
         ])
-        .args(["--duration", "4s", "--persons", "300", "--warmup", "2s"])
+        .args(["--duration", "6s", "--persons", "300", "--warmup", "2s"])
+        .args(["--profiles", &db.url, "--metrics-addr", &publisher_addr])
         .args(["--name", "bidder-eu1", "--curve-secret-key"])
         .arg(etc.join("publishers/bidder-eu1.key"))
         .arg("--curve-server-key")
         .arg(etc.join("proxy.key.pub"))
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let mut served = tidemark_testkit::wait_for("the publisher's lookups", || {
+        let t = tidemark_testkit::try_scrape(&publisher_addr)?;
+        t.contains("tidemark_publisher_profile_lookup_duration_seconds_bucket")
+            .then_some(t)
+    });
+    let out = publisher.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -479,6 +554,35 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
         assert!(rss.is_some_and(|b| b > 1e6), "{addr}: {rss:?}");
         let health = tidemark_testkit::try_get(addr, "/healthz");
         assert_eq!(health, Some(format!("ok {component}\n")), "{addr}");
+        served.push_str(&t);
+    }
+    // Every metric the shipped alerts and dashboard query is one of these
+    // processes serves (a family served with no samples yet still has its
+    // `# TYPE` line).
+    let families = metric_families(&served);
+    for file in [
+        "deploy/prometheus/alerts.yml",
+        "deploy/grafana/tidemark.json",
+    ] {
+        let text =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+        let names = queried(&text);
+        assert!(names.len() >= 10, "{file}: {names:?}");
+        // The learner's per-target figures appear with a target's first row
+        // (no window passes in this test; learn.rs scrapes them).
+        let later = [
+            "tidemark_learner_rows_total",
+            "tidemark_learner_logloss",
+            "tidemark_learner_recent_logloss",
+        ];
+        let unknown: Vec<&String> = names
+            .iter()
+            .filter(|n| !families.contains(*n) && !later.contains(&n.as_str()))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "{file} queries metrics no process serves: {unknown:?}"
+        );
     }
     // A clean stop of each, as `systemctl stop` sends it (SIGTERM). The
     // proxy holds nothing and ends by the signal itself, which systemd

@@ -111,11 +111,19 @@ impl Counters {
 
     /// Current totals since this process started, nonzero only.
     pub fn snapshot(&self) -> Vec<(String, i64)> {
+        let mut all = self.totals();
+        all.retain(|(_, v)| *v > 0);
+        all
+    }
+
+    /// Every counter's total since this process started, zeros included:
+    /// a series must exist before its first increment for `increase()` and
+    /// `rate()` to see that increment.
+    pub fn totals(&self) -> Vec<(String, i64)> {
         self.names
             .iter()
             .zip(&self.values)
             .map(|(n, v)| (n.clone(), v.load(Ordering::Relaxed) as i64))
-            .filter(|(_, v)| *v > 0)
             .collect()
     }
 }
@@ -135,7 +143,7 @@ pub fn serve_metrics(
     let shard = shard.to_owned();
     let endpoint = tidemark_metrics::serve(addr, "shard", move || {
         let mut live = counters.live.samples(&shard, tidemark_intake::wall_ms());
-        live.extend(counters.snapshot().into_iter().map(|(name, value)| {
+        live.extend(counters.totals().into_iter().map(|(name, value)| {
             let mut labels = vec![("shard", shard.clone())];
             let (metric, help) = match Family::PER_TYPE
                 .iter()
