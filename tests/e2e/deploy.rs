@@ -384,7 +384,7 @@ fn queried(text: &str) -> std::collections::BTreeSet<String> {
     let mut out = std::collections::BTreeSet::new();
     let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let mut rest = text;
-    while let Some(i) = rest.find(|c: char| c == 't' || c == 'p') {
+    while let Some(i) = rest.find(['t', 'p']) {
         let tail = &rest[i..];
         let end = tail.find(|c: char| !word(c)).unwrap_or(tail.len());
         let w = &tail[..end];
