@@ -5,9 +5,12 @@
 mod checkpoint;
 mod db;
 mod demo;
+mod deployment;
 mod export;
+mod health;
 mod keys;
 mod learn;
+mod logging;
 mod market;
 mod offline;
 mod plan;
@@ -17,6 +20,7 @@ mod publish;
 mod score;
 mod shard;
 mod signals;
+mod status;
 
 use signals::{exit_on_panic, shutdown_signal, stop_on_signal, Misconfigured};
 
@@ -42,13 +46,7 @@ struct Cli {
         env = "TIDEMARK_LOG_FORMAT",
         default_value = "text"
     )]
-    log_format: LogFormat,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
+    log_format: logging::LogFormat,
 }
 
 #[derive(Subcommand)]
@@ -70,6 +68,10 @@ enum Command {
         #[command(subcommand)]
         action: checkpoint::Action,
     },
+    /// A deployment at a glance from its configuration files; exits 1 when a part is unhealthy
+    Status(status::Args),
+    /// Check configuration files as their processes would at start; exits 78 if any is unusable
+    Validate(deployment::ValidateArgs),
     /// Write a target's observations as TSV for `learn --input --header`
     Export(export::Args),
     /// Forward publishers to shards through one address (XSUB/XPUB)
@@ -100,7 +102,8 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    let json = matches!(cli.log_format, logging::LogFormat::Json);
+    logging::init(cli.log_format);
     exit_on_panic();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
@@ -110,6 +113,8 @@ fn main() -> ExitCode {
         Command::Learn(args) => learn::run(args),
         Command::Score(args) => score::run(args),
         Command::Checkpoint { action } => checkpoint::run(action),
+        Command::Status(args) => status::run(args),
+        Command::Validate(args) => deployment::validate(args),
         Command::Export(args) => export::run(args),
         Command::Profiles(args) => profiles::run_process(args),
         Command::Profile { action } => profiles::run_profile(action),
@@ -124,28 +129,13 @@ fn main() -> ExitCode {
             ExitCode::from(e.downcast_ref::<signals::Answer>().map_or(1, |a| a.0))
         }
         Err(e) => {
-            eprintln!("tidemark: {e:#}");
-            if e.downcast_ref::<Misconfigured>().is_some() {
-                ExitCode::from(signals::EX_CONFIG)
-            } else {
-                ExitCode::FAILURE
-            }
+            let status = match e.downcast_ref::<Misconfigured>() {
+                Some(_) => signals::EX_CONFIG,
+                None => 1,
+            };
+            signals::fatal(json, &e, status);
+            ExitCode::from(status)
         }
-    }
-}
-
-/// Logs go to stderr, filtered by `RUST_LOG` (default `info`); colour only
-/// when stderr is a terminal, so files and journals get plain text.
-fn init_logging(format: LogFormat) {
-    use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).init(),
-        LogFormat::Json => fmt.json().with_current_span(false).init(),
     }
 }
 

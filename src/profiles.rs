@@ -68,7 +68,7 @@ pub fn run_process(args: ProcessArgs) -> anyhow::Result<()> {
             .await
             .context("profiles")?;
         let applied = summary.counts.get("applied").copied().unwrap_or(0);
-        eprintln!("tidemark profiles: stopped; {applied} events applied in this run");
+        tracing::info!(applied, "profile process stopped");
         Ok(())
     })
 }

@@ -38,7 +38,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .await
             .context("shard")?;
         let total = tidemark_store::telemetry::Family::Received.sum(&summary.counters);
-        eprintln!("tidemark shard: stopped; {total} events received in this run");
+        tracing::info!(received = total, "shard stopped");
         Ok(())
     })
 }

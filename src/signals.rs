@@ -31,6 +31,17 @@ impl std::fmt::Display for Answer {
 
 impl std::error::Error for Answer {}
 
+/// Says why the process ends, in the log format chosen: a plain line for
+/// a person at a terminal, one JSON log line (level ERROR, with the exit
+/// status) for a log pipeline.
+pub fn fatal(json: bool, e: &anyhow::Error, status: u8) {
+    if json {
+        tracing::error!(exit_status = status, error = format!("{e:#}"), "fatal");
+    } else {
+        eprintln!("tidemark: {e:#}");
+    }
+}
+
 /// Run on a second signal, just before exiting (the demo stops its children).
 pub static BEFORE_EXIT: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 

@@ -18,4 +18,5 @@ mod keys;
 mod learn;
 mod profiles;
 mod shard;
+mod status;
 mod tls;

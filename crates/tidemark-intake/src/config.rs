@@ -167,29 +167,10 @@ fn err(key: &str, message: impl ToString) -> ConfigError {
 }
 
 /// Reads a configuration file's text into `T` (a [`raw_config!`] struct),
-/// naming the key at fault from toml's span: an unknown key's span is the
-/// key; a wrong value's span is the value, whose key is left of its `=`
-/// (`config` only when toml gives no span).
+/// naming the key at fault, its line and the nearest known key
+/// (`tidemark_wire::parse_toml`).
 pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
-    toml::from_str(text).map_err(|e| {
-        let key = e
-            .span()
-            .and_then(|s| key_at(text, s.start, s.end))
-            .unwrap_or_else(|| "config".into());
-        err(&key, e.message())
-    })
-}
-
-/// The key a span of `text` belongs to (see [`parse_toml`]).
-fn key_at(text: &str, start: usize, end: usize) -> Option<String> {
-    let line_start = text.get(..start)?.rfind('\n').map_or(0, |i| i + 1);
-    let before = text.get(line_start..start)?;
-    let key = match before.find('=') {
-        Some(eq) => &before[..eq],
-        None => text.get(start..end)?,
-    };
-    let key = key.trim().trim_matches('"');
-    (!key.is_empty()).then(|| key.to_owned())
+    tidemark_wire::parse_toml(text).map_err(|(key, message)| err(&key, message))
 }
 
 /// Names of processes (shards name their tables with them) and counters:

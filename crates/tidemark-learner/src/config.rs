@@ -190,7 +190,8 @@ impl Config {
 
     /// Parses and validates a configuration.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let raw: Raw = toml::from_str(text).map_err(|e| ConfigError(e.message().to_owned()))?;
+        let raw: Raw = tidemark_wire::parse_toml(text)
+            .map_err(|(key, message)| ConfigError(format!("{key}: {message}")))?;
         let duration =
             |key: &str, v: &str| parse_duration(v).map_err(|e| ConfigError(format!("{key}: {e}")));
         let checkpoint_interval = duration("checkpoint_interval", &raw.checkpoint_interval)?;

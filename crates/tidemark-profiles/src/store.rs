@@ -46,6 +46,16 @@ pub async fn lock_holder(c: &Client) -> Result<Option<(i32, Option<String>)>, St
     Ok(r.map(|r| (r.get(0), r.get(1))))
 }
 
+/// The clock a profile process named `name` saved last (`tidemark status`).
+pub async fn clock_of(c: &Client, name: &str) -> Result<Option<i64>, StoreError> {
+    Ok(c.query_opt(
+        "SELECT clock_ms FROM tidemark.profile_process WHERE name = $1",
+        &[&name],
+    )
+    .await?
+    .and_then(|r| r.get(0)))
+}
+
 /// What the previous run saved: its clock and `max_future` reference.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Saved {

@@ -17,9 +17,10 @@ pub mod telemetry;
 
 pub use cluster::{Cluster, ClusterError, Status};
 pub use migrate::{latest_version, migrate, MIGRATIONS};
+/// The connection `connect` returns.
+pub use tokio_postgres::Client;
 
 use tokio_postgres::error::SqlState;
-use tokio_postgres::Client;
 
 /// A database error, with what to do about it (`class`).
 #[derive(Debug, thiserror::Error)]

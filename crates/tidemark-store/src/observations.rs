@@ -36,6 +36,17 @@ pub async fn count_target(c: &Client, target: &str) -> Result<i64, StoreError> {
     .get(0))
 }
 
+/// The last `seq` a shard has emitted (0 before its first observation): a
+/// reader's backlog is this minus its position.
+pub async fn head(c: &Client, shard: &str) -> Result<i64, StoreError> {
+    Ok(c.query_one(
+        "SELECT coalesce(max(seq), 0) FROM tidemark.observations WHERE shard = $1",
+        &[&shard],
+    )
+    .await?
+    .get(0))
+}
+
 /// Shards that have emitted into this database.
 pub async fn shards(c: &Client) -> Result<Vec<String>, StoreError> {
     Ok(

@@ -2,12 +2,14 @@
 //!
 //! Owns: txid generation and parsing, decoding and validating a received
 //! message with a named reason for every rejection, encoding messages for
-//! publishers, and the duration syntax of configuration files.
+//! publishers, and what configuration files share: the duration syntax, and
+//! TOML errors that name the key, its line and the nearest known key.
 //! Knows nothing of sockets, databases or clocks: publishers and bidders can
 //! link it without pulling in ZeroMQ or PostgreSQL.
 
 #![warn(missing_docs)]
 
+mod conf;
 mod decode;
 mod duration;
 mod encode;
@@ -16,6 +18,7 @@ mod instant;
 mod txid;
 mod types;
 
+pub use conf::parse_toml;
 pub use decode::{Decoder, Event, Features, Identity, Message, Reject, Tick, MAX_PAYLOAD};
 pub use duration::{parse_duration, HumanDuration};
 pub use encode::{event_payload, tick_payload, topic};
