@@ -173,6 +173,17 @@ pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, Confi
     tidemark_wire::parse_toml(text).map_err(|(key, message)| err(&key, message))
 }
 
+/// [`parse_toml`] with the process's environment overrides: every key
+/// settable as `<prefix><KEY>` (`TIDEMARK_SHARD_BATCH_EVENTS=50000`,
+/// `TIDEMARK_SHARD_WINDOWS__CLICK=2h`; `tidemark_wire::parse_toml_env`).
+pub fn parse_toml_env<T: serde::de::DeserializeOwned>(
+    text: &str,
+    prefix: &str,
+    vars: impl IntoIterator<Item = (String, String)>,
+) -> Result<T, ConfigError> {
+    tidemark_wire::parse_toml_env(text, prefix, vars).map_err(|(key, message)| err(&key, message))
+}
+
 /// Names of processes (shards name their tables with them) and counters:
 /// `[a-z][a-z0-9_]{0,31}`.
 pub fn validate_name(name: &str) -> Result<(), String> {

@@ -185,12 +185,22 @@ impl Config {
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
-        Config::from_toml(&text).map_err(|e| ConfigError(format!("{}: {e}", path.display())))
+        Config::from_toml_with(&text, std::env::vars())
+            .map_err(|e| ConfigError(format!("{}: {e}", path.display())))
     }
 
     /// Parses and validates a configuration.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let raw: Raw = tidemark_wire::parse_toml(text)
+        Config::from_toml_with(text, [])
+    }
+
+    /// Parses and validates a configuration with environment overrides:
+    /// `TIDEMARK_LEARNER_<KEY>` variables among `vars` (docs/operations.md).
+    pub fn from_toml_with(
+        text: &str,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let raw: Raw = tidemark_wire::parse_toml_env(text, "TIDEMARK_LEARNER_", vars)
             .map_err(|(key, message)| ConfigError(format!("{key}: {message}")))?;
         let duration =
             |key: &str, v: &str| parse_duration(v).map_err(|e| ConfigError(format!("{key}: {e}")));

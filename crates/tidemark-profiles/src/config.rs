@@ -187,12 +187,21 @@ impl Config {
     /// Reads and validates a configuration file.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| err(path.display().to_string(), e))?;
-        Config::parse(&text)
+        Config::parse_with(&text, std::env::vars())
     }
 
     /// Parses and validates a configuration.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let raw: Raw = tidemark_intake::config::parse_toml(text)?;
+        Config::parse_with(text, [])
+    }
+
+    /// Parses and validates a configuration with environment overrides:
+    /// `TIDEMARK_PROFILES_<KEY>` variables among `vars` (docs/operations.md).
+    pub fn parse_with(
+        text: &str,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let raw: Raw = tidemark_intake::config::parse_toml_env(text, "TIDEMARK_PROFILES_", vars)?;
         validate_name(&raw.name).map_err(|m| err("name", m))?;
         let subscription = Subscription::from_keys(raw.keys(), 1_000_000)?;
         let duration = |key: &str, v: &str| parse_duration(v).map_err(|e| err(key, e));

@@ -175,12 +175,21 @@ impl Config {
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| err("--config", format!("{}: {e}", path.display())))?;
-        Config::parse(&text)
+        Config::parse_with(&text, std::env::vars())
     }
 
     /// Parses and validates a configuration.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let raw: Raw = tidemark_intake::config::parse_toml(text)?;
+        Config::parse_with(text, [])
+    }
+
+    /// Parses and validates a configuration with environment overrides:
+    /// `TIDEMARK_SHARD_<KEY>` variables among `vars` (docs/operations.md).
+    pub fn parse_with(
+        text: &str,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let raw: Raw = tidemark_intake::config::parse_toml_env(text, "TIDEMARK_SHARD_", vars)?;
         let name = raw.name.clone().ok_or_else(|| err("name", "is required"))?;
         validate_name(&name).map_err(|m| err("name", m))?;
         let subscription = Subscription::from_keys(raw.keys(), 50_000)?;

@@ -20,6 +20,66 @@ pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, (Stri
     })
 }
 
+/// `T` from a configuration file's text with environment overrides: each
+/// variable `<prefix><KEY>` (upper case; `__` between a table and its key,
+/// as in `TIDEMARK_SHARD_WINDOWS__CLICK`) sets that key, its value read as a
+/// TOML value (`50000`, `true`, `["a", "b"]`) or else as a string (`1h`).
+/// Without such variables this is [`parse_toml`].
+pub fn parse_toml_env<T: serde::de::DeserializeOwned>(
+    text: &str,
+    prefix: &str,
+    vars: impl IntoIterator<Item = (String, String)>,
+) -> Result<T, (String, String)> {
+    let overrides: Vec<(String, String)> = vars
+        .into_iter()
+        .filter(|(k, _)| k.len() > prefix.len() && k.starts_with(prefix))
+        .collect();
+    if overrides.is_empty() {
+        return parse_toml(text);
+    }
+    let mut table: toml::Table = parse_toml(text)?;
+    let mut names = Vec::new();
+    for (var, raw) in &overrides {
+        let path: Vec<String> = var[prefix.len()..]
+            .to_lowercase()
+            .split("__")
+            .map(str::to_owned)
+            .collect();
+        let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(raw.clone()));
+        let (last, tables) = path.split_last().expect("a key after the prefix");
+        let mut at = &mut table;
+        for t in tables {
+            let next = at
+                .entry(t.clone())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            let Some(inner) = next.as_table_mut() else {
+                return Err((path.join("."), format!("{var}: {t} is not a table")));
+            };
+            at = inner;
+        }
+        at.insert(last.clone(), value);
+        names.push(var.as_str());
+    }
+    T::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let message = suggest(&e.to_string());
+        let key = message
+            .strip_prefix("unknown key `")
+            .and_then(|r| r.split('`').next())
+            .unwrap_or("config")
+            .to_owned();
+        (
+            key,
+            format!(
+                "{message} (with environment overrides {})",
+                names.join(", ")
+            ),
+        )
+    })
+}
+
 /// The key a span of `text` belongs to: an unknown key's span is the key; a
 /// wrong value's span is the value, whose key is left of its `=`.
 fn key_at(text: &str, start: usize, end: usize) -> Option<String> {
@@ -112,6 +172,50 @@ mod tests {
         );
         let e = parse_toml::<Raw>("name = \"s0\"\nbroken").unwrap_err();
         assert!(e.1.contains("line 2"), "{e:?}");
+    }
+
+    #[test]
+    fn the_environment_overrides_keys_and_table_keys() {
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        struct WithTable {
+            name: String,
+            n: Option<i64>,
+            list: Option<Vec<String>>,
+            windows: Option<std::collections::BTreeMap<String, String>>,
+        }
+        let env = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let text = "name = \"a\"\nn = 1\n[windows]\nclick = \"1h\"\n";
+        let r: WithTable = parse_toml_env(
+            text,
+            "T_",
+            env(&[
+                ("T_N", "50000"),
+                ("T_WINDOWS__CLICK", "2h"),
+                ("T_LIST", "[\"x\", \"y\"]"),
+                ("OTHER", "1"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!((r.name.as_str(), r.n), ("a", Some(50000)));
+        assert_eq!(r.list.unwrap(), ["x", "y"]);
+        assert_eq!(r.windows.unwrap()["click"], "2h");
+        let e = parse_toml_env::<WithTable>(text, "T_", env(&[("T_NN", "5")])).unwrap_err();
+        assert_eq!(e.0, "nn");
+        assert!(
+            e.1.contains("did you mean `n`?") && e.1.contains("T_NN"),
+            "{}",
+            e.1
+        );
+        let e = parse_toml_env::<WithTable>(text, "T_", env(&[("T_N", "many")])).unwrap_err();
+        assert!(e.1.contains("T_N"), "{}", e.1);
+        // Nothing under the prefix: the file alone, its errors with lines.
+        let e = parse_toml_env::<WithTable>("name = 1", "T_", env(&[])).unwrap_err();
+        assert!(e.1.contains("line 1"), "{}", e.1);
     }
 
     #[test]

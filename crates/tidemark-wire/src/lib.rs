@@ -18,7 +18,7 @@ mod instant;
 mod txid;
 mod types;
 
-pub use conf::parse_toml;
+pub use conf::{parse_toml, parse_toml_env};
 pub use decode::{Decoder, Event, Features, Identity, Message, Reject, Tick, MAX_PAYLOAD};
 pub use duration::{parse_duration, HumanDuration};
 pub use encode::{event_payload, tick_payload, topic};

@@ -384,3 +384,45 @@ fn a_shard_refused_by_its_database_at_start_exits_saying_so() {
     assert!(said.contains("Connection refused"), "{said}");
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
 }
+
+#[test]
+fn every_configuration_key_can_come_from_the_environment() {
+    let dir = tidemark_testkit::tmp_dir().join(format!("env-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let shard = dir.join("s0.toml");
+    std::fs::write(
+        &shard,
+        "name = \"s0\"\nendpoints = [\"tcp://127.0.0.1:5556\"]\n",
+    )
+    .unwrap();
+    let validate = |vars: &[(&str, &str)]| {
+        let mut c = tidemark_testkit::bin();
+        c.arg("validate").arg(&shard);
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    assert!(validate(&[]).status.success());
+    // A table's key: a click window shorter than the impression window is
+    // refused, so the override was read.
+    let out = validate(&[("TIDEMARK_SHARD_WINDOWS__CLICK", "1m")]);
+    assert_eq!(out.status.code(), Some(78));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("windows"),
+        "{out:?}"
+    );
+    assert!(validate(&[("TIDEMARK_SHARD_WINDOWS__CLICK", "3h")])
+        .status
+        .success());
+    // A wrong value or a misspelt key names the variable.
+    let out = validate(&[("TIDEMARK_SHARD_BATCH_EVENTS", "lots")]);
+    assert_eq!(out.status.code(), Some(78));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("TIDEMARK_SHARD_BATCH_EVENTS"));
+    let out = validate(&[("TIDEMARK_SHARD_BATCH_EVENT", "5")]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("did you mean `batch_events`?"));
+    // Each process reads its own prefix only.
+    assert!(validate(&[("TIDEMARK_PROFILES_MAX_IDS", "lots")])
+        .status
+        .success());
+}
