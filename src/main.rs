@@ -3,6 +3,7 @@
 //! library crate; the logic lives there.
 
 mod checkpoint;
+mod completions;
 mod db;
 mod demo;
 mod deployment;
@@ -90,6 +91,10 @@ enum Command {
         #[command(subcommand)]
         action: keys::Action,
     },
+    /// A shell completion script on stdout (bash, zsh, fish, elvish, powershell)
+    Completions(completions::CompletionsArgs),
+    /// Man pages for every command, written into a directory
+    Man(completions::ManArgs),
     /// Manage the embedded PostgreSQL cluster under $TIDEMARK_HOME
     Db {
         #[command(subcommand)]
@@ -121,6 +126,8 @@ fn main() -> ExitCode {
         Command::Trail(args) => profiles::run_trail(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Keys { action } => keys::run(action),
+        Command::Completions(args) => completions::completions(args),
+        Command::Man(args) => completions::man(args),
         Command::Db { action, home } => db::run(action, home),
     };
     match result {

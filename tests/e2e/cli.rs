@@ -336,3 +336,42 @@ fn every_command_has_help_for_every_option() {
     }
     assert!(seen >= 14, "{seen} commands");
 }
+
+/// Completions and man pages come from the same definitions as `--help`:
+/// every subcommand is in them, and bash accepts the script.
+#[test]
+fn completions_and_man_pages_cover_every_command() {
+    let out = bin().args(["completions", "bash"]).output().unwrap();
+    assert!(out.status.success());
+    let script = String::from_utf8(out.stdout).unwrap();
+    let check = std::process::Command::new("bash")
+        .args(["-n", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let dir = tidemark_testkit::tmp_dir().join(format!("man-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = bin().arg("man").arg(&dir).output().unwrap();
+    assert!(out.status.success());
+    for sub in [
+        "shard",
+        "status",
+        "validate",
+        "learn",
+        "checkpoint-verify",
+        "profile-get",
+        "db-up",
+    ] {
+        let name = format!("tidemark__subcmd__{}", sub.replace('-', "__subcmd__"));
+        assert!(script.contains(&name), "{name} in completions");
+        let page = std::fs::read_to_string(dir.join(format!("tidemark-{sub}.1"))).unwrap();
+        assert!(
+            page.starts_with(".ie") || page.contains(".TH"),
+            "{sub}: {page}"
+        );
+    }
+}
