@@ -79,8 +79,12 @@ fn a_small_demo_reports_what_its_database_holds() {
             "demo",
             "--seconds",
             "12",
+            // 48 minutes of event time: past the long install window (30 m),
+            // so p_install has impressions whose outcome is known.
             "--tps",
-            "100",
+            "25",
+            "--speed",
+            "240",
             "--persons",
             "300",
         ])
@@ -111,11 +115,39 @@ fn a_small_demo_reports_what_its_database_holds() {
     assert_eq!(report["interrupted"], false);
 
     let targets = report["targets"].as_object().unwrap();
-    for t in ["ctr", "cvr_short"] {
+    for t in ["ctr", "cvr_short", "cvr_long", "p_install"] {
         assert!(targets.contains_key(t), "{t} missing: {report}");
     }
     for (t, v) in targets {
         let g = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{t}.{k}: {v}"));
+        assert!(g("online_baseline_logloss") > 0.0, "{t}");
+        if t == "p_install" {
+            // Impressions (the ctr rows) swept past the long install window,
+            // labelled by an install within it (a cvr row labelled 1), scored
+            // against the market's P(click, then install): all from the
+            // database.
+            let sql = "SELECT count(*)::text, avg(y)::text,
+                              avg(-ln(CASE WHEN y = 1 THEN p ELSE 1 - p END))::text
+                         FROM (SELECT greatest(least(t.p_install, 1 - 1e-15), 1e-15) AS p,
+                                      (EXISTS (SELECT 1 FROM tidemark.observations c
+                                                WHERE c.txid = o.txid AND c.label = 1
+                                                  AND c.target IN ('cvr_short', 'cvr_long')))::int AS y
+                                 FROM tidemark.observations o JOIN tidemark_demo.truth t USING (txid)
+                                WHERE o.target = 'ctr'
+                                  AND (extract(epoch FROM o.created_at) * 1000)::bigint
+                                      <= (SELECT w.wm_ms FROM tidemark.watermarks w
+                                           WHERE w.shard = o.shard AND w.phase = 'cvr_long')) x";
+            let row = &query_rows(&url, sql)[0];
+            let num = |i: usize| row[i].as_deref().unwrap().parse::<f64>().unwrap();
+            close(g("rows"), num(0), "p_install rows");
+            close(g("label_rate"), num(1), "p_install label rate");
+            close(g("truth_logloss"), num(2), "p_install truth logloss");
+            assert!(
+                g("truth_logloss") < g("baseline_logloss"),
+                "p_install has signal"
+            );
+            continue;
+        }
         let rows = f(
             &url,
             &format!("SELECT count(*) FROM tidemark.observations WHERE target = '{t}'"),

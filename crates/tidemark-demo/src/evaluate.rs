@@ -2,7 +2,13 @@
 //! emission order through the learner's own configuration (progressive
 //! validation: each row predicted before it is learned), once with every
 //! feature and once without the profile counters, beside the truth's
-//! probability of each row and a constant-rate baseline.
+//! probability of each row and two constant-rate baselines: the label rate
+//! in hindsight, and the running label rate predicted before each row (what
+//! an online learner with no features would do). `p_install`, the figure a
+//! bidder prices, is scored too: over impressions, each `ctr` row predicted
+//! `ctr × (cvr_short + cvr_long)` from the same pass before it is learned,
+//! labelled 1 when its transaction installed within the long window (only
+//! impressions swept past that window, whose outcome is known).
 
 use std::collections::BTreeMap;
 
@@ -39,8 +45,11 @@ pub struct TargetEval {
     pub truth_logloss: Option<f64>,
     /// Rows the truth knows.
     pub truth_rows: usize,
-    /// Predicting the label rate for every row.
+    /// Predicting the label rate for every row (in hindsight).
     pub baseline_logloss: f64,
+    /// Predicting before each row the label rate of the rows before it
+    /// (starting from one half), as an online learner without features.
+    pub online_baseline_logloss: f64,
     /// Share of the baseline-to-truth gap the learner closes.
     pub gap_closed: Option<f64>,
     /// Predicted vs observed by decile of the learner's predictions, over
@@ -77,11 +86,31 @@ pub fn evaluate(
     let mut with = Models::new(config.hashing.clone(), config.window);
     let mut without = Models::new(config.hashing.clone(), config.window);
     let mut per: BTreeMap<String, Rows> = BTreeMap::new();
+    // p_install per impression (the ctr row's transaction), and the
+    // transactions that installed within the long window.
+    let mut installs: (Rows, Vec<String>) = (Rows::default(), Vec::new());
+    let mut installed = std::collections::HashSet::new();
+    let cvr = |m: &Models, f: &Map<String, Value>| {
+        let p = |t: &str| m.predict(t, f).unwrap_or(0.5);
+        p("cvr_short") + p("cvr_long")
+    };
     for r in rows {
         let mut f: Map<String, Value> = serde_json::from_str(&r.features)?;
         let p = with.learn(&r.target, || config.params(&r.target), &f, r.label);
+        let install_with = (r.target == "ctr" && r.settled).then(|| p * cvr(&with, &f));
         f.retain(|k, _| !profile.contains(k));
         let q = without.learn(&r.target, || config.params(&r.target), &f, r.label);
+        if let Some(pi) = install_with {
+            let (i, txids) = &mut installs;
+            i.p.push(pi.min(1.0));
+            i.without.push((q * cvr(&without, &f)).min(1.0));
+            i.truth.push(r.p_install);
+            i.emitted_ms.push(r.emitted_ms);
+            txids.push(r.txid.clone());
+        }
+        if r.label && (r.target == "cvr_short" || r.target == "cvr_long") {
+            installed.insert(r.txid.clone());
+        }
         let e = per.entry(r.target.clone()).or_default();
         e.p.push(p);
         e.without.push(q);
@@ -89,10 +118,27 @@ pub fn evaluate(
         e.label.push(r.label);
         e.emitted_ms.push(r.emitted_ms);
     }
+    let (mut i, txids) = installs;
+    i.label = txids.iter().map(|t| installed.contains(t)).collect();
+    if !i.label.is_empty() {
+        per.insert("p_install".to_owned(), i);
+    }
     Ok(per
         .into_iter()
         .map(|(t, r)| (t, figures(&r, t0_ms)))
         .collect())
+}
+
+/// The logloss of predicting, before each label, the rate of those before
+/// it (one half before the first).
+pub fn online_constant(labels: &[bool]) -> f64 {
+    let (mut ones, mut seen, mut sum) = (0.5f64, 1.0f64, 0.0);
+    for y in labels {
+        sum += logloss(ones / seen, *y);
+        ones += f64::from(u8::from(*y));
+        seen += 1.0;
+    }
+    sum / labels.len().max(1) as f64
 }
 
 /// The logloss of predicting `p` for a label `y` (p clamped off 0 and 1).
@@ -133,6 +179,7 @@ fn figures(r: &Rows, t0_ms: i64) -> TargetEval {
         truth_logloss: truth,
         truth_rows: known.len(),
         baseline_logloss: baseline,
+        online_baseline_logloss: online_constant(&r.label),
         gap_closed: truth
             .filter(|t| baseline - t > 1e-9)
             .map(|t| (baseline - logloss) / (baseline - t)),
@@ -197,6 +244,14 @@ mod tests {
         assert_eq!(d[9].observed, 1.0);
         assert_eq!(d[0].observed, 0.0);
         assert!((d[0].predicted - 0.045).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_online_constant_predicts_the_rate_so_far() {
+        // 0.5 first, then (0.5 + ones) / (1 + seen).
+        let want =
+            (logloss(0.5, true) + logloss(1.5 / 2.0, false) + logloss(1.5 / 3.0, false)) / 3.0;
+        assert!((online_constant(&[true, false, false]) - want).abs() < 1e-15);
     }
 
     #[test]

@@ -71,8 +71,8 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
             ""
         }
     );
-    h.push_str(r#"<h2>Targets</h2><p class="note">Progressive validation: each observation is predicted before it is learned, in emission order. <i>truth</i> is the market's own probability of each row's label (the floor); <i>baseline</i> predicts the label rate everywhere; <i>gap closed</i> is the learner's share of the distance from baseline to truth; <i>no profiles</i> is the same learner on the same rows without the profile counters the bids carried.</p>
-<table><tr><th>target</th><th>rows</th><th>label rate</th><th>logloss</th><th>AUC</th><th>truth</th><th>baseline</th><th>gap closed</th><th>no profiles</th><th>profile lift</th><th>online learner</th></tr>"#);
+    h.push_str(r#"<h2>Targets</h2><p class="note">Progressive validation: each observation is predicted before it is learned, in emission order. <i>truth</i> is the market's own probability of each row's label (the floor); <i>baseline</i> predicts the label rate everywhere (in hindsight); <i>online constant</i> predicts before each row the label rate of the rows before it, as a learner without features would; <i>p_install</i> is the bidder's figure, ctr × (cvr_short + cvr_long) predicted for each impression from the same pass, labelled by an install within the long window; <i>gap closed</i> is the learner's share of the distance from baseline to truth; <i>no profiles</i> is the same learner on the same rows without the profile counters the bids carried.</p>
+<table><tr><th>target</th><th>rows</th><th>label rate</th><th>logloss</th><th>AUC</th><th>truth</th><th>baseline</th><th>online constant</th><th>gap closed</th><th>no profiles</th><th>profile lift</th><th>online learner</th></tr>"#);
     let targets: Vec<String> = v["targets"]
         .as_object()
         .map(|m| m.keys().cloned().collect())
@@ -81,7 +81,7 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
         let k = |f: &str| format!("targets/{t}/{f}");
         let _ = write!(
             h,
-            "<tr><td>{}</td>{}{}{}{}{}{}{}{}{}{}</tr>",
+            "<tr><td>{}</td>{}{}{}{}{}{}{}{}{}{}{}</tr>",
             esc(t),
             cell(v, &k("rows"), 0),
             cell(v, &k("label_rate"), 5),
@@ -89,6 +89,7 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
             cell(v, &k("auc"), 4),
             cell(v, &k("truth_logloss"), 5),
             cell(v, &k("baseline_logloss"), 5),
+            cell(v, &k("online_baseline_logloss"), 5),
             cell(v, &k("gap_closed"), 3),
             cell(v, &k("without_profiles_logloss"), 5),
             cell(v, &k("profile_lift"), 5),

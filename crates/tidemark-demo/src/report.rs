@@ -70,6 +70,7 @@ pub fn build(i: &Inputs) -> Value {
                 "truth_logloss": t.truth_logloss.map_or(Value::Null, num),
                 "truth_rows": t.truth_rows,
                 "baseline_logloss": num(t.baseline_logloss),
+                "online_baseline_logloss": num(t.online_baseline_logloss),
                 "gap_closed": t.gap_closed.map_or(Value::Null, num),
                 "without_profiles_logloss": num(t.without_profiles_logloss),
                 "profile_lift": num(t.without_profiles_logloss - t.logloss),
@@ -180,13 +181,14 @@ pub fn at(v: &Value, path: &str) -> Option<f64> {
 pub fn text(v: &Value) -> String {
     use std::fmt::Write as _;
     let mut s = format!(
-        "  {:<10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>7} {:>8} {:>12} {:>7}\n",
+        "  {:<10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8} {:>12} {:>7}\n",
         "target",
         "rows",
         "rate",
         "logloss",
         "truth",
         "baseline",
+        "online c.",
         "gap",
         "auc",
         "no profiles",
@@ -199,12 +201,13 @@ pub fn text(v: &Value) -> String {
         let g = |k: &str| at(v, &format!("targets/{name}/{k}")).unwrap_or(f64::NAN);
         let _ = writeln!(
             s,
-            "  {name:<10} {:>8} {:>8.5} {:>9.5} {:>9.5} {:>9.5} {:>6.1}% {:>8.4} {:>12.5} {:>7.5}",
+            "  {name:<10} {:>8} {:>8.5} {:>9.5} {:>9.5} {:>9.5} {:>9.5} {:>6.1}% {:>8.4} {:>12.5} {:>7.5}",
             g("rows"),
             g("label_rate"),
             g("logloss"),
             g("truth_logloss"),
             g("baseline_logloss"),
+            g("online_baseline_logloss"),
             g("gap_closed") * 100.0,
             g("auc"),
             g("without_profiles_logloss"),

@@ -23,7 +23,8 @@ pub async fn load_truth(c: &Client, tsv: Vec<u8>) -> Result<u64, StoreError> {
              cvr_short double precision,
              cvr_long double precision,
              click_delay_ms bigint,
-             install_delay_ms bigint)",
+             install_delay_ms bigint,
+             p_install double precision NOT NULL)",
     )
     .await?;
     let sink = c
@@ -50,6 +51,14 @@ pub struct Scored {
     pub truth: Option<f64>,
     /// When it was emitted, ms since the epoch (wall time).
     pub emitted_ms: i64,
+    /// Its transaction.
+    pub txid: String,
+    /// For a `ctr` row, the truth's P(click, then an install by the end of
+    /// the long window): the `p_install` a bidder prices.
+    pub p_install: Option<f64>,
+    /// A `ctr` row whose transaction its shard has swept through the last
+    /// install window: whether it installed is known.
+    pub settled: bool,
 }
 
 /// Every observation, in emission order across shards (then shard, seq),
@@ -60,7 +69,11 @@ pub async fn scored(c: &Client) -> Result<Vec<Scored>, StoreError> {
             "SELECT o.target, o.label, o.features::text,
                     CASE o.target WHEN 'ctr' THEN t.ctr WHEN 'cvr_short' THEN t.cvr_short
                                   WHEN 'cvr_long' THEN t.cvr_long END,
-                    (extract(epoch FROM o.emitted_at) * 1000)::bigint
+                    (extract(epoch FROM o.emitted_at) * 1000)::bigint,
+                    o.txid, CASE o.target WHEN 'ctr' THEN t.p_install END,
+                    o.target = 'ctr' AND (extract(epoch FROM o.created_at) * 1000)::bigint
+                        <= coalesce((SELECT w.wm_ms FROM tidemark.watermarks w
+                                      WHERE w.shard = o.shard AND w.phase = 'cvr_long'), -1)
                FROM tidemark.observations o LEFT JOIN tidemark_demo.truth t USING (txid)
               ORDER BY o.emitted_at, o.shard, o.seq",
             &[],
@@ -74,6 +87,9 @@ pub async fn scored(c: &Client) -> Result<Vec<Scored>, StoreError> {
             features: r.get(2),
             truth: r.get(3),
             emitted_ms: r.get(4),
+            txid: r.get(5),
+            p_install: r.get(6),
+            settled: r.get(7),
         })
         .collect())
 }

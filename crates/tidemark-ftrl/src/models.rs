@@ -64,6 +64,15 @@ impl Models {
         p
     }
 
+    /// `target`'s prediction for `features` without learning anything
+    /// (`None` before its first row).
+    pub fn predict(&self, target: &str, features: &Map<String, Value>) -> Option<f64> {
+        let (model, _) = self.targets.get(target)?;
+        let mut x = Vec::with_capacity(features.len() + 1);
+        self.hashing.hash_json(features, &mut x);
+        Some(model.score(&x))
+    }
+
     /// Rows learned over every target.
     pub fn trained(&self) -> u64 {
         self.targets.values().map(|(m, _)| m.trained).sum()

@@ -333,14 +333,23 @@ impl Market {
             cvr: None,
             click_delay_ms: None,
             install_delay_ms: None,
+            p_install: 0.0,
         };
+        let p_install = sigmoid(logit(self.cfg.cvr) + 0.5 * score + install_bias);
+        // About 90% of installs land in the short window.
+        let mean = self.cfg.install_short_ms as f64 / 2.3;
+        truth.p_install = p_click
+            * p_install
+            * crate::truth::click_then_install(
+                click_mean,
+                (created + self.cfg.click_window_ms - imp_at) as f64,
+                mean,
+                (created + self.cfg.install_long_ms - imp_at) as f64,
+            );
         if self.rng.random_bool(p_click) {
             let click_at = imp_at + self.exp(click_mean) as i64;
             self.push(click_at, KIND_CLICK, txid, score_milli, person);
             truth.click_delay_ms = Some(click_at - created);
-            let p_install = sigmoid(logit(self.cfg.cvr) + 0.5 * score + install_bias);
-            // About 90% of installs land in the short window.
-            let mean = self.cfg.install_short_ms as f64 / 2.3;
             let short = within(mean, click_at, created + self.cfg.install_short_ms);
             let long = within(mean, click_at, created + self.cfg.install_long_ms);
             truth.cvr = Some((p_install * short, p_install * (long - short)));
