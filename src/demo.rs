@@ -12,10 +12,11 @@ pub struct Args {
     #[arg(long, default_value_t = 45)]
     seconds: u64,
     /// Transactions per second of event time
-    #[arg(long, default_value_t = 300.0)]
+    #[arg(long, default_value_t = 150.0)]
     tps: f64,
-    /// Event time per wall time
-    #[arg(long, default_value_t = 60.0)]
+    /// Event time per wall time (the default runs 90 minutes of event time, three
+    /// long install windows)
+    #[arg(long, default_value_t = 120.0)]
     speed: f64,
     /// Persons behind the transactions (each with its own propensities)
     #[arg(long, default_value_t = 2_000)]

@@ -79,12 +79,13 @@ fn a_small_demo_reports_what_its_database_holds() {
             "demo",
             "--seconds",
             "12",
-            // 48 minutes of event time: past the long install window (30 m),
-            // so p_install has impressions whose outcome is known.
+            // 96 minutes of event time: impressions whose long install
+            // window (30 m) has passed after both install models began, so
+            // p_install has rows to score.
             "--tps",
-            "25",
+            "12",
             "--speed",
-            "240",
+            "480",
             "--persons",
             "300",
         ])
@@ -122,10 +123,11 @@ fn a_small_demo_reports_what_its_database_holds() {
         let g = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{t}.{k}: {v}"));
         assert!(g("online_baseline_logloss") > 0.0, "{t}");
         if t == "p_install" {
-            // Impressions (the ctr rows) swept past the long install window,
-            // labelled by an install within it (a cvr row labelled 1), scored
-            // against the market's P(click, then install): all from the
-            // database.
+            // Impressions (the ctr rows) swept past the long install window
+            // and emitted after the first row of each install target (the
+            // replay's order), labelled by an install within the window (a
+            // cvr row labelled 1), scored against the market's P(click, then
+            // install): all from the database.
             let sql = "SELECT count(*)::text, avg(y)::text,
                               avg(-ln(CASE WHEN y = 1 THEN p ELSE 1 - p END))::text
                          FROM (SELECT greatest(least(t.p_install, 1 - 1e-15), 1e-15) AS p,
@@ -136,7 +138,12 @@ fn a_small_demo_reports_what_its_database_holds() {
                                 WHERE o.target = 'ctr'
                                   AND (extract(epoch FROM o.created_at) * 1000)::bigint
                                       <= (SELECT w.wm_ms FROM tidemark.watermarks w
-                                           WHERE w.shard = o.shard AND w.phase = 'cvr_long')) x";
+                                           WHERE w.shard = o.shard AND w.phase = 'cvr_long')
+                                  AND (o.emitted_at, o.shard, o.seq) > ALL (
+                                      SELECT DISTINCT ON (target) emitted_at, shard, seq
+                                        FROM tidemark.observations
+                                       WHERE target IN ('cvr_short', 'cvr_long')
+                                       ORDER BY target, emitted_at, shard, seq)) x";
             let row = &query_rows(&url, sql)[0];
             let num = |i: usize| row[i].as_deref().unwrap().parse::<f64>().unwrap();
             close(g("rows"), num(0), "p_install rows");

@@ -59,7 +59,8 @@ fn golden() -> Checkpoint {
     };
     let targets = ["ctr", "cvr_short", "cvr_long"]
         .iter()
-        .map(|name| {
+        .enumerate()
+        .map(|(i, name)| {
             let weights = (0..hashing.slots() as u32)
                 .filter_map(|i| {
                     let r = next();
@@ -73,6 +74,8 @@ fn golden() -> Checkpoint {
                 l1: 1.0,
                 l2: 1.0,
                 trained: 1000,
+                margin: [-2.0, -1.0, 0.0][i],
+                labels: Some((1000, [119, 269, 500][i])),
                 weights,
                 state: Vec::new(),
                 metrics: serde_json::json!({}),

@@ -40,6 +40,13 @@ pub struct Target {
     pub l2: f64,
     /// Observations learned since the model began.
     pub trained: u64,
+    /// The base margin every score starts from: the log-odds of the label
+    /// rate learned so far (`ln((ones + ½) / (zeros + ½))` over `labels`);
+    /// 0 in version-1 files.
+    pub margin: f64,
+    /// `(rows, ones)` the margin is counted over; `None` for a model trained
+    /// without a margin (version 1), which keeps 0.
+    pub labels: Option<(u64, u64)>,
     /// Non-zero weights, by index.
     pub weights: Vec<(u32, f32)>,
     /// The learner's resume state: `(index, z, n)` for every coordinate seen.
@@ -112,7 +119,8 @@ impl Checkpoint {
             },
             "targets": self.targets.iter().map(|t| json!({
                 "name": t.name, "alpha": t.alpha, "beta": t.beta, "l1": t.l1, "l2": t.l2,
-                "trained": t.trained, "weights": t.weights.len(), "state": t.state.len(),
+                "trained": t.trained, "margin": t.margin, "labels": t.labels.map(|(r, o)| [r, o]),
+                "weights": t.weights.len(), "state": t.state.len(),
                 "metrics": t.metrics,
             })).collect::<Vec<_>>(),
             "positions": self.positions,
@@ -255,6 +263,17 @@ impl Checkpoint {
                 trained: m["trained"]
                     .as_u64()
                     .ok_or_else(|| corrupt("targets.trained"))?,
+                margin: match version {
+                    1 => 0.0,
+                    _ => f("margin")?,
+                },
+                labels: match (version, &m["labels"]) {
+                    (1, _) | (_, Value::Null) => None,
+                    (_, l) => match (l[0].as_u64(), l[1].as_u64()) {
+                        (Some(rows), Some(ones)) if ones <= rows => Some((rows, ones)),
+                        _ => return Err(corrupt("targets.labels")),
+                    },
+                },
                 weights,
                 state: Vec::new(),
                 metrics: m["metrics"].clone(),
@@ -334,6 +353,8 @@ mod tests {
                 l1: 1.0,
                 l2: 1.0,
                 trained: 3,
+                margin: -0.5,
+                labels: Some((3, 1)),
                 weights: vec![(1, 0.5), (16, -2.0)],
                 state: vec![(1, -1.5, 2.0), (3, 0.5, 1.0), (16, 3.0, 4.0)],
                 metrics: json!({"logloss": 0.1}),
@@ -384,6 +405,8 @@ mod tests {
     fn reads_version_1_without_transforms() {
         let mut c = sample();
         c.hashing.transforms.clear();
+        c.targets[0].margin = 0.0;
+        c.targets[0].labels = None;
         let mut bytes = c.to_bytes();
         bytes[8] = 1;
         let n = bytes.len() - 4;

@@ -16,6 +16,8 @@ pub struct Model {
     pub hashing: Hashing,
     /// Dense weights per target.
     pub targets: Vec<(String, Vec<f32>)>,
+    /// Each target's base margin, in the order of `targets`.
+    pub margins: Vec<f64>,
     /// When the checkpoint was written, ms since the epoch.
     pub created_at_ms: i64,
 }
@@ -71,6 +73,7 @@ impl Model {
         Model {
             hashing: c.hashing.clone(),
             targets,
+            margins: c.targets.iter().map(|t| t.margin).collect(),
             created_at_ms: c.created_at_ms,
         }
     }
@@ -87,11 +90,12 @@ impl Model {
         let targets: Vec<(String, f64)> = self
             .targets
             .iter()
-            .map(|(name, w)| {
-                let s: f64 = x
-                    .iter()
-                    .map(|&(i, v)| f64::from(w[i as usize]) * f64::from(v))
-                    .sum();
+            .zip(&self.margins)
+            .map(|((name, w), margin)| {
+                let s: f64 = margin
+                    + x.iter()
+                        .map(|&(i, v)| f64::from(w[i as usize]) * f64::from(v))
+                        .sum::<f64>();
                 (name.clone(), sigmoid(s))
             })
             .collect();
@@ -161,6 +165,8 @@ mod tests {
                 l1: 1.0,
                 l2: 1.0,
                 trained: 1,
+                margin: 0.0,
+                labels: None,
                 weights: vec![(hashing.bias_index(), bias)],
                 state: Vec::new(),
                 metrics: Value::Null,

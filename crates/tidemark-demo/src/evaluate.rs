@@ -8,7 +8,8 @@
 //! bidder prices, is scored too: over impressions, each `ctr` row predicted
 //! `ctr × (cvr_short + cvr_long)` from the same pass before it is learned,
 //! labelled 1 when its transaction installed within the long window (only
-//! impressions swept past that window, whose outcome is known).
+//! impressions swept past that window, whose outcome is known, and emitted
+//! once both install models exist).
 
 use std::collections::BTreeMap;
 
@@ -90,20 +91,23 @@ pub fn evaluate(
     // transactions that installed within the long window.
     let mut installs: (Rows, Vec<String>) = (Rows::default(), Vec::new());
     let mut installed = std::collections::HashSet::new();
+    // A bidder has no p_install before both install models exist: the
+    // impressions before them are not scored.
     let cvr = |m: &Models, f: &Map<String, Value>| {
-        let p = |t: &str| m.predict(t, f).unwrap_or(0.5);
-        p("cvr_short") + p("cvr_long")
+        Some(m.predict("cvr_short", f)? + m.predict("cvr_long", f)?)
     };
     for r in rows {
         let mut f: Map<String, Value> = serde_json::from_str(&r.features)?;
         let p = with.learn(&r.target, || config.params(&r.target), &f, r.label);
-        let install_with = (r.target == "ctr" && r.settled).then(|| p * cvr(&with, &f));
+        let install_with = (r.target == "ctr" && r.settled)
+            .then(|| cvr(&with, &f).map(|c| p * c))
+            .flatten();
         f.retain(|k, _| !profile.contains(k));
         let q = without.learn(&r.target, || config.params(&r.target), &f, r.label);
         if let Some(pi) = install_with {
             let (i, txids) = &mut installs;
             i.p.push(pi.min(1.0));
-            i.without.push((q * cvr(&without, &f)).min(1.0));
+            i.without.push((q * cvr(&without, &f).unwrap_or(1.0)).min(1.0));
             i.truth.push(r.p_install);
             i.emitted_ms.push(r.emitted_ms);
             txids.push(r.txid.clone());

@@ -60,6 +60,11 @@ pub struct Ftrl {
     w: Vec<f32>,
     /// Rows learned so far.
     pub trained: u64,
+    /// `(rows, ones)` the base margin is counted over; `None`: a model
+    /// resumed from a version-1 checkpoint, trained without one.
+    labels: Option<(u64, u64)>,
+    /// The base margin of the next prediction (see [`Ftrl::margin`]).
+    margin: f32,
 }
 
 impl Ftrl {
@@ -71,6 +76,20 @@ impl Ftrl {
             n: vec![0.0; slots],
             w: Vec::with_capacity(64),
             trained: 0,
+            labels: Some((0, 0)),
+            margin: 0.0,
+        }
+    }
+
+    /// The base margin every score starts from: the log-odds of the label
+    /// rate learned so far, `ln((ones + ½) / (zeros + ½))` (0 before the
+    /// first row). The weights learn what moves a row away from the rate, so
+    /// a rare target starts at its rate instead of one half, and where data
+    /// is thin (L1 and L2 keep weights at 0) predicts the rate.
+    pub fn margin(&self) -> f64 {
+        match self.labels {
+            Some((rows, ones)) => ((ones as f64 + 0.5) / ((rows - ones) as f64 + 0.5)).ln(),
+            None => 0.0,
         }
     }
 
@@ -89,7 +108,7 @@ impl Ftrl {
     /// The probability for features `x`; remembers the weights for `update`.
     pub fn predict(&mut self, x: &[(u32, f32)]) -> f64 {
         self.w.clear();
-        let mut s = 0f32;
+        let mut s = self.margin;
         for &(i, v) in x {
             let w = self.weight(i as usize);
             self.w.push(w);
@@ -100,7 +119,10 @@ impl Ftrl {
 
     /// The probability for `x`, without touching any state.
     pub fn score(&self, x: &[(u32, f32)]) -> f64 {
-        let s: f32 = x.iter().map(|&(i, v)| self.weight(i as usize) * v).sum();
+        let s: f32 = self.margin
+            + x.iter()
+                .map(|&(i, v)| self.weight(i as usize) * v)
+                .sum::<f32>();
         sigmoid(f64::from(s))
     }
 
@@ -118,6 +140,11 @@ impl Ftrl {
             self.n[i] = n2;
         }
         self.trained += 1;
+        if let Some((rows, ones)) = self.labels.as_mut() {
+            *rows += 1;
+            *ones += u64::from(y);
+            self.margin = self.margin() as f32;
+        }
     }
 
     /// Predicts, then learns: the progressive-validation step.
@@ -147,6 +174,8 @@ impl Ftrl {
             l1: self.params.l1,
             l2: self.params.l2,
             trained: self.trained,
+            margin: f64::from(self.margin),
+            labels: self.labels,
             weights,
             state,
             metrics,
@@ -167,6 +196,8 @@ impl Ftrl {
             m.n[i as usize] = n;
         }
         m.trained = t.trained;
+        m.labels = t.labels;
+        m.margin = t.margin as f32;
         m
     }
 }
@@ -175,10 +206,13 @@ impl Ftrl {
 mod tests {
     use super::*;
 
-    /// Algorithm 1 written out in f64, as the paper states it.
+    /// Algorithm 1 written out in f64, as the paper states it, with each
+    /// score offset by the log-odds of the labels before it (a fixed input
+    /// to the row, so the gradient is the paper's).
     fn reference(rows: &[(Vec<u32>, bool)], p: Params, slots: usize) -> Vec<f64> {
         let (mut z, mut n) = (vec![0f64; slots], vec![0f64; slots]);
         let mut out = Vec::new();
+        let (mut ones, mut zeros) = (0.0f64, 0.0f64);
         for (idx, y) in rows {
             let w: Vec<f64> = idx
                 .iter()
@@ -192,8 +226,14 @@ mod tests {
                     }
                 })
                 .collect();
-            let pr = sigmoid(w.iter().sum());
+            let margin = ((ones + 0.5) / (zeros + 0.5)).ln();
+            let pr = sigmoid(margin + w.iter().sum::<f64>());
             let g = pr - f64::from(u8::from(*y));
+            if *y {
+                ones += 1.0;
+            } else {
+                zeros += 1.0;
+            }
             for (k, &i) in idx.iter().enumerate() {
                 let i = i as usize;
                 let sigma = ((n[i] + g * g).sqrt() - n[i].sqrt()) / p.alpha;
@@ -229,6 +269,24 @@ mod tests {
             let got = m.learn(&x, *y);
             assert!((got - e).abs() < 1e-4, "{got} vs {e}");
         }
+    }
+
+    #[test]
+    fn a_rare_target_starts_at_its_rate_and_a_version_1_model_keeps_no_margin() {
+        let mut m = Ftrl::new(Params::default(), 3);
+        let x = [(0u32, 1.0f32), (2, 1.0)];
+        for i in 0..1000 {
+            m.learn(&x, i % 100 == 0);
+        }
+        // 10 ones in 1000 rows: the margin alone is the rate's log-odds.
+        assert!((m.margin() - (10.5f64 / 990.5).ln()).abs() < 1e-12);
+        let p = m.score(&x);
+        assert!((p - 0.01).abs() < 0.01, "{p}");
+        let mut t = m.to_target("cvr_long", serde_json::Value::Null);
+        t.labels = None;
+        t.margin = 0.0;
+        let old = Ftrl::from_target(&t, 3);
+        assert_eq!(old.margin(), 0.0);
     }
 
     #[test]
