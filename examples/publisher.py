@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A minimal Tidemark publisher in Python (pyzmq), written from docs/wire.md.
+"""A minimal Tidemark publisher in Python (pyzmq), written from docs/contract.md.
 
 It binds a ZeroMQ XPUB socket, waits until a subscriber (a shard, a proxy,
 a profile process) has subscribed, then sends a synthetic market in event

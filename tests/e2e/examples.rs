@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use tidemark_testkit::{query_rows, wait_for, ShardProc, TestDb, GUARDED_CLOCK};
 
-/// `examples/publisher.py` (pyzmq, written from docs/wire.md) feeds a shard
+/// `examples/publisher.py` (pyzmq, written from docs/contract.md) feeds a shard
 /// on the event clock; every observation is the one its record implies:
 /// `ctr` for each transaction with an impression, labelled 1 when it was
 /// clicked, and `cvr_short` 0 for each click (no installs).

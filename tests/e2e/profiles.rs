@@ -1,6 +1,6 @@
 //! Profiles (SPEC 11) end to end: the built binary's `profiles`, `profile
 //! get` and `trail` against real ZeroMQ and PostgreSQL, compared row by row
-//! with `tidemark_reference::profiles`, an oracle written from SPEC.md alone.
+//! with `tidemark_reference::profiles`, an oracle written from the contract alone (`docs/contract.md`).
 
 use serde_json::Value;
 use tidemark_wire::Txid;

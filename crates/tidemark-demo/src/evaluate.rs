@@ -107,7 +107,8 @@ pub fn evaluate(
         if let Some(pi) = install_with {
             let (i, txids) = &mut installs;
             i.p.push(pi.min(1.0));
-            i.without.push((q * cvr(&without, &f).unwrap_or(1.0)).min(1.0));
+            i.without
+                .push((q * cvr(&without, &f).unwrap_or(1.0)).min(1.0));
             i.truth.push(r.p_install);
             i.emitted_ms.push(r.emitted_ms);
             txids.push(r.txid.clone());

@@ -1,5 +1,5 @@
 //! The expected observations of a shard, computed from the messages sent,
-//! written from SPEC.md alone, sharing no code with tidemark-shard or
+//! written from the contract alone (`docs/contract.md`), sharing no code with tidemark-shard or
 //! tidemark-wire.
 //!
 //! This crate owns one thing: given a shard's configuration and the messages a

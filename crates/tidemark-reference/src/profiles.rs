@@ -1,5 +1,5 @@
 //! The expected state of a profile process (SPEC 11), computed from the
-//! messages it received, written from SPEC.md alone, sharing no code with
+//! messages it received, written from the contract alone (`docs/contract.md`), sharing no code with
 //! tidemark-person, tidemark-profiles or tidemark-reader.
 //!
 //! It is the oracle of the profile differential tests, so it is written the

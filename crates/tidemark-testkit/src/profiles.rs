@@ -1,7 +1,7 @@
 //! The profile differential harness (SPEC 11): streams of profile events
 //! (disorder, duplicates, bad identifiers, links), published raw, and the
 //! built binary's `profile get` and `trail` compared with
-//! `tidemark_reference::profiles`, an oracle written from SPEC.md alone.
+//! `tidemark_reference::profiles`, an oracle written from the contract alone (`docs/contract.md`).
 
 use std::collections::BTreeSet;
 
