@@ -13,6 +13,7 @@ mod keys;
 mod learn;
 mod logging;
 mod market;
+mod notify;
 mod offline;
 mod plan;
 mod profiles;
@@ -109,6 +110,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let json = matches!(cli.log_format, logging::LogFormat::Json);
     logging::init(cli.log_format);
+    notify::start();
     exit_on_panic();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),

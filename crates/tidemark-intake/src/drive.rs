@@ -94,14 +94,18 @@ pub async fn drive<S: Step>(
     let mut next_report = Instant::now() + REPORT_EVERY;
     let mut backoff = Backoff::new();
     let mut retry_at: Option<Instant> = None;
+    tidemark_metrics::alive::ready();
     loop {
         let now = Instant::now();
+        tidemark_metrics::alive::beat();
         // Backing off, only the retry (and what is due while waiting) wakes
-        // the loop: work already due would otherwise wake it at once.
+        // the loop: work already due would otherwise wake it at once. It
+        // wakes at least every second, so its beat shows it turning.
         let wake = match retry_at {
             Some(t) => step.due_while_waiting().map_or(t, |w| w.min(t)),
             None => step.due(now),
-        };
+        }
+        .min(now + Duration::from_secs(1));
         tokio::select! {
             biased;
             _ = &mut shutdown => break,

@@ -108,7 +108,9 @@ pub async fn run(
     tokio::pin!(shutdown);
     let mut summary = Summary::default();
     let mut last_checkpoint = Instant::now();
+    tidemark_metrics::alive::ready();
     loop {
+        tidemark_metrics::alive::beat();
         let mut learned = 0u64;
         for src in &mut sources {
             learned += state.read_source(&config, src).await;

@@ -195,7 +195,9 @@ pub fn run(o: &ProxyOptions) -> Result<(), PublishError> {
         None => None,
     };
     let mut watched = Instant::now();
+    tidemark_metrics::alive::ready();
     loop {
+        tidemark_metrics::alive::beat();
         let mut items = [up.as_poll_item(zmq::POLLIN), down.as_poll_item(zmq::POLLIN)];
         zmq::poll(&mut items, 200).map_err(socket("poll"))?;
         let ready = [items[0].is_readable(), items[1].is_readable()];

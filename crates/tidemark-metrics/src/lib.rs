@@ -3,7 +3,8 @@
 //! from the process's own state (atomic counters, the last status it saved),
 //! so a scrape never waits on PostgreSQL and costs nothing between scrapes.
 //!
-//! Owns: metric naming, duration histograms ([`Times`]), the exposition
+//! Owns: metric naming, duration histograms ([`Times`]), liveness
+//! ([`alive`]: `/readyz` and the systemd watchdog read it), the exposition
 //! (`prometheus-client`) and the listener (`tiny_http`, one thread), the
 //! last two behind the default `serve` feature. Knows nothing of shards or
 //! learners: they hand it a closure that lists samples.
@@ -22,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+pub mod alive;
 #[cfg(feature = "serve")]
 mod process;
 #[cfg(feature = "serve")]

@@ -139,9 +139,13 @@ impl fmt::Display for ServeError {
 
 impl std::error::Error for ServeError {}
 
+/// How long a main loop may go without turning before `/readyz` fails.
+pub const READY_SILENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Serves `GET /metrics` on `addr` (`host:port`) from a thread of its own,
-/// `collect`'s samples named for `component` (see [the crate](crate));
-/// every other path is 404.
+/// `collect`'s samples named for `component` (see [the crate](crate)),
+/// `/healthz` (the process is up) and `/readyz` (started, its main loop
+/// turning: [`crate::alive`]); every other path is 404.
 pub fn serve(
     addr: &str,
     component: &'static str,
@@ -171,8 +175,16 @@ pub fn serve(
                     // Serving at all is the signal: the endpoint lives as
                     // long as its process, whose threads exit it on a panic.
                     tiny_http::Response::from_string(format!("ok {component}\n"))
+                } else if req.url() == "/readyz" {
+                    // Started, and its main loop turning (a slow or absent
+                    // database does not stop the loop: it retries).
+                    match crate::alive::check(READY_SILENCE) {
+                        Ok(()) => tiny_http::Response::from_string(format!("ready {component}\n")),
+                        Err(why) => tiny_http::Response::from_string(format!("not ready: {why}\n"))
+                            .with_status_code(503),
+                    }
                 } else {
-                    tiny_http::Response::from_string("see /metrics or /healthz\n")
+                    tiny_http::Response::from_string("see /metrics, /healthz or /readyz\n")
                         .with_status_code(404)
                 };
                 let _ = req.respond(response);

@@ -239,6 +239,8 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
         assert!(rss.is_some_and(|b| b > 1e6), "{addr}: {rss:?}");
         let health = tidemark_testkit::try_get(addr, "/healthz");
         assert_eq!(health, Some(format!("ok {component}\n")), "{addr}");
+        let ready = tidemark_testkit::try_get(addr, "/readyz");
+        assert_eq!(ready, Some(format!("ready {component}\n")), "{addr}");
         served.push_str(&t);
     }
     // Every metric the shipped alerts and dashboard query is one of these

@@ -426,3 +426,42 @@ fn every_configuration_key_can_come_from_the_environment() {
         .status
         .success());
 }
+
+/// Under `Type=notify` a shard says READY=1 once started and WATCHDOG=1
+/// while its loop turns (a fake NOTIFY_SOCKET standing for systemd's), and
+/// `/readyz` beside `/metrics` says it is ready.
+#[test]
+fn a_shard_notifies_systemd_and_answers_readyz() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = tidemark_testkit::tmp_dir().join(format!("notify-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("notify.sock");
+    let sock = UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let db = tidemark_testkit::TestDb::new("notify");
+    let addr = tidemark_testkit::free_addr();
+    let endpoint = tidemark_testkit::exact::free_endpoint();
+    let mut shard = tidemark_testkit::ShardProc::start_env(
+        "shard",
+        &db,
+        "nt",
+        &endpoint,
+        &format!("metrics_addr = \"{addr}\"\n"),
+        &[
+            ("NOTIFY_SOCKET", path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "1000000"),
+        ],
+    );
+    let mut buf = [0u8; 64];
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let n = sock.recv(&mut buf).expect("a notification within 30 s");
+        got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert_eq!(got, ["READY=1", "WATCHDOG=1", "WATCHDOG=1"]);
+    let ready = tidemark_testkit::try_get(&addr, "/readyz");
+    assert_eq!(ready.as_deref(), Some("ready shard\n"));
+    shard.stop();
+}
