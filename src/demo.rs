@@ -21,6 +21,13 @@ pub struct Args {
     /// Persons behind the transactions (each with its own propensities)
     #[arg(long, default_value_t = 2_000)]
     persons: u32,
+    /// Zipf exponent of persons' activity (0: every person equally active; 1.1 is skewed like real traffic)
+    #[arg(long, default_value_t = 0.0)]
+    person_skew: f64,
+    /// The learner's transform of the profile counters the bids carry: log1p,
+    /// none (raw counts), clip(MIN, MAX) or buckets(B1, ...)
+    #[arg(long, default_value = "log1p")]
+    counter_transform: String,
     /// Only render $TIDEMARK_HOME/report/index.html again from its report.json
     #[arg(long)]
     render: bool,
@@ -32,6 +39,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("{}", tidemark_demo::render(&dir)?.display());
         return Ok(());
     }
+    if args.counter_transform != "none" {
+        tidemark_learner::parse_transforms([(
+            "--counter-transform",
+            args.counter_transform.as_str(),
+        )])
+        .map_err(crate::Misconfigured)?;
+    }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     crate::stop_on_signal(stop.clone());
     let _ = crate::signals::BEFORE_EXIT.set(tidemark_demo::stop_children_now);
@@ -42,6 +56,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         tps: args.tps,
         speed: args.speed,
         persons: args.persons,
+        person_skew: args.person_skew,
+        counter_transform: args.counter_transform,
         home: tidemark_store::Cluster::default_home(),
     };
     tidemark_demo::run(opts, &std::env::current_exe()?, stop)?;

@@ -56,6 +56,11 @@ pub struct Options {
     pub speed: f64,
     /// Persons behind the transactions.
     pub persons: u32,
+    /// Zipf exponent of persons' activity (0: equally active).
+    pub person_skew: f64,
+    /// The transform of the profile counters in the learner's configuration
+    /// (`log1p`, `none`, or any transform `[transforms]` takes).
+    pub counter_transform: String,
     /// Where the embedded cluster, the configurations, logs, checkpoints
     /// and the report go.
     pub home: PathBuf,
@@ -177,10 +182,16 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
     let ckpt = dir.join("checkpoints");
     let _ = std::fs::remove_dir_all(&ckpt);
     let learn_cfg = dir.join("learn.toml");
-    let learn_text = format!(
+    let mut learn_text = format!(
         "checkpoint_dir = \"{}\"\ncheckpoint_interval = \"3s\"\nbits = 20\nalpha = 0.15\npoll = \"200ms\"\ncrosses = [[\"country\", \"exchange\"]]\n\n[[sources]]\nname = \"demo\"\ndatabase_url = \"{url}\"\n",
         ckpt.display()
     );
+    if args.counter_transform != "none" {
+        learn_text += "\n[transforms]\n";
+        for (name, _, _) in COUNTERS {
+            learn_text += &format!("{name} = \"{}\"\n", args.counter_transform);
+        }
+    }
     std::fs::write(&learn_cfg, &learn_text)?;
     let mut learner = Proc::start(
         exe,
@@ -222,9 +233,9 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
         install_short_ms: WINDOW_MS[2],
         install_long_ms: WINDOW_MS[3],
         persons: args.persons,
-        // Activity spread out enough that counters stay in the range a
-        // linear model takes as numbers; propensities strong enough to show.
-        person_skew: 0.0,
+        // Skewed activity (as real persons') runs a few persons' counters
+        // into the hundreds: the learner's transform tames them.
+        person_skew: args.person_skew,
         person_effect: 0.8,
         linked: true,
         ..MarketConfig::default()
