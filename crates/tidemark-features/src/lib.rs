@@ -65,6 +65,7 @@ impl<'a> Val<'a> {
 
 /// A value after its transform: the bytes hashed under the name (none for
 /// a number, whose index is its name's) and the value `x`.
+#[inline]
 pub fn shape<'a>(t: Option<&Transform>, v: Val<'a>) -> (Option<Cow<'a, [u8]>>, f32) {
     match (v, t) {
         (Val::Bytes(b), _) => (Some(Cow::Borrowed(b)), 1.0),
@@ -107,9 +108,14 @@ impl Hashing {
     /// Appends the feature `name` (whose seed is `name_seed`) with value `v`.
     #[inline]
     pub fn push(&self, name_seed: u32, t: Option<&Transform>, v: Val, out: &mut Vec<(u32, f32)>) {
-        match shape(t, v) {
-            (Some(bytes), x) => out.push((self.categorical(name_seed, &bytes), x)),
-            (None, x) => out.push((name_seed & self.mask(), x)),
+        // The common cases first, without building a `shape`.
+        match (v, t) {
+            (Val::Bytes(b), _) => out.push((self.categorical(name_seed, b), 1.0)),
+            (Val::Number(x), None) => out.push((name_seed & self.mask(), x as f32)),
+            (v, t) => match shape(t, v) {
+                (Some(bytes), x) => out.push((self.categorical(name_seed, &bytes), x)),
+                (None, x) => out.push((name_seed & self.mask(), x)),
+            },
         }
     }
 
@@ -210,6 +216,7 @@ fn bool_bytes(b: bool) -> &'static [u8] {
 
 /// MurmurHash3, x86 32-bit variant (Austin Appleby), as in most languages'
 /// libraries (`mmh3.hash(data, seed, signed=False)` in Python).
+#[inline]
 pub fn murmur3_32(data: &[u8], seed: u32) -> u32 {
     const C1: u32 = 0xcc9e_2d51;
     const C2: u32 = 0x1b87_3593;

@@ -244,7 +244,14 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Ftrl), OfflineE
                 }
             };
             for (j, col) in cols.iter().enumerate().take(n_cols) {
-                if let Some(v) = value(j)? {
+                let (a, b) = fields[j + 1];
+                if a == b {
+                    continue;
+                }
+                if !col.numeric {
+                    // The hot path: a categorical cell, hashed in place.
+                    x.push((hashing.categorical(col.seed, &line[a..b]), 1.0));
+                } else if let Some(v) = value(j)? {
                     hashing.push(col.seed, col.transform.as_ref(), v, &mut x);
                 }
             }
