@@ -23,3 +23,14 @@ tail -n +2 "$work/ctr_header.tsv" > "$work/ctr.tsv"
 "$venv/bin/python" "$shared/bench/learner_peers.py" run --data "$work/ctr.tsv" --work "$work" \
     --peers vw_ftrl --bits 20 --alpha 0.15 --beta 1 --l1 1 --l2 1 --prefix-rows 50000 \
     --external "tidemark=$PWD/target/release/tidemark learn --input {data} --bits 20 --alpha 0.15 --predictions {preds}"
+# Issue 25: per target, the self-tuning learner against VW at its defaults and
+# over the same grid, on the exported rows with their numeric columns and the
+# demo learner's hashing (2^20, the country × exchange cross, log1p counters).
+transforms=$(sed -n '/^\[transforms\]/,$p' "${TIDEMARK_HOME:-.tidemark}/report/learn.toml" \
+    | grep -o '^[a-z0-9_]* = "[^"]*"' | sed 's/ = "\(.*\)"/=\1/' | sed 's/^/--transform /' | tr '\n' ' ')
+for t in ctr cvr_short cvr_long; do
+    target/release/tidemark export --target "$t" --output "$work/$t.tsv"
+    # shellcheck disable=SC2086
+    "$venv/bin/python" bench/learner_tuning.py "$work/$t.tsv" "$PWD/target/release/tidemark" "$work" --header \
+        --bits 20 --alpha 0.15 --cross country,exchange $transforms
+done

@@ -98,6 +98,17 @@ fn show(path: &Path, json: bool) -> anyhow::Result<()> {
             t.l1,
             t.l2
         );
+        if let Some(u) = &t.tuning {
+            let rows = u.decayed_rows.max(1e-12);
+            let grid: Vec<String> = (u.candidates.iter())
+                .map(|k| format!("{}/{}: {:.5}", k.alpha, k.l2, k.loss / rows))
+                .collect();
+            let last = u
+                .last_switch
+                .map_or("never".into(), |r| format!("last at row {r}"));
+            println!("  tuning    alpha/l2: recent logloss  {}", grid.join("  "));
+            println!("  switches  {} ({last})", u.switches);
+        }
     }
     for (stream, seq) in &c.positions {
         println!("position    {stream} at seq {seq}");

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
-use tidemark_ftrl::Params;
+use tidemark_ftrl::{Grid, Params};
 use tidemark_learner::offline;
 
 #[derive(clap::Args)]
@@ -30,6 +30,12 @@ pub struct Offline {
     /// L2 regularisation: shrinks every weight towards 0 [default: 1]
     #[arg(long)]
     l2: Option<f64>,
+    /// Factors over alpha the pass tunes over, side by side (`1` alone: no tuning) [default: 0.25,1,4]
+    #[arg(long, value_delimiter = ',', value_name = "F,F,...")]
+    tune_alpha: Option<Vec<f64>>,
+    /// Factors over l2 the pass tunes over (see --tune-alpha) [default: 1,16]
+    #[arg(long, value_delimiter = ',', value_name = "F,F,...")]
+    tune_l2: Option<Vec<f64>>,
     /// Hash seed [default: 0]
     #[arg(long)]
     seed: Option<u32>,
@@ -40,9 +46,9 @@ pub struct Offline {
     /// `--transform clk_1h=log1p`, `price=clip(0, 10)`, `n=buckets(1, 2, 5)` (repeatable)
     #[arg(long, value_name = "NAME=T")]
     transform: Vec<String>,
-    /// Start from this checkpoint's model (its hashing, its settings unless
-    /// --alpha/--beta/--l1/--l2 say otherwise) instead of an empty one
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["bits", "seed", "cross", "transform"])]
+    /// Start from this checkpoint's model (its hashing, its settings and grid;
+    /// --alpha/--beta/--l1/--l2 replace the grid by one setting) instead of an empty one
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["bits", "seed", "cross", "transform", "tune_alpha", "tune_l2"])]
     model: Option<PathBuf>,
     /// The checkpoint target --model starts from (default: its only one), and
     /// the name --save gives the model (default: that target, else "model")
@@ -82,6 +88,9 @@ pub fn run(args: Offline) -> anyhow::Result<()> {
         l2: args.l2.unwrap_or(base.l2),
     };
     if let Some(t) = start.as_mut() {
+        if args.alpha.or(args.beta).or(args.l1).or(args.l2).is_some() {
+            t.tuning = None;
+        }
         let p = over(Params {
             alpha: t.alpha,
             beta: t.beta,
@@ -96,6 +105,11 @@ pub fn run(args: Offline) -> anyhow::Result<()> {
     let opts = offline::Options {
         hashing,
         params: over(Params::default()),
+        grid: Grid {
+            alpha: args.tune_alpha.unwrap_or_else(|| Grid::default().alpha),
+            l2: args.tune_l2.unwrap_or_else(|| Grid::default().l2),
+            ..Grid::default()
+        },
         header: args.header,
         predictions: args.predictions,
         start,
@@ -105,7 +119,10 @@ pub fn run(args: Offline) -> anyhow::Result<()> {
     if let Some(path) = &args.save {
         offline::save(path, &opts.hashing, &model, &name, &r)?;
     }
-    print(&r, args.json);
+    match args.json {
+        true => println!("{}", r.to_json()),
+        false => println!("{r}"),
+    }
     Ok(())
 }
 
@@ -117,34 +134,4 @@ fn parse_crosses(cross: &[String]) -> anyhow::Result<Vec<(String, String)>> {
             _ => bail!("--cross {c:?}: expected two column names, like a,b"),
         })
         .collect()
-}
-
-fn finite(x: f64) -> serde_json::Value {
-    if x.is_finite() {
-        serde_json::json!(x)
-    } else {
-        serde_json::Value::Null
-    }
-}
-
-fn print(r: &offline::Report, json: bool) {
-    if json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "rows": r.rows, "positives": r.positives, "seconds": r.seconds,
-                "rows_per_second": r.rows_per_second(), "logloss": r.logloss,
-                "auc": finite(r.auc), "calibration": finite(r.calibration),
-            })
-        );
-        return;
-    }
-    println!("rows        {}", r.rows);
-    println!("rows/s      {:.0}", r.rows_per_second());
-    println!("logloss     {:.6}", r.logloss);
-    println!("auc         {:.6}", r.auc);
-    println!(
-        "calibration {:.4} (mean prediction / label rate)",
-        r.calibration
-    );
 }

@@ -16,7 +16,7 @@ use std::process::Command;
 
 use serde_json::Value;
 use tidemark_cabi::*;
-use tidemark_checkpoint::{Checkpoint, Scorer, Target};
+use tidemark_checkpoint::{Candidate, Checkpoint, Scorer, Target, Tuning};
 use tidemark_features::{Hashing, Transform};
 
 fn fixtures() -> PathBuf {
@@ -79,6 +79,7 @@ fn golden() -> Checkpoint {
                 weights,
                 state: Vec::new(),
                 metrics: serde_json::json!({}),
+                tuning: None,
             }
         })
         .collect();
@@ -129,6 +130,54 @@ fn the_golden_checkpoint_is_stable_and_scores_as_recorded() {
     );
     let bids = std::fs::read_to_string(fixtures().join("golden-bids.jsonl")).unwrap();
     assert_eq!(bids.lines().collect::<Vec<_>>(), BIDS);
+    let scorer = Scorer::open(&path).unwrap();
+    for (bid, want) in BIDS.iter().zip(expected()) {
+        let got = scorer.score(&serde_json::from_str(bid).unwrap()).to_json();
+        assert_eq!(got, want, "{bid}");
+    }
+}
+
+/// The golden checkpoint as a self-tuning learner writes it (version 3): the
+/// same weights, every target with a grid whose other settings' state a
+/// bidder must skip. It scores exactly as `golden.tdm`.
+fn tuned() -> Checkpoint {
+    let mut c = golden();
+    for (k, t) in c.targets.iter_mut().enumerate() {
+        t.state = vec![(3, -1.5, 2.0), (200, 0.25, 9.0)];
+        let candidate = |alpha: f64, state: Vec<(u32, f32, f32)>| Candidate {
+            alpha,
+            beta: 1.0,
+            l1: 1.0,
+            l2: 1.0,
+            loss: 12.5 + alpha,
+            state,
+        };
+        t.tuning = Some(Tuning {
+            half_life: 20_000.0,
+            decayed_rows: 999.5,
+            chosen: 1,
+            switches: k as u64,
+            last_switch: (k > 0).then_some(400),
+            candidates: vec![
+                candidate(0.025, vec![(0, 1.0, 1.0), (7, -2.0, 4.0)]),
+                candidate(0.1, Vec::new()),
+                candidate(0.4, vec![(256, 0.5, 0.25)]),
+            ],
+        });
+    }
+    c
+}
+
+#[test]
+fn the_tuned_golden_checkpoint_scores_as_the_plain_one() {
+    let c = tuned();
+    let path = fixtures().join("golden-tuned.tdm");
+    if std::env::var_os("TIDEMARK_BLESS").is_some() {
+        std::fs::write(&path, c.to_bytes()).unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes, c.to_bytes(), "golden-tuned.tdm changed");
+    assert_eq!(bytes[8], 3, "format version 3");
     let scorer = Scorer::open(&path).unwrap();
     for (bid, want) in BIDS.iter().zip(expected()) {
         let got = scorer.score(&serde_json::from_str(bid).unwrap()).to_json();

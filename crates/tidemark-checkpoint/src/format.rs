@@ -1,14 +1,19 @@
-//! The bytes of a checkpoint (version 2), little-endian:
+//! The bytes of a checkpoint (version 3), little-endian:
 //!
 //! ```text
 //! magic        8 bytes   "TDMKCKPT"
-//! version      u32       2 (version 1, without transforms, is still read)
+//! version      u32       3 when a target tunes itself, else 2 (version 1 is still read)
 //! header_len   u32
 //! header       JSON, header_len bytes (hashing, targets with their counts, positions, metrics)
 //! weights      per target, in header order: count × (u32 index, f32 weight), non-zero only
 //! state        per target, in header order: count × (u32 index, f32 z, f32 n), touched coordinates
+//! tuning       per target with `tuning`, per candidate but the chosen one, in header order:
+//!              count × (u32 index, f32 z, f32 n)
 //! crc32        u32       CRC-32 (zlib's) of every byte before it
 //! ```
+//!
+//! Version 3 adds only resume state: a bidder's reader ignores `tuning` and
+//! scores with the target's weights, as in version 2.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -20,10 +25,49 @@ use crate::crc32::Crc32;
 
 /// The first bytes of every checkpoint file.
 pub const MAGIC: &[u8; 8] = b"TDMKCKPT";
-/// The format version this crate writes. Version 2 added
+/// The newest format version this crate writes. Version 2 added
 /// `hashing.transforms`; a reader that ignored them would score differently,
-/// so older readers must refuse it. Version 1 files are still read.
-pub const FORMAT_VERSION: u32 = 2;
+/// so older readers must refuse it. Version 3 added per-target `tuning`
+/// (written only when a target has it; otherwise the file is version 2).
+/// Versions 1 and 2 are still read.
+pub const FORMAT_VERSION: u32 = 3;
+
+/// How a self-tuning target chose its weights: the settings that learn side
+/// by side over the same rows, and which one the target's own weights,
+/// settings and state are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tuning {
+    /// Rows after which a row's loss counts half as much in `loss`.
+    pub half_life: f64,
+    /// The decayed count of rows the losses are summed over.
+    pub decayed_rows: f64,
+    /// Index in `candidates` of the setting predicting now.
+    pub chosen: usize,
+    /// Times the chosen setting changed.
+    pub switches: u64,
+    /// `trained` when it last changed (`None`: never).
+    pub last_switch: Option<u64>,
+    /// Every setting, the chosen one included.
+    pub candidates: Vec<Candidate>,
+}
+
+/// One setting of a self-tuning target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// FTRL alpha.
+    pub alpha: f64,
+    /// FTRL beta.
+    pub beta: f64,
+    /// L1.
+    pub l1: f64,
+    /// L2.
+    pub l2: f64,
+    /// Its decayed sum of progressive logloss (divide by `decayed_rows`).
+    pub loss: f64,
+    /// Its resume state `(index, z, n)`; empty for the chosen candidate,
+    /// whose state is the target's.
+    pub state: Vec<(u32, f32, f32)>,
+}
 
 /// One target's model.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +97,8 @@ pub struct Target {
     pub state: Vec<(u32, f32, f32)>,
     /// Progressive-validation metrics, free-form.
     pub metrics: Value,
+    /// The settings it tunes over (version 3), if it tunes itself.
+    pub tuning: Option<Tuning>,
 }
 
 /// A whole checkpoint.
@@ -88,7 +134,7 @@ impl fmt::Display for FormatError {
             FormatError::NotACheckpoint => f.write_str("not a Tidemark checkpoint (bad magic bytes)"),
             FormatError::UnsupportedVersion(v) => write!(
                 f,
-                "checkpoint format version {v} is not supported (this build reads version {FORMAT_VERSION})"
+                "checkpoint format version {v} is not supported (this build reads versions 1 to {FORMAT_VERSION})"
             ),
             FormatError::Corrupt(why) => write!(f, "corrupt checkpoint: {why}"),
         }
@@ -117,28 +163,38 @@ impl Checkpoint {
                     .map(|(n, t)| (n.clone(), t.to_json()))
                     .collect::<serde_json::Map<_, _>>(),
             },
-            "targets": self.targets.iter().map(|t| json!({
-                "name": t.name, "alpha": t.alpha, "beta": t.beta, "l1": t.l1, "l2": t.l2,
-                "trained": t.trained, "margin": t.margin, "labels": t.labels.map(|(r, o)| [r, o]),
-                "weights": t.weights.len(), "state": t.state.len(),
-                "metrics": t.metrics,
-            })).collect::<Vec<_>>(),
+            "targets": self.targets.iter().map(target_header).collect::<Vec<_>>(),
             "positions": self.positions,
             "created_at_ms": self.created_at_ms,
         })
     }
 
+    /// The version [`Checkpoint::to_bytes`] writes: 3 only when a target
+    /// tunes itself, so files without tuning stay readable by version-2 readers.
+    pub fn version(&self) -> u32 {
+        if self.targets.iter().any(|t| t.tuning.is_some()) {
+            3
+        } else {
+            2
+        }
+    }
+
     /// The checkpoint as bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         let header = self.header().to_string();
+        let tuned = |t: &Target| -> usize {
+            t.tuning
+                .as_ref()
+                .map_or(0, |u| u.candidates.iter().map(|c| c.state.len()).sum())
+        };
         let body: usize = self
             .targets
             .iter()
-            .map(|t| t.weights.len() * 8 + t.state.len() * 12)
+            .map(|t| t.weights.len() * 8 + (t.state.len() + tuned(t)) * 12)
             .sum();
         let mut out = Vec::with_capacity(20 + header.len() + body);
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&self.version().to_le_bytes());
         out.extend_from_slice(&(header.len() as u32).to_le_bytes());
         out.extend_from_slice(header.as_bytes());
         for t in &self.targets {
@@ -147,8 +203,14 @@ impl Checkpoint {
                 out.extend_from_slice(&w.to_le_bytes());
             }
         }
-        for t in &self.targets {
-            for (i, z, n) in &t.state {
+        let states = self.targets.iter().map(|t| &t.state).chain(
+            self.targets
+                .iter()
+                .filter_map(|t| t.tuning.as_ref())
+                .flat_map(|u| u.candidates.iter().map(|c| &c.state)),
+        );
+        for state in states {
+            for (i, z, n) in state {
                 out.extend_from_slice(&i.to_le_bytes());
                 out.extend_from_slice(&z.to_le_bytes());
                 out.extend_from_slice(&n.to_le_bytes());
@@ -277,19 +339,19 @@ impl Checkpoint {
                 weights,
                 state: Vec::new(),
                 metrics: m["metrics"].clone(),
+                tuning: None,
             });
         }
-        for (t, m) in targets.iter_mut().zip(metas) {
-            let ns = m["state"]
-                .as_u64()
-                .ok_or_else(|| corrupt("targets.state"))? as usize;
-            let end = ns
-                .checked_mul(12)
-                .and_then(|b| b.checked_add(at))
+        // A block of `count` (index, z, n) entries at `at`; kept only `with_state`.
+        let block = |at: &mut usize, count: Option<u64>| {
+            let end = count
+                .and_then(|n| usize::try_from(n).ok())
+                .and_then(|n| n.checked_mul(12))
+                .and_then(|b| b.checked_add(*at))
                 .filter(|e| *e <= body.len())
                 .ok_or_else(|| corrupt("state length"))?;
-            if with_state {
-                t.state = body[at..end]
+            let state: Vec<(u32, f32, f32)> = if with_state {
+                body[*at..end]
                     .chunks_exact(12)
                     .map(|c| {
                         let g = |r: std::ops::Range<usize>| c[r].try_into().expect("4");
@@ -299,12 +361,29 @@ impl Checkpoint {
                             f32::from_le_bytes(g(8..12)),
                         )
                     })
-                    .collect();
-                if t.state.iter().any(|(i, _, _)| *i >= slots) {
-                    return Err(corrupt("state index out of range"));
-                }
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            if state.iter().any(|(i, _, _)| *i >= slots) {
+                return Err(corrupt("state index out of range"));
             }
-            at = end;
+            *at = end;
+            Ok(state)
+        };
+        for (t, m) in targets.iter_mut().zip(metas) {
+            t.state = block(&mut at, m["state"].as_u64())?;
+        }
+        for (t, m) in targets.iter_mut().zip(metas) {
+            if version < 3 || m["tuning"].is_null() {
+                continue;
+            }
+            let mut u = tuning(&m["tuning"]).ok_or_else(|| corrupt("targets.tuning"))?;
+            for (k, c) in u.candidates.iter_mut().enumerate() {
+                let count = m["tuning"]["candidates"][k]["state"].as_u64();
+                c.state = block(&mut at, count)?;
+            }
+            t.tuning = Some(u);
         }
         if at != body.len() {
             return Err(corrupt("trailing bytes"));
@@ -334,6 +413,60 @@ impl Checkpoint {
     }
 }
 
+/// A target's entry in the header; `tuning` only when it has one, so a file
+/// without tuning is a version-2 file byte for byte.
+fn target_header(t: &Target) -> Value {
+    let mut h = json!({
+        "name": t.name, "alpha": t.alpha, "beta": t.beta, "l1": t.l1, "l2": t.l2,
+        "trained": t.trained, "margin": t.margin, "labels": t.labels.map(|(r, o)| [r, o]),
+        "weights": t.weights.len(), "state": t.state.len(),
+        "metrics": t.metrics,
+    });
+    if let Some(u) = &t.tuning {
+        h["tuning"] = json!({
+            "half_life": u.half_life, "decayed_rows": u.decayed_rows,
+            "chosen": u.chosen, "switches": u.switches, "last_switch": u.last_switch,
+            "candidates": u.candidates.iter().map(|c| json!({
+                "alpha": c.alpha, "beta": c.beta, "l1": c.l1, "l2": c.l2,
+                "loss": c.loss, "state": c.state.len(),
+            })).collect::<Vec<_>>(),
+        });
+    }
+    h
+}
+
+/// A header's `tuning` object, candidates without their state.
+fn tuning(u: &Value) -> Option<Tuning> {
+    let f = |v: &Value, k: &str| v[k].as_f64();
+    let candidates = u["candidates"]
+        .as_array()?
+        .iter()
+        .map(|c| {
+            Some(Candidate {
+                alpha: f(c, "alpha")?,
+                beta: f(c, "beta")?,
+                l1: f(c, "l1")?,
+                l2: f(c, "l2")?,
+                loss: f(c, "loss")?,
+                state: Vec::new(),
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let chosen = usize::try_from(u["chosen"].as_u64()?).ok()?;
+    (chosen < candidates.len()).then_some(())?;
+    Some(Tuning {
+        half_life: f(u, "half_life")?,
+        decayed_rows: f(u, "decayed_rows")?,
+        chosen,
+        switches: u["switches"].as_u64()?,
+        last_switch: match &u["last_switch"] {
+            Value::Null => None,
+            v => Some(v.as_u64()?),
+        },
+        candidates,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,6 +491,7 @@ mod tests {
                 weights: vec![(1, 0.5), (16, -2.0)],
                 state: vec![(1, -1.5, 2.0), (3, 0.5, 1.0), (16, 3.0, 4.0)],
                 metrics: json!({"logloss": 0.1}),
+                tuning: None,
             }],
             positions: BTreeMap::from([("local/s0".to_owned(), 42)]),
             created_at_ms: 1,
@@ -391,11 +525,48 @@ mod tests {
             Err(FormatError::Corrupt(_))
         ));
         let mut future = bytes.clone();
-        future[8] = 3;
+        future[8] = 4;
         assert!(matches!(
             Checkpoint::from_bytes(&future, true),
-            Err(FormatError::UnsupportedVersion(3))
+            Err(FormatError::UnsupportedVersion(4))
         ));
+        for cut in 0..bytes.len() {
+            assert!(Checkpoint::from_bytes(&bytes[..cut], true).is_err());
+        }
+    }
+
+    #[test]
+    fn tuning_round_trips_as_version_3_and_a_bidder_skips_it() {
+        let mut c = sample();
+        assert_eq!(c.version(), 2);
+        let candidate = |alpha: f64, loss: f64, state: Vec<(u32, f32, f32)>| Candidate {
+            alpha,
+            beta: 1.0,
+            l1: 1.0,
+            l2: 1.0,
+            loss,
+            state,
+        };
+        c.targets[0].tuning = Some(Tuning {
+            half_life: 1e4,
+            decayed_rows: 2.5,
+            chosen: 1,
+            switches: 1,
+            last_switch: Some(2),
+            candidates: vec![
+                candidate(0.025, 1.5, vec![(2, 0.25, 1.0)]),
+                candidate(0.1, 1.25, vec![]),
+                candidate(0.4, 1.75, vec![(0, 1.0, 2.0), (15, -1.0, 0.5)]),
+            ],
+        });
+        assert_eq!(c.version(), 3);
+        let bytes = c.to_bytes();
+        assert_eq!(bytes[8], 3);
+        assert_eq!(Checkpoint::from_bytes(&bytes, true).unwrap(), c);
+        let lean = Checkpoint::from_bytes(&bytes, false).unwrap();
+        assert_eq!(lean.targets[0].weights, c.targets[0].weights);
+        let u = lean.targets[0].tuning.as_ref().unwrap();
+        assert!(u.candidates.iter().all(|c| c.state.is_empty()));
         for cut in 0..bytes.len() {
             assert!(Checkpoint::from_bytes(&bytes[..cut], true).is_err());
         }

@@ -15,6 +15,6 @@ mod format;
 mod scorer;
 mod store;
 
-pub use format::{Checkpoint, FormatError, Target, FORMAT_VERSION, MAGIC};
+pub use format::{Candidate, Checkpoint, FormatError, Target, Tuning, FORMAT_VERSION, MAGIC};
 pub use scorer::{Model, Scorer, Scores};
 pub use store::{latest, publish, write, LATEST};

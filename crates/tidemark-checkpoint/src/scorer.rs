@@ -170,6 +170,7 @@ mod tests {
                 weights: vec![(hashing.bias_index(), bias)],
                 state: Vec::new(),
                 metrics: Value::Null,
+                tuning: None,
             })
             .collect();
         Checkpoint {

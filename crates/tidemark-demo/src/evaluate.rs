@@ -64,11 +64,25 @@ pub struct TargetEval {
     /// Per slice of emission time: (seconds since the demo started, rows,
     /// learner's logloss, without profiles, truth's).
     pub over_time: Vec<(f64, usize, f64, f64, f64)>,
+    /// The learner's setting at the end, and when it changed.
+    pub tuning: Option<Tuned>,
+}
+
+/// What a self-tuning target chose during the replay.
+#[derive(Debug, Clone, Default)]
+pub struct Tuned {
+    /// `(alpha, l2)` predicting at the end.
+    pub chosen: (f64, f64),
+    /// Settings in the grid.
+    pub settings: usize,
+    /// Each change: (seconds since the demo started, the target's row, alpha, l2).
+    pub switches: Vec<(f64, usize, f64, f64)>,
 }
 
 /// Per-row results of one target's replay.
 #[derive(Default)]
 struct Rows {
+    tuned: Option<Tuned>,
     p: Vec<f64>,
     without: Vec<f64>,
     truth: Vec<Option<f64>>,
@@ -84,8 +98,10 @@ pub fn evaluate(
     profile: &[String],
     t0_ms: i64,
 ) -> anyhow::Result<BTreeMap<String, TargetEval>> {
-    let mut with = Models::new(config.hashing.clone(), config.window);
-    let mut without = Models::new(config.hashing.clone(), config.window);
+    let mut with =
+        Models::new(config.hashing.clone(), config.window).with_grid(config.grid.clone());
+    let mut without =
+        Models::new(config.hashing.clone(), config.window).with_grid(config.grid.clone());
     let mut per: BTreeMap<String, Rows> = BTreeMap::new();
     // p_install per impression (the ctr row's transaction), and the
     // transactions that installed within the long window.
@@ -117,6 +133,21 @@ pub fn evaluate(
             installed.insert(r.txid.clone());
         }
         let e = per.entry(r.target.clone()).or_default();
+        let model = &with.targets[&r.target].0;
+        if let [_, _, ..] = model.settings() {
+            let p = model.params();
+            let now = (p.alpha, p.l2);
+            let t = e.tuned.get_or_insert_with(|| Tuned {
+                chosen: now,
+                settings: model.settings().len(),
+                switches: Vec::new(),
+            });
+            if t.chosen != now {
+                let s = (r.emitted_ms - t0_ms) as f64 / 1000.0;
+                t.switches.push((s, e.p.len(), now.0, now.1));
+                t.chosen = now;
+            }
+        }
         e.p.push(p);
         e.without.push(q);
         e.truth.push(r.truth);
@@ -192,6 +223,7 @@ fn figures(r: &Rows, t0_ms: i64) -> TargetEval {
         calibration_all: deciles(&r.p, &r.label),
         calibration_without: deciles(&r.without[n / 2..], &r.label[n / 2..]),
         over_time: over_time(r, t0_ms),
+        tuning: r.tuned.clone(),
     }
 }
 

@@ -97,6 +97,27 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
         );
     }
     h.push_str("</table>");
+    let tuned: Vec<String> = targets
+        .iter()
+        .filter_map(|t| {
+            let u = &v["targets"][t]["tuning"];
+            let n = u["switches"].as_array()?.len();
+            Some(format!(
+                "{}: alpha {} and l2 {} of {} settings ({n} switches)",
+                esc(t),
+                u["alpha"],
+                u["l2"],
+                u["settings"]
+            ))
+        })
+        .collect();
+    if !tuned.is_empty() {
+        let _ = write!(
+            h,
+            r#"<p class="note">Each target learned with several settings side by side and predicted with the one of lowest recent loss; at the end: {}.</p>"#,
+            tuned.join("; ")
+        );
+    }
     if v["bridging"].is_object() {
         let _ = write!(
             h,

@@ -79,6 +79,12 @@ pub fn build(i: &Inputs) -> Value {
                 "calibration_all": deciles(&t.calibration_all),
                 "calibration_without_profiles": deciles(&t.calibration_without),
                 "over_time": over_time,
+                "tuning": t.tuning.as_ref().map(|u| json!({
+                    "alpha": num(u.chosen.0), "l2": num(u.chosen.1), "settings": u.settings,
+                    "switches": u.switches.iter()
+                        .map(|(s, row, a, l)| json!({"seconds": num(*s), "row": row, "alpha": num(*a), "l2": num(*l)}))
+                        .collect::<Vec<_>>(),
+                })),
             }),
         );
     }
@@ -213,6 +219,23 @@ pub fn text(v: &Value) -> String {
             g("without_profiles_logloss"),
             g("profile_lift"),
         );
+    }
+    for (name, t) in targets {
+        let u = &t["tuning"];
+        if let (Some(a), Some(l), Some(sw)) = (
+            u["alpha"].as_f64(),
+            u["l2"].as_f64(),
+            u["switches"].as_array(),
+        ) {
+            let last = sw.last().and_then(|x| x["seconds"].as_f64());
+            let _ = writeln!(
+                s,
+                "  {name:<10} tuned over {} settings: alpha {a} l2 {l} at the end, {} switches{}",
+                u["settings"],
+                sw.len(),
+                last.map_or(String::new(), |x| format!(", the last {x:.0} s in"))
+            );
+        }
     }
     if let (Some(p), Some(c)) = (at(v, "bridging/purity"), at(v, "bridging/completeness")) {
         let _ = writeln!(

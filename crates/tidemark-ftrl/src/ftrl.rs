@@ -2,7 +2,7 @@
 //! features. The weight of a coordinate is derived from `z` and `n` when
 //! needed ("lazy weights"), so only `z` and `n` are stored.
 
-use tidemark_checkpoint::Target;
+use tidemark_checkpoint::{Candidate, Target, Tuning};
 use tidemark_features::sigmoid;
 
 /// Learning-rate and regularisation settings (SPEC 8 defaults).
@@ -49,15 +49,22 @@ impl Params {
     }
 }
 
-/// One logistic model.
+/// One logistic model, or several settings of it learning side by side on
+/// the same rows (a grid, see [`crate::Grid`]): each setting keeps its own
+/// `z` and `n`, and the model predicts with the one whose recent progressive
+/// loss is lowest.
 #[derive(Debug, Clone)]
 pub struct Ftrl {
-    /// Its learning settings.
-    pub params: Params,
-    z: Vec<f32>,
-    n: Vec<f32>,
-    /// Weights of the row being learned, kept between `predict` and `update`.
+    settings: Vec<Params>,
+    /// Per slot, `k` values of z then `k` values of n (`k` settings), so one
+    /// memory fetch per feature serves every setting.
+    zn: Vec<f32>,
+    /// Per feature of the row being learned, per setting: its weight. (Not
+    /// √n: a row may hold a coordinate twice, and its second update must
+    /// see the n the first left.)
     w: Vec<f32>,
+    /// Per setting, the prediction for the row being learned.
+    p: Vec<f64>,
     /// Rows learned so far.
     pub trained: u64,
     /// `(rows, ones)` the base margin is counted over; `None`: a model
@@ -65,19 +72,128 @@ pub struct Ftrl {
     labels: Option<(u64, u64)>,
     /// The base margin of the next prediction (see [`Ftrl::margin`]).
     margin: f32,
+    tuner: Tuner,
+}
+
+/// Which setting predicts: decayed progressive logloss per setting.
+#[derive(Debug, Clone)]
+struct Tuner {
+    half_life: f64,
+    decay: f64,
+    decayed_rows: f64,
+    loss: Vec<f64>,
+    chosen: usize,
+    switches: u64,
+    last_switch: Option<u64>,
+}
+
+/// The most settings one model learns side by side.
+pub const MAX_SETTINGS: usize = 16;
+
+/// A setting changes only when another's recent loss is lower by this
+/// fraction, so two settings that learn alike do not trade places every row.
+const HYSTERESIS: f64 = 1e-3;
+
+impl Tuner {
+    fn new(k: usize, chosen: usize, half_life: f64) -> Tuner {
+        Tuner {
+            half_life,
+            decay: 0.5f64.powf(1.0 / half_life.max(1.0)),
+            decayed_rows: 0.0,
+            loss: vec![0.0; k],
+            chosen,
+            switches: 0,
+            last_switch: None,
+        }
+    }
+
+    /// Counts one row's predictions `p` against `y`; `row` is its number.
+    fn add(&mut self, p: &[f64], y: bool, row: u64) {
+        self.decayed_rows = self.decayed_rows * self.decay + 1.0;
+        for (l, &p) in self.loss.iter_mut().zip(p) {
+            let q = p.clamp(1e-15, 1.0 - 1e-15);
+            *l = *l * self.decay - if y { q.ln() } else { (1.0 - q).ln() };
+        }
+        let (best, &low) = self
+            .loss
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .expect("at least one setting");
+        if best != self.chosen && low < self.loss[self.chosen] * (1.0 - HYSTERESIS) {
+            self.chosen = best;
+            self.switches += 1;
+            self.last_switch = Some(row);
+        }
+    }
+}
+
+/// What a self-tuning model has chosen, for metrics and reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    /// Every setting, in grid order.
+    pub settings: Vec<Params>,
+    /// Each setting's recent progressive logloss (decayed mean).
+    pub recent_loss: Vec<f64>,
+    /// The setting predicting now.
+    pub chosen: usize,
+    /// Times the chosen setting changed.
+    pub switches: u64,
+    /// The row count when it last changed.
+    pub last_switch: Option<u64>,
 }
 
 impl Ftrl {
     /// A model of `slots` coordinates (the hashing's `slots()`), all zero.
     pub fn new(params: Params, slots: usize) -> Ftrl {
+        Ftrl::grid(vec![params], 0, 1.0, slots)
+    }
+
+    /// Settings learning side by side, `first` predicting until another's
+    /// loss, decayed by half every `half_life` rows, is lower.
+    pub fn grid(settings: Vec<Params>, first: usize, half_life: f64, slots: usize) -> Ftrl {
+        assert!(first < settings.len(), "the first setting is one of them");
+        assert!(
+            settings.len() <= MAX_SETTINGS,
+            "at most {MAX_SETTINGS} settings"
+        );
+        let k = settings.len();
         Ftrl {
-            params,
-            z: vec![0.0; slots],
-            n: vec![0.0; slots],
-            w: Vec::with_capacity(64),
+            zn: vec![0.0; slots * 2 * k],
+            w: Vec::with_capacity(64 * k),
+            p: vec![0.0; k],
+            tuner: Tuner::new(k, first, half_life),
+            settings,
             trained: 0,
             labels: Some((0, 0)),
             margin: 0.0,
+        }
+    }
+
+    /// The settings predicting now.
+    pub fn params(&self) -> Params {
+        self.settings[self.tuner.chosen]
+    }
+
+    /// Every setting, in grid order.
+    pub fn settings(&self) -> &[Params] {
+        &self.settings
+    }
+
+    /// The index in [`Ftrl::settings`] of the setting predicting now.
+    pub fn chosen(&self) -> usize {
+        self.tuner.chosen
+    }
+
+    /// What the tuning has chosen so far.
+    pub fn choice(&self) -> Choice {
+        let rows = self.tuner.decayed_rows.max(1e-12);
+        Choice {
+            settings: self.settings.clone(),
+            recent_loss: self.tuner.loss.iter().map(|l| l / rows).collect(),
+            chosen: self.tuner.chosen,
+            switches: self.tuner.switches,
+            last_switch: self.tuner.last_switch,
         }
     }
 
@@ -93,53 +209,78 @@ impl Ftrl {
         }
     }
 
+    /// The weight under settings `p` of a coordinate with `z` and `√n`.
     #[inline]
-    fn weight(&self, i: usize) -> f32 {
-        let z = self.z[i];
-        let l1 = self.params.l1 as f32;
+    fn weight(p: &Params, z: f32, sqrt_n: f32) -> f32 {
+        let l1 = p.l1 as f32;
         if z.abs() <= l1 {
             return 0.0;
         }
-        let p = &self.params;
-        -(z - l1.copysign(z))
-            / (((p.beta as f32) + self.n[i].sqrt()) / (p.alpha as f32) + p.l2 as f32)
+        -(z - l1.copysign(z)) / (((p.beta as f32) + sqrt_n) / (p.alpha as f32) + p.l2 as f32)
     }
 
-    /// The probability for features `x`; remembers the weights for `update`.
+    /// The probability for features `x` (from the setting predicting now);
+    /// remembers every setting's weights for `update`.
     pub fn predict(&mut self, x: &[(u32, f32)]) -> f64 {
+        let k = self.settings.len();
         self.w.clear();
-        let mut s = self.margin;
+        let mut s = [self.margin; MAX_SETTINGS];
         for &(i, v) in x {
-            let w = self.weight(i as usize);
-            self.w.push(w);
-            s += w * v;
+            let cell = &self.zn[i as usize * 2 * k..][..2 * k];
+            let (z, n) = cell.split_at(k);
+            for j in 0..k {
+                let w = Ftrl::weight(&self.settings[j], z[j], n[j].sqrt());
+                self.w.push(w);
+                s[j] += w * v;
+            }
         }
-        sigmoid(f64::from(s))
+        for (p, &s) in self.p.iter_mut().zip(&s[..k]) {
+            *p = sigmoid(f64::from(s));
+        }
+        self.p[self.tuner.chosen]
     }
 
-    /// The probability for `x`, without touching any state.
+    /// The probability for `x` from the setting predicting now, without
+    /// touching any state.
     pub fn score(&self, x: &[(u32, f32)]) -> f64 {
+        let k = self.settings.len();
+        let c = self.tuner.chosen;
+        let p = &self.settings[c];
         let s: f32 = self.margin
             + x.iter()
-                .map(|&(i, v)| self.weight(i as usize) * v)
+                .map(|&(i, v)| {
+                    let cell = &self.zn[i as usize * 2 * k..][..2 * k];
+                    Ftrl::weight(p, cell[c], cell[k + c].sqrt()) * v
+                })
                 .sum::<f32>();
         sigmoid(f64::from(s))
     }
 
-    /// Learns from `x` with label `y`, given `p` from the `predict` just before.
-    pub fn update(&mut self, x: &[(u32, f32)], p: f64, y: bool) {
-        let g0 = (p - f64::from(u8::from(y))) as f32;
-        let inv_alpha = 1.0 / self.params.alpha as f32;
-        for (k, &(i, v)) in x.iter().enumerate() {
-            let i = i as usize;
-            let g = g0 * v;
-            let n = self.n[i];
-            let n2 = n + g * g;
-            let sigma = (n2.sqrt() - n.sqrt()) * inv_alpha;
-            self.z[i] += g - sigma * self.w[k];
-            self.n[i] = n2;
+    /// Learns from `x` with label `y`, given the `predict` just before.
+    pub fn update(&mut self, x: &[(u32, f32)], y: bool) {
+        let k = self.settings.len();
+        let mut g0 = [0f32; MAX_SETTINGS];
+        let mut inv_alpha = [0f32; MAX_SETTINGS];
+        for j in 0..k {
+            g0[j] = (self.p[j] - f64::from(u8::from(y))) as f32;
+            inv_alpha[j] = 1.0 / self.settings[j].alpha as f32;
+        }
+        for (f, &(i, v)) in x.iter().enumerate() {
+            let cell = &mut self.zn[i as usize * 2 * k..][..2 * k];
+            let (z, n) = cell.split_at_mut(k);
+            let w = &self.w[f * k..][..k];
+            for j in 0..k {
+                let g = g0[j] * v;
+                let n2 = n[j] + g * g;
+                let sigma = (n2.sqrt() - n[j].sqrt()) * inv_alpha[j];
+                z[j] += g - sigma * w[j];
+                n[j] = n2;
+            }
         }
         self.trained += 1;
+        if k > 1 {
+            self.tuner.add(&self.p, y, self.trained);
+        }
         if let Some((rows, ones)) = self.labels.as_mut() {
             *rows += 1;
             *ones += u64::from(y);
@@ -150,55 +291,116 @@ impl Ftrl {
     /// Predicts, then learns: the progressive-validation step.
     pub fn learn(&mut self, x: &[(u32, f32)], y: bool) -> f64 {
         let p = self.predict(x);
-        self.update(x, p, y);
+        self.update(x, y);
         p
     }
 
-    /// The model as a checkpoint target: non-zero weights and the full state.
+    /// Setting `j`'s touched coordinates `(index, z, n)`.
+    fn state(&self, j: usize) -> Vec<(u32, f32, f32)> {
+        let k = self.settings.len();
+        self.zn
+            .chunks_exact(2 * k)
+            .enumerate()
+            .filter(|(_, c)| c[k + j] > 0.0)
+            .map(|(i, c)| (i as u32, c[j], c[k + j]))
+            .collect()
+    }
+
+    /// The model as a checkpoint target: the weights, settings and state of
+    /// the setting predicting now, and the other settings' state as `tuning`.
     pub fn to_target(&self, name: &str, metrics: serde_json::Value) -> Target {
-        let mut weights = Vec::new();
-        let mut state = Vec::new();
-        for i in 0..self.z.len() {
-            if self.n[i] > 0.0 {
-                state.push((i as u32, self.z[i], self.n[i]));
-                let w = self.weight(i);
-                if w != 0.0 {
-                    weights.push((i as u32, w));
-                }
-            }
-        }
+        let c = self.tuner.chosen;
+        let p = self.settings[c];
+        let state = self.state(c);
+        let weights = state
+            .iter()
+            .map(|&(i, z, n)| (i, Ftrl::weight(&p, z, n.sqrt())))
+            .filter(|&(_, w)| w != 0.0)
+            .collect();
+        let tuning = (self.settings.len() > 1).then(|| Tuning {
+            half_life: self.tuner.half_life,
+            decayed_rows: self.tuner.decayed_rows,
+            chosen: c,
+            switches: self.tuner.switches,
+            last_switch: self.tuner.last_switch,
+            candidates: self
+                .settings
+                .iter()
+                .zip(&self.tuner.loss)
+                .enumerate()
+                .map(|(j, (s, &loss))| Candidate {
+                    alpha: s.alpha,
+                    beta: s.beta,
+                    l1: s.l1,
+                    l2: s.l2,
+                    loss,
+                    state: if j == c { Vec::new() } else { self.state(j) },
+                })
+                .collect(),
+        });
         Target {
             name: name.to_owned(),
-            alpha: self.params.alpha,
-            beta: self.params.beta,
-            l1: self.params.l1,
-            l2: self.params.l2,
+            alpha: p.alpha,
+            beta: p.beta,
+            l1: p.l1,
+            l2: p.l2,
             trained: self.trained,
             margin: f64::from(self.margin),
             labels: self.labels,
             weights,
             state,
             metrics,
+            tuning,
         }
     }
 
-    /// Resumes from a checkpoint target (its own parameters win).
+    /// Resumes from a checkpoint target (its own settings win).
     pub fn from_target(t: &Target, slots: usize) -> Ftrl {
-        let params = Params {
+        let own = Params {
             alpha: t.alpha,
             beta: t.beta,
             l1: t.l1,
             l2: t.l2,
         };
-        let mut m = Ftrl::new(params, slots);
-        for &(i, z, n) in &t.state {
-            m.z[i as usize] = z;
-            m.n[i as usize] = n;
-        }
+        let mut m = match &t.tuning {
+            None => Ftrl::new(own, slots),
+            Some(u) => {
+                let settings = u
+                    .candidates
+                    .iter()
+                    .map(|c| Params {
+                        alpha: c.alpha,
+                        beta: c.beta,
+                        l1: c.l1,
+                        l2: c.l2,
+                    })
+                    .collect();
+                let mut m = Ftrl::grid(settings, u.chosen, u.half_life, slots);
+                m.tuner.decayed_rows = u.decayed_rows;
+                m.tuner.switches = u.switches;
+                m.tuner.last_switch = u.last_switch;
+                for (j, c) in u.candidates.iter().enumerate() {
+                    m.tuner.loss[j] = c.loss;
+                    m.set_state(j, &c.state);
+                }
+                m
+            }
+        };
+        let chosen = m.tuner.chosen;
+        m.set_state(chosen, &t.state);
         m.trained = t.trained;
         m.labels = t.labels;
         m.margin = t.margin as f32;
         m
+    }
+
+    fn set_state(&mut self, j: usize, state: &[(u32, f32, f32)]) {
+        let k = self.settings.len();
+        for &(i, z, n) in state {
+            let cell = &mut self.zn[i as usize * 2 * k..][..2 * k];
+            cell[j] = z;
+            cell[k + j] = n;
+        }
     }
 }
 
@@ -301,5 +503,105 @@ mod tests {
         assert_eq!(a.score(&x), b.score(&x));
         assert_eq!(a.learn(&x, true), b.learn(&x, true));
         assert_eq!(b.trained, 51);
+    }
+
+    fn stream(seed: u64, rows: usize) -> Vec<(Vec<(u32, f32)>, bool)> {
+        let mut rng = seed;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        (0..rows)
+            .map(|_| {
+                let mut x: Vec<(u32, f32)> = (0..6).map(|_| ((next() % 200) as u32, 1.0)).collect();
+                x.push((200, (next() % 7) as f32 / 3.0));
+                let y = next() % 20 < u64::from(x[0].0 % 5) + 1;
+                (x, y)
+            })
+            .collect()
+    }
+
+    fn settings() -> Vec<Params> {
+        [(0.02, 1.0), (0.1, 1.0), (0.5, 1.0), (0.1, 20.0)]
+            .map(|(alpha, l2)| Params {
+                alpha,
+                l2,
+                ..Params::default()
+            })
+            .to_vec()
+    }
+
+    #[test]
+    fn every_setting_of_a_grid_learns_as_it_would_alone() {
+        let rows = stream(7, 3000);
+        let mut grid = Ftrl::grid(settings(), 1, 500.0, 201);
+        let mut alone: Vec<Ftrl> = settings().into_iter().map(|p| Ftrl::new(p, 201)).collect();
+        for (x, y) in &rows {
+            grid.predict(x);
+            let each: Vec<f64> = alone.iter_mut().map(|m| m.learn(x, *y)).collect();
+            assert_eq!(grid.p, each);
+            grid.update(x, *y);
+        }
+        for (j, m) in alone.iter().enumerate() {
+            assert_eq!(grid.state(j), m.state(0));
+        }
+    }
+
+    #[test]
+    fn predicts_with_the_setting_of_lowest_decayed_loss() {
+        let rows = stream(11, 4000);
+        let half_life = 300.0;
+        let mut grid = Ftrl::grid(settings(), 1, half_life, 201);
+        let mut alone: Vec<Ftrl> = settings().into_iter().map(|p| Ftrl::new(p, 201)).collect();
+        // The rule written out: sums decayed by 2^(-1/half_life) per row; a
+        // switch needs a loss lower by 0.1 %.
+        let d = 0.5f64.powf(1.0 / half_life);
+        let (mut loss, mut chosen, mut switches) = ([0f64; 4], 1, 0);
+        for (x, y) in &rows {
+            let each: Vec<f64> = alone.iter_mut().map(|m| m.learn(x, *y)).collect();
+            assert_eq!(grid.learn(x, *y), each[chosen]);
+            for (l, p) in loss.iter_mut().zip(&each) {
+                let q = p.clamp(1e-15, 1.0 - 1e-15);
+                *l = *l * d - if *y { q.ln() } else { (1.0 - q).ln() };
+            }
+            let best = (0..4).fold(0, |b, j| if loss[j] < loss[b] { j } else { b });
+            if best != chosen && loss[best] < loss[chosen] * 0.999 {
+                chosen = best;
+                switches += 1;
+            }
+        }
+        let c = grid.choice();
+        assert_eq!((c.chosen, c.switches), (chosen, switches));
+        assert!(
+            switches > 0,
+            "the stream should make the grid change its mind"
+        );
+        assert_eq!(grid.params(), settings()[chosen]);
+    }
+
+    #[test]
+    fn a_grid_resumes_exactly_from_its_checkpoint() {
+        let rows = stream(3, 2000);
+        let mut a = Ftrl::grid(settings(), 1, 200.0, 201);
+        for (x, y) in &rows[..1500] {
+            a.learn(x, *y);
+        }
+        let t = a.to_target("ctr", serde_json::Value::Null);
+        assert_eq!((t.alpha, t.l2), (a.params().alpha, a.params().l2));
+        let mut b = Ftrl::from_target(&t, 201);
+        for (x, y) in &rows[1500..] {
+            assert_eq!(a.learn(x, *y), b.learn(x, *y));
+        }
+        assert_eq!(a.choice(), b.choice());
+        // What a bidder scores is the chosen setting's weights.
+        let t = a.to_target("ctr", serde_json::Value::Null);
+        let (x, _) = &rows[0];
+        let s: f32 = t.margin as f32
+            + x.iter()
+                .map(|&(i, v)| t.weights.iter().find(|w| w.0 == i).map_or(0.0, |w| w.1) * v)
+                .sum::<f32>();
+        assert!((sigmoid(f64::from(s)) - a.score(x)).abs() < 1e-6);
     }
 }

@@ -1,7 +1,8 @@
 //! The learner's mathematics: FTRL-Proximal logistic regression with
 //! per-coordinate learning rates and elastic net (McMahan et al., KDD 2013,
-//! Algorithm 1), progressive validation metrics, and a set of models per
-//! target fed JSON feature objects.
+//! Algorithm 1), several settings of it learning side by side so each target
+//! predicts with the one doing best lately (a grid), progressive validation
+//! metrics, and a set of models per target fed JSON feature objects.
 //!
 //! Owns: model state (z, n), prediction and update, metrics, conversion to and
 //! from checkpoint targets. Does no IO: no files, no database, no runtime.
@@ -12,9 +13,11 @@
 #![warn(missing_docs)]
 
 mod ftrl;
+mod grid;
 mod metrics;
 mod models;
 
-pub use ftrl::{Ftrl, Params};
+pub use ftrl::{Choice, Ftrl, Params, MAX_SETTINGS};
+pub use grid::Grid;
 pub use metrics::{auc, Metrics, Window};
 pub use models::Models;

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use tidemark_checkpoint::Checkpoint;
 use tidemark_features::Hashing;
 
-use crate::{Ftrl, Metrics, Params};
+use crate::{Ftrl, Grid, Metrics, Params};
 
 /// The models of every target seen, with their progressive metrics.
 #[derive(Debug, Clone)]
@@ -16,22 +16,32 @@ pub struct Models {
     pub hashing: Hashing,
     /// Per target: the model and its progressive-validation metrics.
     pub targets: BTreeMap<String, (Ftrl, Metrics)>,
+    /// The settings a target seen for the first time tunes over.
+    pub grid: Grid,
     window: u64,
     x: Vec<(u32, f32)>,
 }
 
 impl Models {
-    /// No targets yet; metrics slide over about `window` rows.
+    /// No targets yet; metrics slide over about `window` rows; new targets
+    /// learn with their own settings only (see [`Models::with_grid`]).
     pub fn new(hashing: Hashing, window: u64) -> Models {
         Models {
             hashing,
             targets: BTreeMap::new(),
+            grid: Grid::off(),
             window,
             x: Vec::with_capacity(64),
         }
     }
 
-    /// Resumes every target of a checkpoint (its own parameters win).
+    /// New targets tune over `grid` around their own settings.
+    pub fn with_grid(mut self, grid: Grid) -> Models {
+        self.grid = grid;
+        self
+    }
+
+    /// Resumes every target of a checkpoint (its own settings and grid win).
     pub fn from_checkpoint(c: &Checkpoint, window: u64) -> Models {
         let mut m = Models::new(c.hashing.clone(), window);
         for t in &c.targets {
@@ -43,7 +53,8 @@ impl Models {
     }
 
     /// Predicts, then learns one observation of `target`; a target seen for
-    /// the first time starts with `params`. Returns the prediction made.
+    /// the first time tunes over the grid around `params`. Returns the
+    /// prediction made.
     pub fn learn(
         &mut self,
         target: &str,
@@ -54,11 +65,11 @@ impl Models {
         self.x.clear();
         self.hashing.hash_json(features, &mut self.x);
         let slots = self.hashing.slots();
-        let window = self.window;
+        let (window, grid) = (self.window, &self.grid);
         let (model, metrics) = self
             .targets
             .entry(target.to_owned())
-            .or_insert_with(|| (Ftrl::new(params(), slots), Metrics::new(window)));
+            .or_insert_with(|| (grid.model(params(), slots), Metrics::new(window)));
         let p = model.learn(&self.x, label);
         metrics.add(p, label);
         p
@@ -96,21 +107,26 @@ impl Models {
         }
     }
 
-    /// One line per target: rows, logloss overall and recent, AUC, calibration.
+    /// One line per target: rows, logloss overall and recent, AUC,
+    /// calibration, and the setting predicting.
     pub fn summary(&self) -> BTreeMap<&str, String> {
         self.targets
             .iter()
             .map(|(n, (m, x))| {
                 let r = x.recent();
+                let p = m.params();
                 (
                     n.as_str(),
                     format!(
-                        "trained {} logloss {:.5} recent {:.5} auc {:.4} calibration {:.3}",
+                        "trained {} logloss {:.5} recent {:.5} auc {:.4} calibration {:.3} alpha {} l2 {} switches {}",
                         m.trained,
                         x.total.logloss(),
                         r.logloss(),
                         x.auc(),
-                        r.calibration()
+                        r.calibration(),
+                        p.alpha,
+                        p.l2,
+                        m.choice().switches
                     ),
                 )
             })
@@ -137,5 +153,26 @@ mod tests {
         let pb = b.learn("ctr", Params::default, &x, true);
         assert_eq!(pa, pb);
         assert_eq!(b.trained(), 51);
+    }
+
+    #[test]
+    fn new_targets_tune_over_the_grid_and_resume_with_it() {
+        let mut a = Models::new(Hashing::new(8, 1, vec![]), 100).with_grid(Grid::default());
+        let f = |s: &str| serde_json::from_str::<Map<String, Value>>(s).unwrap();
+        for i in 0..300 {
+            let x = f(&format!(r#"{{"app":"a{}"}}"#, i % 7));
+            a.learn("cvr", Params::default, &x, i % 7 == 0);
+        }
+        assert_eq!(a.targets["cvr"].0.choice().settings.len(), 6);
+        let c = a.to_checkpoint(BTreeMap::new(), 0);
+        assert!(c.targets[0].tuning.is_some());
+        // The resumed learner keeps the checkpoint's grid, whatever it is given.
+        let mut b = Models::from_checkpoint(&c, 100);
+        let x = f(r#"{"app":"a3"}"#);
+        assert_eq!(
+            a.learn("cvr", Params::default, &x, true),
+            b.learn("cvr", Params::default, &x, true)
+        );
+        assert_eq!(a.targets["cvr"].0.choice(), b.targets["cvr"].0.choice());
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tidemark_features::{Hashing, Transform};
-use tidemark_ftrl::Params;
+use tidemark_ftrl::{Grid, Params};
 use tidemark_wire::parse_duration;
 
 /// A configuration that cannot be used, naming the key at fault.
@@ -43,6 +43,8 @@ pub struct Config {
     pub sources: Vec<Source>,
     /// Where to serve Prometheus metrics (`host:port`), if anywhere.
     pub metrics_addr: Option<String>,
+    /// The settings every new target tunes over (`[tuning]`).
+    pub grid: Grid,
     defaults: Params,
     targets: BTreeMap<String, Params>,
 }
@@ -95,6 +97,15 @@ struct Raw {
     #[serde(default)]
     targets: BTreeMap<String, RawParams>,
     metrics_addr: Option<String>,
+    tuning: Option<RawTuning>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTuning {
+    alpha: Option<Vec<f64>>,
+    l2: Option<Vec<f64>>,
+    half_life: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -237,6 +248,19 @@ impl Config {
                 .map_err(|e| ConfigError(format!("targets.{name}: {e}")))?;
             targets.insert(name, p);
         }
+        let grid = match raw.tuning {
+            None => Grid::default(),
+            Some(t) => {
+                let d = Grid::default();
+                Grid {
+                    alpha: t.alpha.unwrap_or(d.alpha),
+                    l2: t.l2.unwrap_or(d.l2),
+                    half_life: t.half_life.unwrap_or(d.half_life),
+                }
+            }
+        };
+        grid.validate()
+            .map_err(|e| ConfigError(format!("tuning.{e}")))?;
         let transforms =
             parse_transforms(raw.transforms.iter().map(|(n, t)| (n.as_str(), t.as_str())))
                 .map_err(|e| ConfigError(format!("transforms.{e}")))?;
@@ -261,6 +285,7 @@ impl Config {
                 })
                 .collect(),
             metrics_addr: raw.metrics_addr,
+            grid,
             defaults,
             targets,
         })
@@ -311,6 +336,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.hashing.transforms["clk"], Transform::Log1p);
+        assert_eq!(t.grid, Grid::default());
+        let off = Config::from_toml(
+            "checkpoint_dir = \"c\"\n[tuning]\nalpha = [1.0]\nl2 = [1.0]\n[[sources]]\nname = \"a\"\n",
+        )
+        .unwrap();
+        assert_eq!(off.grid.alpha.len() * off.grid.l2.len(), 1);
     }
 
     #[test]
@@ -323,6 +354,8 @@ mod tests {
             ("alpha = 0.0\n", "alpha"),
             ("[targets.ctr]\nl2 = -1.0\n", "targets.ctr"),
             ("[transforms]\nclk = \"log2\"\n", "transforms.clk"),
+            ("[tuning]\nalpha = [1.0, -2.0]\n", "tuning.alpha"),
+            ("[tuning]\nhalf_life = 0.0\n", "tuning.half_life"),
         ] {
             let text = if extra.starts_with('[') {
                 format!("{base}{extra}")

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use tidemark_checkpoint::{Checkpoint, Target};
 use tidemark_features::{Hashing, Transform, Val};
-use tidemark_ftrl::{auc, Ftrl, Metrics, Params};
+use tidemark_ftrl::{auc, Choice, Ftrl, Grid, Metrics, Params};
 
 /// Why an offline pass stopped.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +82,8 @@ pub struct Options {
     pub hashing: Hashing,
     /// Learning settings (of an empty model; `start` has its own).
     pub params: Params,
+    /// The settings an empty model tunes over around `params`.
+    pub grid: Grid,
     /// The first line of each file names the columns.
     pub header: bool,
     /// Where to write each row's progressive prediction, one per line.
@@ -108,12 +110,57 @@ pub struct Report {
     pub auc: f64,
     /// Mean prediction over label rate.
     pub calibration: f64,
+    /// The setting predicting at the end, and the grid's recent losses.
+    pub choice: Choice,
 }
 
 impl Report {
     /// Throughput.
     pub fn rows_per_second(&self) -> f64 {
         self.rows as f64 / self.seconds.max(1e-9)
+    }
+
+    /// The figures as `learn --json` prints them.
+    pub fn to_json(&self) -> serde_json::Value {
+        let finite = |x: f64| x.is_finite().then_some(x);
+        let c = &self.choice;
+        let p = c.settings[c.chosen];
+        serde_json::json!({
+            "rows": self.rows, "positives": self.positives, "seconds": self.seconds,
+            "rows_per_second": self.rows_per_second(), "logloss": self.logloss,
+            "auc": finite(self.auc), "calibration": finite(self.calibration),
+            "chosen": {"alpha": p.alpha, "beta": p.beta, "l1": p.l1, "l2": p.l2},
+            "switches": c.switches, "last_switch": c.last_switch,
+            "grid": c.settings.iter().zip(&c.recent_loss).map(|(p, l)| serde_json::json!({
+                "alpha": p.alpha, "l2": p.l2, "recent_logloss": finite(*l),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.choice;
+        let p = c.settings[c.chosen];
+        writeln!(f, "rows        {}", self.rows)?;
+        writeln!(f, "rows/s      {:.0}", self.rows_per_second())?;
+        writeln!(f, "logloss     {:.6}", self.logloss)?;
+        writeln!(f, "auc         {:.6}", self.auc)?;
+        writeln!(
+            f,
+            "calibration {:.4} (mean prediction / label rate)",
+            self.calibration
+        )?;
+        write!(f, "setting     alpha {} l2 {}", p.alpha, p.l2)?;
+        if c.settings.len() > 1 {
+            write!(
+                f,
+                " (best of {} lately; {} switches)",
+                c.settings.len(),
+                c.switches
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -141,9 +188,10 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Ftrl), OfflineE
     params.validate().map_err(OfflineError::Settings)?;
     let hashing = &opts.hashing;
     let bias = hashing.bias_index();
+    opts.grid.validate().map_err(OfflineError::Settings)?;
     let mut model = match &opts.start {
         Some(t) => Ftrl::from_target(t, hashing.slots()),
-        None => Ftrl::new(params, hashing.slots()),
+        None => opts.grid.model(params, hashing.slots()),
     };
     let mut metrics = Metrics::new(100_000);
     let mut pairs: Vec<(f32, bool)> = Vec::new();
@@ -291,6 +339,7 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Ftrl), OfflineE
         logloss: t.logloss(),
         auc: auc(&mut pairs),
         calibration: t.calibration(),
+        choice: model.choice(),
     };
     Ok((report, model))
 }

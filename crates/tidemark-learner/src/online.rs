@@ -156,7 +156,7 @@ struct State {
 /// Starts from the latest checkpoint in the directory, or from nothing.
 fn resume(config: &Config) -> Result<State, TrainError> {
     let fresh = State {
-        models: Models::new(config.hashing.clone(), config.window),
+        models: Models::new(config.hashing.clone(), config.window).with_grid(config.grid.clone()),
         positions: BTreeMap::new(),
         since_checkpoint: 0,
     };
@@ -176,7 +176,7 @@ fn resume(config: &Config) -> Result<State, TrainError> {
     }
     tracing::info!(checkpoint = %path.display(), "resumed");
     Ok(State {
-        models: Models::from_checkpoint(&c, config.window),
+        models: Models::from_checkpoint(&c, config.window).with_grid(config.grid.clone()),
         positions: c.positions,
         since_checkpoint: 0,
     })
@@ -283,6 +283,29 @@ impl State {
                 &t,
                 m.recent().logloss(),
             ));
+            let c = model.choice();
+            v.push(counter(
+                "tuning_switches",
+                "times the setting a target predicts with changed",
+                &t,
+                c.switches as f64,
+            ));
+            for (j, p) in c.settings.iter().enumerate() {
+                let (alpha, l2) = (p.alpha.to_string(), p.l2.to_string());
+                let l = [("target", target.as_str()), ("alpha", &alpha), ("l2", &l2)];
+                v.push(gauge(
+                    "tuning_recent_logloss",
+                    "per setting of a target's grid, its progressive logloss decayed by half every half_life rows",
+                    &l,
+                    c.recent_loss[j],
+                ));
+                v.push(gauge(
+                    "tuning_chosen",
+                    "1 for the setting a target predicts with (the checkpoint's), 0 for the others",
+                    &l,
+                    f64::from(u8::from(j == c.chosen)),
+                ));
+            }
         }
         for (stream, seq) in &self.positions {
             v.push(gauge(

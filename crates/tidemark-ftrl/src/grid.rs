@@ -1,0 +1,128 @@
+//! The settings a target tunes over: its own learning rate and L2, each
+//! scaled by a few factors, every combination learning side by side.
+
+use crate::{Ftrl, Params, MAX_SETTINGS};
+
+/// Factors over a target's `alpha` and `l2`, and how fast old rows fade
+/// from the loss that picks the setting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grid {
+    /// Factors applied to the target's `alpha`.
+    pub alpha: Vec<f64>,
+    /// Factors applied to the target's `l2`.
+    pub l2: Vec<f64>,
+    /// Rows after which a row's loss counts half in the choice.
+    pub half_life: f64,
+}
+
+impl Default for Grid {
+    /// Six settings: `alpha` × ¼, 1, 4 and `l2` × 1, 16, chosen on a loss
+    /// with a half-life of 20,000 rows (see docs/learner.md for the runs
+    /// behind these).
+    fn default() -> Grid {
+        Grid {
+            alpha: vec![0.25, 1.0, 4.0],
+            l2: vec![1.0, 16.0],
+            half_life: 20_000.0,
+        }
+    }
+}
+
+impl Grid {
+    /// One setting only: the target's own (no tuning).
+    pub fn off() -> Grid {
+        Grid {
+            alpha: vec![1.0],
+            l2: vec![1.0],
+            half_life: 20_000.0,
+        }
+    }
+
+    /// Checks the grid is usable: positive finite factors, at most
+    /// [`MAX_SETTINGS`] combinations, a half-life of at least one row.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, list) in [("alpha", &self.alpha), ("l2", &self.l2)] {
+            if list.is_empty() {
+                return Err(format!(
+                    "{name}: at least one factor (1 keeps the target's own)"
+                ));
+            }
+            if let Some(f) = list.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+                return Err(format!("{name}: factors must be positive numbers, got {f}"));
+            }
+        }
+        let n = self.alpha.len() * self.l2.len();
+        if n > MAX_SETTINGS {
+            return Err(format!(
+                "{} alpha factors × {} l2 factors = {n} settings; at most {MAX_SETTINGS}",
+                self.alpha.len(),
+                self.l2.len()
+            ));
+        }
+        if !(self.half_life.is_finite() && self.half_life >= 1.0) {
+            return Err(format!(
+                "half_life must be at least 1 row, got {}",
+                self.half_life
+            ));
+        }
+        Ok(())
+    }
+
+    /// The settings over `base`, `alpha` factor major, and the index of the
+    /// one nearest `base` (the first to predict).
+    pub fn settings(&self, base: Params) -> (Vec<Params>, usize) {
+        let mut out = Vec::with_capacity(self.alpha.len() * self.l2.len());
+        let (mut first, mut nearest) = (0, f64::INFINITY);
+        for &a in &self.alpha {
+            for &l in &self.l2 {
+                let d = a.ln().abs() + l.ln().abs();
+                if d < nearest {
+                    (first, nearest) = (out.len(), d);
+                }
+                out.push(Params {
+                    alpha: base.alpha * a,
+                    l2: base.l2 * l,
+                    ..base
+                });
+            }
+        }
+        (out, first)
+    }
+
+    /// A model of `slots` coordinates tuning over this grid around `base`.
+    pub fn model(&self, base: Params, slots: usize) -> Ftrl {
+        let (settings, first) = self.settings(base);
+        Ftrl::grid(settings, first, self.half_life, slots)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn starts_from_the_targets_own_setting() {
+        let base = Params::default();
+        let (s, first) = Grid::default().settings(base);
+        assert_eq!(s.len(), 6);
+        assert_eq!(s[first], base);
+        assert_eq!(s[5].alpha, 0.4);
+        assert_eq!(s[5].l2, 16.0);
+        let (s, first) = Grid::off().settings(base);
+        assert_eq!((s, first), (vec![base], 0));
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_run() {
+        let g = |alpha: Vec<f64>, l2: Vec<f64>, half_life| Grid {
+            alpha,
+            l2,
+            half_life,
+        };
+        assert!(g(vec![], vec![1.0], 10.0).validate().is_err());
+        assert!(g(vec![0.0], vec![1.0], 10.0).validate().is_err());
+        assert!(g(vec![1.0; 5], vec![1.0; 4], 10.0).validate().is_err());
+        assert!(g(vec![1.0], vec![1.0], 0.5).validate().is_err());
+        assert!(Grid::default().validate().is_ok());
+    }
+}
