@@ -26,7 +26,7 @@ tail -n +2 "$work/ctr_header.tsv" > "$work/ctr.tsv"
 # Issue 25: per target, the self-tuning learner against VW at its defaults and
 # over the same grid, on the exported rows with their numeric columns and the
 # demo learner's hashing (2^20, the country × exchange cross, log1p counters).
-transforms=$(sed -n '/^\[transforms\]/,$p' "${TIDEMARK_HOME:-.tidemark}/report/learn.toml" \
+transforms=$(sed -n '/^\[transforms\]/,$p' "${TIDEMARK_HOME:-.tidemark}/demo/learn.toml" \
     | grep -o '^[a-z0-9_]* = "[^"]*"' | sed 's/ = "\(.*\)"/=\1/' | sed 's/^/--transform /' | tr '\n' ' ')
 for t in ctr cvr_short cvr_long; do
     target/release/tidemark export --target "$t" --output "$work/$t.tsv"

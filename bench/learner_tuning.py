@@ -4,7 +4,7 @@
 each learner's predictions, wall time around each run (VW's includes parsing
 its text file, Tidemark's its TSV).
 
-Runs: Tidemark at its defaults (the grid of 6 settings side by side), Tidemark
+Runs: Tidemark at its defaults (the grid of 8 settings side by side), Tidemark
 with one setting (the grid's centre), VW at its own defaults (`--ftrl` alone),
 VW at SPEC 8's settings, VW at each setting of the same grid (its best is
 picked after the fact), and VW given the setting Tidemark's grid chose.
@@ -48,7 +48,7 @@ crossed = sorted({c for pair in crosses for c in pair})
 space = {c: "ghijklmnopqrstuvwxyz"[k] for k, c in enumerate(crossed)}
 quadratic = " ".join(f"-q {space[a]}{space[b]}" for a, b in crosses)
 base = dict(alpha=flag("--alpha", 0.1), beta=flag("--beta", 1.0), l1=flag("--l1", 1.0), l2=flag("--l2", 1.0))
-GRID_ALPHA, GRID_L2 = [0.25, 1.0, 4.0], [1.0, 16.0]
+GRID_ALPHA, GRID_L2 = [0.0625, 0.25, 1.0, 4.0], [1.0, 16.0]
 
 # Labels, and VW's text file.
 stem = os.path.join(work, os.path.basename(data))
@@ -112,8 +112,12 @@ def ll_tail(p):
     return float(-np.mean(t * np.log(q) + (1 - t) * np.log(1 - q)))
 
 
+def slug(name):
+    return "".join(c if c.isalnum() else "_" for c in name)
+
+
 def run_tidemark(name, extra):
-    preds = f"{stem}.{name}.preds"
+    preds = f"{stem}.{slug(name)}.preds"
     t0 = time.time()
     out = subprocess.run([tidemark, "learn", "--input", data, "--predictions", preds, "--json", *flags, *extra],
                          check=True, capture_output=True, text=True).stdout
@@ -127,7 +131,7 @@ from vowpalwabbit import Workspace  # noqa: E402
 
 
 def run_vw(name, ftrl):
-    preds = f"{stem}.{name}.preds"
+    preds = f"{stem}.{slug(name)}.preds"
     t0 = time.time()
     vw = Workspace(f"-d {vw_text} -b {bits} --loss_function logistic --link logistic -p {preds} --quiet "
                    f"{quadratic} {ftrl}")
@@ -141,7 +145,7 @@ def ftrl(alpha, beta, l1, l2):
 
 
 print(f"{data}: {n} rows, label rate {y.mean():.5f}, bits {bits}, base {base}")
-tm, chosen = run_tidemark("tidemark (defaults: grid of 6)", [])
+tm, chosen = run_tidemark("tidemark (defaults: grid of 8)", [])
 run_tidemark("tidemark (one setting)", ["--tune-alpha", "1", "--tune-l2", "1"])
 vw_default = run_vw("vw --ftrl (its defaults)", "--ftrl")
 run_vw("vw --ftrl (SPEC 8 settings)", ftrl(**base))

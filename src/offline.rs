@@ -30,7 +30,7 @@ pub struct Offline {
     /// L2 regularisation: shrinks every weight towards 0 [default: 1]
     #[arg(long)]
     l2: Option<f64>,
-    /// Factors over alpha the pass tunes over, side by side (`1` alone: no tuning) [default: 0.25,1,4]
+    /// Factors over alpha the pass tunes over, side by side (`1` alone: no tuning) [default: 0.0625,0.25,1,4]
     #[arg(long, value_delimiter = ',', value_name = "F,F,...")]
     tune_alpha: Option<Vec<f64>>,
     /// Factors over l2 the pass tunes over (see --tune-alpha) [default: 1,16]

@@ -56,10 +56,17 @@ impl Params {
 #[derive(Debug, Clone)]
 pub struct Ftrl {
     settings: Vec<Params>,
-    /// Per slot, `k` values of z then `k` values of n (`k` settings), so one
-    /// memory fetch per feature serves every setting.
+    /// Per slot a cell of `lanes` values of z then `lanes` of n (1, 4 or 8
+    /// lanes: the settings, padded), so one cache line per feature serves
+    /// every setting and the loops over lanes compile to vector code.
     zn: Vec<f32>,
-    /// Per feature of the row being learned, per setting: its weight. (Not
+    /// Where the first cell starts in `zn`: cells are aligned to 64 bytes.
+    base: usize,
+    lanes: usize,
+    /// Per lane: 1/alpha, beta, l1, l2 (padding lanes copy setting 0; they
+    /// see no gradient, so they never change).
+    coef: [[f32; MAX_SETTINGS]; 4],
+    /// Per feature of the row being learned, per lane: its weight. (Not
     /// √n: a row may hold a coordinate twice, and its second update must
     /// see the n the first left.)
     w: Vec<f32>,
@@ -87,8 +94,9 @@ struct Tuner {
     last_switch: Option<u64>,
 }
 
-/// The most settings one model learns side by side.
-pub const MAX_SETTINGS: usize = 16;
+/// The most settings one model learns side by side (a cell of 8 lanes of z
+/// and n is one 64-byte cache line).
+pub const MAX_SETTINGS: usize = 8;
 
 /// A setting changes only when another's recent loss is lower by this
 /// fraction, so two settings that learn alike do not trade places every row.
@@ -128,6 +136,38 @@ impl Tuner {
     }
 }
 
+/// Per-lane settings as arrays of `L` (the loops over them vectorise).
+struct Lanes<const L: usize> {
+    inv_alpha: [f32; L],
+    beta: [f32; L],
+    l1: [f32; L],
+    l2: [f32; L],
+}
+
+impl<const L: usize> Lanes<L> {
+    fn of(coef: &[[f32; MAX_SETTINGS]; 4]) -> Lanes<L> {
+        let lane = |k: usize| coef[k][..L].try_into().expect("L <= MAX_SETTINGS");
+        Lanes {
+            inv_alpha: lane(0),
+            beta: lane(1),
+            l1: lane(2),
+            l2: lane(3),
+        }
+    }
+
+    /// Every lane's weight from its z and n ([`Ftrl::weight`], branch-free).
+    #[inline(always)]
+    fn weights(&self, z: &[f32; L], n: &[f32; L]) -> [f32; L] {
+        let mut w = [0f32; L];
+        for j in 0..L {
+            let v = -(z[j] - self.l1[j].copysign(z[j]))
+                / ((self.beta[j] + n[j].sqrt()) * self.inv_alpha[j] + self.l2[j]);
+            w[j] = if z[j].abs() <= self.l1[j] { 0.0 } else { v };
+        }
+        w
+    }
+}
+
 /// What a self-tuning model has chosen, for metrics and reports.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Choice {
@@ -158,9 +198,28 @@ impl Ftrl {
             "at most {MAX_SETTINGS} settings"
         );
         let k = settings.len();
+        let lanes = match k {
+            1 => 1,
+            2..=4 => 4,
+            _ => 8,
+        };
+        // Zeroed memory is mapped lazily: untouched slots cost nothing.
+        let zn = vec![0.0f32; slots * 2 * lanes + 16];
+        let base = (64 - zn.as_ptr() as usize % 64) % 64 / 4;
+        let mut coef = [[0f32; MAX_SETTINGS]; 4];
+        for j in 0..MAX_SETTINGS {
+            let p = settings.get(j).unwrap_or(&settings[0]);
+            coef[0][j] = 1.0 / p.alpha as f32;
+            coef[1][j] = p.beta as f32;
+            coef[2][j] = p.l1 as f32;
+            coef[3][j] = p.l2 as f32;
+        }
         Ftrl {
-            zn: vec![0.0; slots * 2 * k],
-            w: Vec::with_capacity(64 * k),
+            zn,
+            base,
+            lanes,
+            coef,
+            w: Vec::with_capacity(64 * lanes),
             p: vec![0.0; k],
             tuner: Tuner::new(k, first, half_life),
             settings,
@@ -216,25 +275,46 @@ impl Ftrl {
         if z.abs() <= l1 {
             return 0.0;
         }
-        -(z - l1.copysign(z)) / (((p.beta as f32) + sqrt_n) / (p.alpha as f32) + p.l2 as f32)
+        // As `Lanes::weights` computes it, to the bit.
+        let inv_alpha = 1.0 / p.alpha as f32;
+        -(z - l1.copysign(z)) / (((p.beta as f32) + sqrt_n) * inv_alpha + p.l2 as f32)
+    }
+
+    /// Where slot `i`'s cell starts in `zn`.
+    #[inline]
+    fn cell(&self, i: u32) -> usize {
+        self.base + i as usize * 2 * self.lanes
     }
 
     /// The probability for features `x` (from the setting predicting now);
     /// remembers every setting's weights for `update`.
     pub fn predict(&mut self, x: &[(u32, f32)]) -> f64 {
-        let k = self.settings.len();
-        self.w.clear();
-        let mut s = [self.margin; MAX_SETTINGS];
-        for &(i, v) in x {
-            let cell = &self.zn[i as usize * 2 * k..][..2 * k];
-            let (z, n) = cell.split_at(k);
-            for j in 0..k {
-                let w = Ftrl::weight(&self.settings[j], z[j], n[j].sqrt());
-                self.w.push(w);
-                s[j] += w * v;
-            }
+        match self.lanes {
+            1 => self.predict_lanes::<1>(x),
+            4 => self.predict_lanes::<4>(x),
+            _ => self.predict_lanes::<8>(x),
         }
-        for (p, &s) in self.p.iter_mut().zip(&s[..k]) {
+    }
+
+    fn predict_lanes<const L: usize>(&mut self, x: &[(u32, f32)]) -> f64 {
+        let c = Lanes::<L>::of(&self.coef);
+        // Load every feature's cell first: the cache misses then overlap
+        // instead of waiting one by one behind the arithmetic.
+        let touched: f32 = x.iter().map(|&(i, _)| self.zn[self.cell(i)]).sum();
+        std::hint::black_box(touched);
+        self.w.clear();
+        let mut s = [self.margin; L];
+        for &(i, v) in x {
+            let at = self.cell(i);
+            let z: &[f32; L] = self.zn[at..at + L].try_into().expect("L lanes");
+            let n: &[f32; L] = self.zn[at + L..at + 2 * L].try_into().expect("L lanes");
+            let w = c.weights(z, n);
+            for j in 0..L {
+                s[j] += w[j] * v;
+            }
+            self.w.extend_from_slice(&w);
+        }
+        for (p, &s) in self.p.iter_mut().zip(&s) {
             *p = sigmoid(f64::from(s));
         }
         self.p[self.tuner.chosen]
@@ -243,14 +323,13 @@ impl Ftrl {
     /// The probability for `x` from the setting predicting now, without
     /// touching any state.
     pub fn score(&self, x: &[(u32, f32)]) -> f64 {
-        let k = self.settings.len();
-        let c = self.tuner.chosen;
+        let (c, l) = (self.tuner.chosen, self.lanes);
         let p = &self.settings[c];
         let s: f32 = self.margin
             + x.iter()
                 .map(|&(i, v)| {
-                    let cell = &self.zn[i as usize * 2 * k..][..2 * k];
-                    Ftrl::weight(p, cell[c], cell[k + c].sqrt()) * v
+                    let at = self.cell(i);
+                    Ftrl::weight(p, self.zn[at + c], self.zn[at + l + c].sqrt()) * v
                 })
                 .sum::<f32>();
         sigmoid(f64::from(s))
@@ -258,33 +337,40 @@ impl Ftrl {
 
     /// Learns from `x` with label `y`, given the `predict` just before.
     pub fn update(&mut self, x: &[(u32, f32)], y: bool) {
-        let k = self.settings.len();
-        let mut g0 = [0f32; MAX_SETTINGS];
-        let mut inv_alpha = [0f32; MAX_SETTINGS];
-        for j in 0..k {
-            g0[j] = (self.p[j] - f64::from(u8::from(y))) as f32;
-            inv_alpha[j] = 1.0 / self.settings[j].alpha as f32;
-        }
-        for (f, &(i, v)) in x.iter().enumerate() {
-            let cell = &mut self.zn[i as usize * 2 * k..][..2 * k];
-            let (z, n) = cell.split_at_mut(k);
-            let w = &self.w[f * k..][..k];
-            for j in 0..k {
-                let g = g0[j] * v;
-                let n2 = n[j] + g * g;
-                let sigma = (n2.sqrt() - n[j].sqrt()) * inv_alpha[j];
-                z[j] += g - sigma * w[j];
-                n[j] = n2;
-            }
+        match self.lanes {
+            1 => self.update_lanes::<1>(x, y),
+            4 => self.update_lanes::<4>(x, y),
+            _ => self.update_lanes::<8>(x, y),
         }
         self.trained += 1;
-        if k > 1 {
+        if self.settings.len() > 1 {
             self.tuner.add(&self.p, y, self.trained);
         }
         if let Some((rows, ones)) = self.labels.as_mut() {
             *rows += 1;
             *ones += u64::from(y);
             self.margin = self.margin() as f32;
+        }
+    }
+
+    fn update_lanes<const L: usize>(&mut self, x: &[(u32, f32)], y: bool) {
+        let inv_alpha = Lanes::<L>::of(&self.coef).inv_alpha;
+        // Padding lanes get no gradient: their z and n stay 0.
+        let mut g0 = [0f32; L];
+        for (g, p) in g0.iter_mut().zip(&self.p) {
+            *g = (p - f64::from(u8::from(y))) as f32;
+        }
+        for (f, &(i, v)) in x.iter().enumerate() {
+            let at = self.cell(i);
+            let (z, n) = self.zn[at..at + 2 * L].split_at_mut(L);
+            let w = &self.w[f * L..][..L];
+            for j in 0..L {
+                let g = g0[j] * v;
+                let n2 = n[j] + g * g;
+                let sigma = (n2.sqrt() - n[j].sqrt()) * inv_alpha[j];
+                z[j] += g - sigma * w[j];
+                n[j] = n2;
+            }
         }
     }
 
@@ -297,12 +383,12 @@ impl Ftrl {
 
     /// Setting `j`'s touched coordinates `(index, z, n)`.
     fn state(&self, j: usize) -> Vec<(u32, f32, f32)> {
-        let k = self.settings.len();
-        self.zn
-            .chunks_exact(2 * k)
+        let l = self.lanes;
+        self.zn[self.base..]
+            .chunks_exact(2 * l)
             .enumerate()
-            .filter(|(_, c)| c[k + j] > 0.0)
-            .map(|(i, c)| (i as u32, c[j], c[k + j]))
+            .filter(|(_, c)| c[l + j] > 0.0)
+            .map(|(i, c)| (i as u32, c[j], c[l + j]))
             .collect()
     }
 
@@ -395,11 +481,10 @@ impl Ftrl {
     }
 
     fn set_state(&mut self, j: usize, state: &[(u32, f32, f32)]) {
-        let k = self.settings.len();
         for &(i, z, n) in state {
-            let cell = &mut self.zn[i as usize * 2 * k..][..2 * k];
-            cell[j] = z;
-            cell[k + j] = n;
+            let at = self.cell(i);
+            self.zn[at + j] = z;
+            self.zn[at + self.lanes + j] = n;
         }
     }
 }

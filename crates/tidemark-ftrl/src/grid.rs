@@ -16,12 +16,12 @@ pub struct Grid {
 }
 
 impl Default for Grid {
-    /// Six settings: `alpha` × ¼, 1, 4 and `l2` × 1, 16, chosen on a loss
-    /// with a half-life of 20,000 rows (see docs/learner.md for the runs
-    /// behind these).
+    /// Eight settings (one cache line of state per coordinate): `alpha` ×
+    /// 1/16, ¼, 1, 4 and `l2` × 1, 16, chosen on a loss with a half-life of
+    /// 20,000 rows (docs/learner.md and docs/benchmarks.md say why).
     fn default() -> Grid {
         Grid {
-            alpha: vec![0.25, 1.0, 4.0],
+            alpha: vec![0.0625, 0.25, 1.0, 4.0],
             l2: vec![1.0, 16.0],
             half_life: 20_000.0,
         }
@@ -104,10 +104,10 @@ mod tests {
     fn starts_from_the_targets_own_setting() {
         let base = Params::default();
         let (s, first) = Grid::default().settings(base);
-        assert_eq!(s.len(), 6);
+        assert_eq!(s.len(), 8);
         assert_eq!(s[first], base);
-        assert_eq!(s[5].alpha, 0.4);
-        assert_eq!(s[5].l2, 16.0);
+        assert_eq!(s[7].alpha, 0.4);
+        assert_eq!(s[7].l2, 16.0);
         let (s, first) = Grid::off().settings(base);
         assert_eq!((s, first), (vec![base], 0));
     }

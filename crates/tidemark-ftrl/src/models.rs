@@ -163,7 +163,7 @@ mod tests {
             let x = f(&format!(r#"{{"app":"a{}"}}"#, i % 7));
             a.learn("cvr", Params::default, &x, i % 7 == 0);
         }
-        assert_eq!(a.targets["cvr"].0.choice().settings.len(), 6);
+        assert_eq!(a.targets["cvr"].0.choice().settings.len(), 8);
         let c = a.to_checkpoint(BTreeMap::new(), 0);
         assert!(c.targets[0].tuning.is_some());
         // The resumed learner keeps the checkpoint's grid, whatever it is given.
