@@ -151,7 +151,20 @@ fn killed_at_random_the_learner_loses_and_repeats_nothing() {
     );
     assert_eq!(registered, Some(max_a));
     let long = done.targets.iter().find(|t| t.name == "cvr_long").unwrap();
-    assert_eq!(long.alpha, 0.05, "per-target parameters");
+    // Per-target parameters: cvr_long's grid is the default factors over its own alpha.
+    let alphas: Vec<f64> = long
+        .tuning
+        .as_ref()
+        .unwrap()
+        .candidates
+        .iter()
+        .map(|c| c.alpha)
+        .collect();
+    assert_eq!(
+        alphas,
+        [0.0625, 0.0625, 0.25, 0.25, 1.0, 1.0, 4.0, 4.0].map(|f| 0.05 * f),
+        "per-target parameters"
+    );
     // Only the newest `keep` files remain.
     let files = std::fs::read_dir(dir.join("ckpt")).unwrap().filter(|e| {
         e.as_ref()
@@ -364,7 +377,7 @@ fn offline_learning_over_an_export_equals_online_learning_weight_for_weight() {
     let offline = Checkpoint::read(Path::new(saved), true).unwrap();
     let shown: serde_json::Value =
         serde_json::from_slice(&run(&["checkpoint", "show", "--json", saved])).unwrap();
-    assert_eq!(shown["version"], 2);
+    assert_eq!(shown["version"], 3, "a tuned model");
     assert_eq!(shown["hashing"]["transforms"]["n"]["kind"], "log1p");
     assert_eq!(shown["targets"][0]["trained"], 1500);
     let ok = String::from_utf8(run(&["checkpoint", "verify", saved])).unwrap();
@@ -374,6 +387,7 @@ fn offline_learning_over_an_export_equals_online_learning_weight_for_weight() {
     assert_eq!(offline.targets[0].trained, 1500);
     assert_eq!(offline.targets[0].weights, want.weights, "weights differ");
     assert_eq!(offline.targets[0].state, want.state, "resume state differs");
+    assert_eq!(offline.targets[0].tuning, want.tuning, "the grid differs");
 
     // Without the `:num` mark the column would be hashed as strings: a
     // different model (the check above can fail).

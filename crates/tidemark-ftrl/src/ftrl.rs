@@ -206,14 +206,13 @@ impl Ftrl {
         // Zeroed memory is mapped lazily: untouched slots cost nothing.
         let zn = vec![0.0f32; slots * 2 * lanes + 16];
         let base = (64 - zn.as_ptr() as usize % 64) % 64 / 4;
-        let mut coef = [[0f32; MAX_SETTINGS]; 4];
-        for j in 0..MAX_SETTINGS {
-            let p = settings.get(j).unwrap_or(&settings[0]);
-            coef[0][j] = 1.0 / p.alpha as f32;
-            coef[1][j] = p.beta as f32;
-            coef[2][j] = p.l1 as f32;
-            coef[3][j] = p.l2 as f32;
-        }
+        let lane = |j: usize| settings.get(j).unwrap_or(&settings[0]);
+        let coef = [
+            std::array::from_fn(|j| 1.0 / lane(j).alpha as f32),
+            std::array::from_fn(|j| lane(j).beta as f32),
+            std::array::from_fn(|j| lane(j).l1 as f32),
+            std::array::from_fn(|j| lane(j).l2 as f32),
+        ];
         Ftrl {
             zn,
             base,
