@@ -98,8 +98,14 @@ click = "30s"
 install_short = "1m"
 install_long = "1m"
 "#;
-/// The profile counters the bidder copies into bids (SPEC 11).
-const COUNTERS: [(&str, &str, &str); 2] = [("clk_1h", "click", "1h"), ("clk_10m", "click", "10m")];
+/// The profile counters the bidder copies into bids (SPEC 11). The
+/// impression counter lets the model tell a person who clicks often from
+/// one who is merely seen often (persons' activity is skewed).
+const COUNTERS: [(&str, &str, &str); 3] = [
+    ("clk_1h", "click", "1h"),
+    ("clk_10m", "click", "10m"),
+    ("imp_1h", "impression", "1h"),
+];
 
 /// Runs the demo, progress on stderr, the report on stdout and in
 /// `home/report/`. `exe` is the `tidemark` binary the shards, the profile

@@ -69,15 +69,17 @@ impl Grid {
     }
 
     /// The settings over `base`, `alpha` factor major, and the index of the
-    /// one nearest `base` (the first to predict).
+    /// most cautious one (the smallest `alpha`, then the largest `l2`): it
+    /// predicts first, close to the label rate, until a bolder setting has
+    /// shown a lower loss, so a target with few rows does no worse than its
+    /// rate while evidence gathers.
     pub fn settings(&self, base: Params) -> (Vec<Params>, usize) {
         let mut out = Vec::with_capacity(self.alpha.len() * self.l2.len());
-        let (mut first, mut nearest) = (0, f64::INFINITY);
+        let (mut first, mut caution) = (0, (f64::INFINITY, f64::NEG_INFINITY));
         for &a in &self.alpha {
             for &l in &self.l2 {
-                let d = a.ln().abs() + l.ln().abs();
-                if d < nearest {
-                    (first, nearest) = (out.len(), d);
+                if a < caution.0 || (a == caution.0 && l > caution.1) {
+                    (first, caution) = (out.len(), (a, l));
                 }
                 out.push(Params {
                     alpha: base.alpha * a,
@@ -105,7 +107,8 @@ mod tests {
         let base = Params::default();
         let (s, first) = Grid::default().settings(base);
         assert_eq!(s.len(), 8);
-        assert_eq!(s[first], base);
+        assert_eq!((s[first].alpha, s[first].l2), (0.00625, 16.0));
+        assert!(s.contains(&base));
         assert_eq!(s[7].alpha, 0.4);
         assert_eq!(s[7].l2, 16.0);
         let (s, first) = Grid::off().settings(base);
