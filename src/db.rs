@@ -17,27 +17,43 @@ pub enum Action {
         /// The certificate's private key (PEM)
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<PathBuf>,
+        /// Also start a hot standby of it (pg_basebackup -R; read-only, streaming)
+        #[arg(long)]
+        standby: bool,
     },
     /// Stop the cluster
-    Down,
+    Down {
+        /// Stop its hot standby instead
+        #[arg(long)]
+        standby: bool,
+    },
     /// Say whether the cluster runs, and where (exit status 0 running, 3 stopped, 4 not initialised)
-    Status,
+    Status {
+        /// Its hot standby's
+        #[arg(long)]
+        standby: bool,
+    },
     /// Print the connection string (starts nothing)
     Url {
         /// Another database of the cluster, e.g. tidemark_demo (the demo's)
         #[arg(long)]
         database: Option<String>,
+        /// Its hot standby's (unix socket)
+        #[arg(long)]
+        standby: bool,
     },
 }
 
 pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
     let home = home.unwrap_or_else(Cluster::default_home);
     let cluster = Cluster::new(&home)?;
+    let pick = |standby: bool| [cluster.clone(), cluster.standby()][usize::from(standby)].clone();
     match action {
         Action::Up {
             port,
             tls_cert,
             tls_key,
+            standby,
         } => {
             if let (Some(cert), Some(key)) = (tls_cert, tls_key) {
                 cluster.use_tls(&cert, &key)?;
@@ -54,15 +70,21 @@ pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
                 }
             );
             println!("{}", url(&cluster)?);
+            if standby {
+                cluster.start_standby()?;
+                eprintln!("tidemark db: standby running (read-only, streaming from the primary)");
+                println!("{}", cluster.standby().url());
+            }
         }
-        Action::Down => {
+        Action::Down { standby } => {
+            let cluster = pick(standby);
             let was = cluster.down()?;
             eprintln!(
                 "tidemark db: {}",
                 if was { "stopped" } else { "was not running" }
             );
         }
-        Action::Status => match cluster.status()? {
+        Action::Status { standby } => match pick(standby).status()? {
             Status::Running { url } => println!("running {url}"),
             Status::Stopped => {
                 println!("stopped");
@@ -73,8 +95,11 @@ pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
                 return Err(crate::signals::Answer(4).into());
             }
         },
-        Action::Url { database: None } => println!("{}", url(&cluster)?),
-        Action::Url { database: Some(d) } => println!("{}", cluster.url_for(&d)),
+        Action::Url { database, standby } => match (database, standby) {
+            (None, false) => println!("{}", url(&cluster)?),
+            (None, true) => println!("{}", cluster.standby().url()),
+            (Some(d), s) => println!("{}", pick(s).url_for(&d)),
+        },
     }
     Ok(())
 }

@@ -248,3 +248,84 @@ fn the_views_classify_every_counter_as_telemetry_defines_it() {
         .count() as i64;
     assert_eq!(status, (1, db_errors));
 }
+
+#[test]
+fn a_hot_standby_follows_the_primary_read_only_and_reports_its_lag() {
+    let home = tempdir();
+    let h = home.to_str().unwrap();
+    let out = run_ok(&["db", "up", "--standby", "--home", h]);
+    let urls = String::from_utf8(out.stdout).unwrap();
+    let [primary, standby] = urls.lines().collect::<Vec<_>>()[..] else {
+        panic!("two URLs: {urls}")
+    };
+    assert_ne!(primary, standby);
+    let status = String::from_utf8(run_ok(&["db", "status", "--standby", "--home", h]).stdout);
+    assert!(status.unwrap().starts_with("running"));
+    let (p, s) = (primary.to_owned(), standby.to_owned());
+    block_on(async move {
+        let p = tidemark_store::connect(&p).await.unwrap();
+        let s = tidemark_store::connect(&s).await.unwrap();
+        p.batch_execute(
+            "INSERT INTO tidemark.profile_process (name, clock_ms) VALUES ('standby_test', 42)",
+        )
+        .await
+        .unwrap();
+        // Streaming: the row shows on the standby within seconds.
+        let mut seen = false;
+        for _ in 0..200 {
+            let n: i64 = s
+                .query_one(
+                    "SELECT count(*) FROM tidemark.profile_process WHERE name = 'standby_test'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if n == 1 {
+                seen = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(seen, "the primary's row reached the standby");
+        let row = s
+            .query_one(
+                "SELECT on_replica, replica_lag_ms FROM tidemark.profile_status WHERE name = 'standby_test'",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert!(row.get::<_, bool>(0));
+        let lag: i64 = row.get(1);
+        assert!((0..60_000).contains(&lag), "lag {lag} ms");
+        let on_primary = p
+            .query_one(
+                "SELECT on_replica, replica_lag_ms FROM tidemark.profile_status WHERE name = 'standby_test'",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert!(!on_primary.get::<_, bool>(0));
+        assert_eq!(on_primary.get::<_, Option<i64>>(1), None);
+        let refused = s
+            .batch_execute("DELETE FROM tidemark.profile_process")
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused.code(),
+            Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION)
+        );
+    });
+    run_ok(&["db", "down", "--standby", "--home", h]);
+    let out = bin()
+        .args(["db", "status", "--standby", "--home", h])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "stopped answers 3");
+    // A second start reuses the copy and catches up.
+    run_ok(&["db", "up", "--standby", "--home", h]);
+    let cluster = tidemark_store::Cluster::new(&home).unwrap();
+    cluster.standby().destroy().unwrap();
+    cluster.destroy().unwrap();
+    std::fs::remove_dir_all(&home).unwrap();
+}

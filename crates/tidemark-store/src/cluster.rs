@@ -33,6 +33,8 @@ const SUPERUSER: &str = "tidemark";
 pub const DATABASE: &str = "tidemark";
 /// The port number names the socket file even when no TCP port is open.
 const DEFAULT_PORT: u16 = 5432;
+/// In `$TIDEMARK_HOME`: the cluster keeps WAL for a hot standby.
+const REPLICATION_MARKER: &str = "db.replication";
 
 /// Why the embedded cluster cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +97,8 @@ pub struct Cluster {
     dir: PathBuf,
     bindir: PathBuf,
     run_as: Option<User>,
+    /// A hot standby of the home's cluster (see [`Cluster::standby`]).
+    standby: bool,
 }
 
 /// Whether the server is running, and where.
@@ -146,7 +150,93 @@ impl Cluster {
             dir,
             bindir,
             run_as,
+            standby: false,
         })
+    }
+
+    /// The hot standby of this home's cluster: its own directory (the
+    /// cluster's with `-standby` appended) and socket, a copy of the primary
+    /// made with `pg_basebackup -R`, streaming from it and answering
+    /// read-only queries. Started with [`Cluster::start_standby`]; `status`,
+    /// `url`, `down`, `crash` and `destroy` work on it as on the primary.
+    pub fn standby(&self) -> Cluster {
+        let mut dir = self.dir.clone().into_os_string();
+        dir.push("-standby");
+        Cluster {
+            dir: PathBuf::from(dir),
+            standby: true,
+            ..self.clone()
+        }
+    }
+
+    /// Whether this handle is a standby's.
+    pub fn is_standby(&self) -> bool {
+        self.standby
+    }
+
+    /// Starts this home's hot standby (made first if needed): the primary
+    /// is switched to `wal_level = replica` (a restart, once; its WAL then
+    /// grows with every logged write, and keeps 1 GB for a standby that
+    /// falls behind) and must be running. Returns whether the standby was
+    /// started by this call.
+    pub fn start_standby(&self) -> Result<bool, ClusterError> {
+        let marker = self.home.join(REPLICATION_MARKER);
+        if !marker.exists() {
+            fs::write(
+                &marker,
+                "a hot standby streams from this cluster (tidemark db up --standby)\n",
+            )
+            .map_err(io_err(&marker))?;
+        }
+        if !self.pg_ctl(&["status"])?.status.success() {
+            return Err(ClusterError::Command {
+                what: "starting a standby".into(),
+                detail: "the primary is not running: `tidemark db up` first".into(),
+            });
+        }
+        // Restarts the primary if its replication settings just changed.
+        self.up(None)?;
+        let standby = self.standby();
+        let _lock = standby.lock()?;
+        standby.prepare_dirs()?;
+        if !standby.data().join("PG_VERSION").exists() {
+            standby.base_backup(self)?;
+        }
+        standby.write_conf(None)?;
+        if standby.pg_ctl(&["status"])?.status.success() {
+            return Ok(false);
+        }
+        standby.start()?;
+        Ok(true)
+    }
+
+    /// Copies `primary` into this (empty) standby's data directory, with
+    /// `standby.signal` and `primary_conninfo` (`-R`), WAL streamed alongside.
+    fn base_backup(&self, primary: &Cluster) -> Result<(), ClusterError> {
+        let data = self.data();
+        if data.exists() {
+            fs::remove_dir_all(&data).map_err(io_err(&data))?;
+        }
+        let out = self
+            .command("pg_basebackup")
+            .arg("-D")
+            .arg(&data)
+            .arg("-h")
+            .arg(primary.socket_dir())
+            .args([
+                "-p",
+                &primary.port().unwrap_or(DEFAULT_PORT).to_string(),
+                "-U",
+                SUPERUSER,
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+            ])
+            .output()
+            .map_err(io_err(&self.bindir))?;
+        self.checked(out, "pg_basebackup")
     }
 
     /// The `$TIDEMARK_HOME` it belongs to.
@@ -276,6 +366,12 @@ impl Cluster {
     /// from several processes at once. `tcp_port` opens a loopback port.
     /// Returns whether this call started the server.
     pub fn up(&self, tcp_port: Option<u16>) -> Result<bool, ClusterError> {
+        if self.standby {
+            return Err(ClusterError::Command {
+                what: "db up".into(),
+                detail: "a standby is made and started from its primary (start_standby)".into(),
+            });
+        }
         let _lock = self.lock()?;
         self.prepare_dirs()?;
         if !self.data().join("PG_VERSION").exists() {
@@ -289,6 +385,11 @@ impl Cluster {
         if running {
             self.checked(self.pg_ctl(&["stop", "-m", "fast", "-w"])?, "pg_ctl stop")?;
         }
+        self.start()?;
+        Ok(true)
+    }
+
+    fn start(&self) -> Result<(), ClusterError> {
         let log = self.log();
         let out = self.pg_ctl(&["start", "-w", "-t", "120", "-l", &log.to_string_lossy()])?;
         if !out.status.success() {
@@ -304,7 +405,7 @@ impl Cluster {
                 ),
             });
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Serves TLS from now on (with the next `up`): the certificate (chain)
@@ -364,14 +465,19 @@ impl Cluster {
             }
         }
         let link = self.home.join("pg");
-        if fs::symlink_metadata(&link).is_ok() {
+        if !self.standby && fs::symlink_metadata(&link).is_ok() {
             let _ = fs::remove_file(&link);
         }
         Ok(())
     }
 
     fn lock(&self) -> Result<File, ClusterError> {
-        let path = self.home.join("db.lock");
+        // The standby's own: starting it holds it while the primary's is taken.
+        let path = self.home.join(if self.standby {
+            "db-standby.lock"
+        } else {
+            "db.lock"
+        });
         let f = File::create(&path).map_err(io_err(&path))?;
         f.lock().map_err(io_err(&path))?;
         Ok(f)
@@ -411,7 +517,7 @@ impl Cluster {
             }
             fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(io_err(&dir))?;
         }
-        if self.run_as.is_some() {
+        if self.run_as.is_some() && !self.standby {
             let link = self.home.join("pg");
             if fs::read_link(&link).ok().as_deref() != Some(self.dir.as_path()) {
                 let _ = fs::remove_file(&link);
@@ -491,8 +597,24 @@ impl Cluster {
     fn write_conf(&self, tcp_port: Option<u16>) -> Result<bool, ClusterError> {
         let path = self.data().join("tidemark.conf");
         let old = fs::read_to_string(&path).unwrap_or_default();
-        // Keep a port asked for earlier unless a new one is given.
-        let port = tcp_port.or_else(|| on_tcp(&old).then(|| self.port()).flatten());
+        // Keep a port asked for earlier unless a new one is given; a standby
+        // listens on its own socket only (its copied settings hold the primary's port).
+        let port = match self.standby {
+            true => None,
+            false => tcp_port.or_else(|| on_tcp(&old).then(|| self.port()).flatten()),
+        };
+        let replication = self.home.join(REPLICATION_MARKER).exists();
+        let wal = if replication {
+            "# A hot standby streams from this cluster (tidemark db up --standby).\n\
+             wal_level = replica\n\
+             max_wal_senders = 5\n\
+             wal_keep_size = 1GB\n\
+             hot_standby = on\n"
+        } else {
+            "# Buffer tables are unlogged; keep WAL small for the logged rest.\n\
+             wal_level = minimal\n\
+             max_wal_senders = 0\n"
+        };
         let listen = if port.is_some() { "127.0.0.1" } else { "" };
         let tls = if self.data().join(TLS_CERT).exists() && self.data().join(TLS_KEY).exists() {
             format!("ssl = on\nssl_cert_file = '{TLS_CERT}'\nssl_key_file = '{TLS_KEY}'\n")
@@ -509,9 +631,7 @@ impl Cluster {
              shared_buffers = 256MB\n\
              work_mem = 16MB\n\
              maintenance_work_mem = 128MB\n\
-             # Buffer tables are unlogged; keep WAL small for the logged rest.\n\
-             wal_level = minimal\n\
-             max_wal_senders = 0\n\
+             {wal}\
              max_wal_size = 2GB\n\
              checkpoint_timeout = 15min\n\
              # Buffer tables churn: vacuum them early and often (seed 004).\n\
@@ -607,9 +727,16 @@ pub fn find_bindir() -> Option<PathBuf> {
         .collect();
     versioned.sort();
     candidates.extend(versioned.into_iter().rev().map(|(_, p)| p));
-    candidates
+    let found = candidates
         .into_iter()
-        .find(|d| has_server(d) && server_major(d).is_some_and(|m| m >= MIN_MAJOR))
+        .find(|d| has_server(d) && server_major(d).is_some_and(|m| m >= MIN_MAJOR))?;
+    // Where the server really lives (a PATH entry may hold links to a few
+    // of its binaries only): pg_basebackup is found there too.
+    let real = fs::canonicalize(found.join("postgres"))
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .filter(|d| has_server(d));
+    Some(real.unwrap_or(found))
 }
 
 fn server_major(bindir: &Path) -> Option<u32> {

@@ -53,6 +53,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "refusals_bigint",
         include_str!("../../../sql/V0010__refusals_bigint.sql"),
     ),
+    (
+        11,
+        "replica_lag",
+        include_str!("../../../sql/V0011__replica_lag.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.
