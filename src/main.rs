@@ -23,6 +23,7 @@ mod score;
 mod shard;
 mod signals;
 mod status;
+mod trail;
 
 use signals::{exit_on_panic, shutdown_signal, stop_on_signal, Misconfigured};
 
@@ -86,7 +87,7 @@ enum Command {
         action: profiles::ProfileAction,
     },
     /// A person's events in a time range, oldest first (SPEC 11)
-    Trail(profiles::TrailArgs),
+    Trail(trail::TrailArgs),
     /// CURVE keys for publishers and the fleet (SPEC 2, 7)
     Keys {
         #[command(subcommand)]
@@ -125,7 +126,7 @@ fn main() -> ExitCode {
         Command::Export(args) => export::run(args),
         Command::Profiles(args) => profiles::run_process(args),
         Command::Profile { action } => profiles::run_profile(action),
-        Command::Trail(args) => profiles::run_trail(args),
+        Command::Trail(args) => trail::run_trail(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Keys { action } => keys::run(action),
         Command::Completions(args) => completions::completions(args),

@@ -1,11 +1,10 @@
-//! `tidemark profiles`, `tidemark profile get` and `tidemark trail` (SPEC 11).
+//! `tidemark profiles` and `tidemark profile get` (SPEC 11).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use tidemark_person::Identifier;
 use tidemark_profiles::Config;
-use tidemark_reader::Reader;
 use tidemark_wire::parse_instant;
 
 #[derive(clap::Args)]
@@ -35,28 +34,9 @@ pub enum ProfileAction {
         /// The profile database; default the embedded one
         #[arg(long, env = "TIDEMARK_DATABASE_URL", hide_env_values = true)]
         database_url: Option<String>,
+        #[command(flatten)]
+        replicas: crate::trail::Replicas,
     },
-}
-
-#[derive(clap::Args)]
-pub struct TrailArgs {
-    /// Any identifier of the person, `kind:value`
-    id: String,
-    /// From this time (inclusive): ms since the epoch or RFC 3339
-    #[arg(long)]
-    from: String,
-    /// To this time (exclusive)
-    #[arg(long)]
-    to: String,
-    /// Only these types, comma-separated
-    #[arg(long, value_delimiter = ',')]
-    types: Option<Vec<String>>,
-    /// One JSON object per event per line
-    #[arg(long)]
-    json: bool,
-    /// The profile database; default the embedded one
-    #[arg(long, env = "TIDEMARK_DATABASE_URL", hide_env_values = true)]
-    database_url: Option<String>,
 }
 
 pub fn run_process(args: ProcessArgs) -> anyhow::Result<()> {
@@ -73,13 +53,13 @@ pub fn run_process(args: ProcessArgs) -> anyhow::Result<()> {
     })
 }
 
-fn identifier(s: &str) -> anyhow::Result<String> {
+pub(crate) fn identifier(s: &str) -> anyhow::Result<String> {
     Identifier::parse(s)
         .map(|i| i.as_str().to_owned())
         .map_err(|e| anyhow::anyhow!("{s:?} is not an identifier (kind:value): {e}"))
 }
 
-fn instant(s: &str, what: &str) -> anyhow::Result<i64> {
+pub(crate) fn instant(s: &str, what: &str) -> anyhow::Result<i64> {
     parse_instant(s).map_err(|e| anyhow::anyhow!("--{what}: {e}"))
 }
 
@@ -89,6 +69,7 @@ pub fn run_profile(action: ProfileAction) -> anyhow::Result<()> {
         at,
         json,
         database_url,
+        replicas,
     } = action;
     let ids: Vec<String> = ids
         .iter()
@@ -97,7 +78,7 @@ pub fn run_profile(action: ProfileAction) -> anyhow::Result<()> {
     let at = at.map(|a| instant(&a, "at")).transpose()?;
     let url = crate::db::resolve(database_url.as_deref())?;
     crate::runtime()?.block_on(async {
-        let reader = Reader::new(&url, 1)?;
+        let reader = replicas.reader(&url)?;
         let at = match at {
             Some(a) => a,
             None => reader
@@ -129,30 +110,7 @@ pub fn run_profile(action: ProfileAction) -> anyhow::Result<()> {
                 );
             }
         }
-        Ok(())
-    })
-}
-
-pub fn run_trail(args: TrailArgs) -> anyhow::Result<()> {
-    let id = identifier(&args.id)?;
-    let from = instant(&args.from, "from")?;
-    let to = instant(&args.to, "to")?;
-    let url = crate::db::resolve(args.database_url.as_deref())?;
-    crate::runtime()?.block_on(async {
-        let reader = Reader::new(&url, 1)?;
-        for e in reader.trail(&id, from, to, args.types.as_deref()).await? {
-            if args.json {
-                println!("{}", e.to_json());
-            } else {
-                println!(
-                    "{}  {:<12} {}  {}",
-                    e.ts,
-                    e.type_name,
-                    e.txid,
-                    e.ids.join(" ")
-                );
-            }
-        }
+        replicas.report(&reader);
         Ok(())
     })
 }

@@ -61,6 +61,9 @@ pub struct Args {
     /// Synthetic market: read each bid's person's counters from this profile database before publishing it, and add them to its features (SPEC 11)
     #[arg(long)]
     profiles: Option<String>,
+    /// With --profiles: hot standbys to read them from
+    #[command(flatten)]
+    replicas: crate::trail::Replicas,
     /// Synthetic market: write the true label probabilities and delays of transactions with an impression to FILE
     #[arg(long)]
     truth: Option<PathBuf>,
@@ -108,6 +111,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         write: args.write,
         sndhwm: args.sndhwm,
         profiles: args.profiles,
+        profile_replicas: args.replicas.urls.clone(),
+        max_lag: args.replicas.max_lag()?,
         truth: args.truth,
         metrics_addr: args.metrics_addr,
     };

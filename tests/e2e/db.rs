@@ -316,7 +316,59 @@ fn a_hot_standby_follows_the_primary_read_only_and_reports_its_lag() {
             Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION)
         );
     });
+    // Reads: from the replica while it is within --max-lag; from the
+    // primary once its replay is paused and it falls behind.
+    let served = |max_lag: &str| {
+        let out = bin()
+            .args([
+                "profile",
+                "get",
+                "user:u1",
+                "--json",
+                "--database-url",
+                primary,
+            ])
+            .args(["--replica", standby, "--max-lag", max_lag])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["id"], "user:u1");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let said = served("5s");
+    assert!(said.contains("served by replica"), "{said}");
+    let (p, s) = (primary.to_owned(), standby.to_owned());
+    block_on(async move {
+        let s = tidemark_store::connect(&s).await.unwrap();
+        s.batch_execute("SELECT pg_wal_replay_pause()")
+            .await
+            .unwrap();
+        let p = tidemark_store::connect(&p).await.unwrap();
+        p.batch_execute("UPDATE tidemark.profile_process SET clock_ms = 43")
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    });
+    let said = served("500ms");
+    assert!(said.contains("served by the primary"), "{said}");
+    let said = served("1h");
+    assert!(said.contains("served by replica"), "{said}");
+    let s = standby.to_owned();
+    block_on(async move {
+        let s = tidemark_store::connect(&s).await.unwrap();
+        s.batch_execute("SELECT pg_wal_replay_resume()")
+            .await
+            .unwrap();
+    });
     run_ok(&["db", "down", "--standby", "--home", h]);
+    // A replica that is away: the primary serves.
+    let said = served("5s");
+    assert!(said.contains("served by the primary"), "{said}");
     let out = bin()
         .args(["db", "status", "--standby", "--home", h])
         .output()

@@ -215,6 +215,8 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
     let truth_file = dir.join("truth.tsv");
     let opts = PublishOptions {
         profiles: Some(url.clone()),
+        profile_replicas: Vec::new(),
+        max_lag: Duration::ZERO,
         truth: Some(truth_file.clone()),
         metrics_addr: None,
         bind: vec![ENDPOINT.to_owned()],

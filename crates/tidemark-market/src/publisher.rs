@@ -59,6 +59,11 @@ pub struct PublishOptions {
     /// counters are read from it and added to the bid's features under the
     /// counters' names, as a bidder does.
     pub profiles: Option<String>,
+    /// Hot standbys of `profiles` the lookups go to while they lag it by at
+    /// most `max_lag` (`tidemark_reader::Reader::with_replicas`).
+    pub profile_replicas: Vec<String>,
+    /// See `profile_replicas`.
+    pub max_lag: Duration,
     /// Synthetic market: write the truth of every transaction with an
     /// impression to this file, tab-separated with a header
     /// (`crate::truth::TSV_HEADER`).
@@ -83,12 +88,18 @@ struct ProfileReads {
 }
 
 impl ProfileReads {
-    fn open(url: &str) -> Result<ProfileReads, PublishError> {
+    fn open(
+        url: &str,
+        replicas: &[String],
+        max_lag: Duration,
+    ) -> Result<ProfileReads, PublishError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| PublishError::Profiles(e.to_string()))?;
+        let replicas: Vec<&str> = replicas.iter().map(String::as_str).collect();
         let reader = tidemark_reader::Reader::new(url, 1)
+            .and_then(|r| r.with_replicas(&replicas, max_lag))
             .map_err(|e| PublishError::Profiles(e.to_string()))?;
         Ok(ProfileReads {
             rt,
@@ -592,7 +603,7 @@ fn synthetic(
     let mut profiles = opts
         .profiles
         .as_deref()
-        .map(ProfileReads::open)
+        .map(|url| ProfileReads::open(url, &opts.profile_replicas, opts.max_lag))
         .transpose()?;
     wire.lookups = profiles.as_ref().map(|p| p.reader.clone());
     let mut batch: Vec<Out> = Vec::new();

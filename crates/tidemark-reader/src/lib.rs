@@ -5,7 +5,9 @@
 //! number of identifiers in one round trip: identifier → person → profile
 //! is one join), `trail(id, from, to)` (one index range scan per identifier
 //! of the person and per day), and the counter definitions, read once and
-//! re-read when a profile shows a newer one; and, in [`store`], the one
+//! re-read when a profile shows a newer one; reads spread over hot standbys
+//! within a lag bound, falling back to the primary (`with_replicas`); and,
+//! in [`store`], the one
 //! spelling of the profile tables as read, which the profile process writes
 //! with. It does not link `tidemark-store`: a bidder should not need the
 //! store's dependencies. Counter values are computed with `tidemark-person`'s `Decayed`, the
@@ -13,15 +15,19 @@
 
 #![warn(missing_docs)]
 
+mod replicas;
 pub mod store;
 
-use std::sync::{Arc, RwLock};
-use std::time::Instant;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
+pub use replicas::Served;
 pub use store::TRAIL_QUERY;
 pub use tidemark_metrics::{Histogram, Times};
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use replicas::Replica;
 use tidemark_person::{Decayed, Person};
 
 /// Why a read failed.
@@ -152,37 +158,106 @@ struct Definitions {
     types: Vec<String>,
 }
 
-/// A pool of connections to a profile database.
+/// A pool of connections to a profile database, and to its replicas.
 #[derive(Clone)]
 pub struct Reader {
     pool: Pool,
     defs: Arc<RwLock<Arc<Definitions>>>,
     times: Arc<Times>,
+    replicas: Arc<Vec<Replica>>,
+    max_lag_ms: i64,
+    turn: Arc<AtomicUsize>,
+    served: Arc<Mutex<Option<Served>>>,
+}
+
+fn pool(url: &str, connections: usize) -> Result<Pool, ReadError> {
+    let mut target = tidemark_tls::parse(url).map_err(|e| ReadError::Url(e.to_string()))?;
+    target.tcp_defaults();
+    let manager = Manager::from_config(
+        target.config,
+        target.tls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(connections.max(1))
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|e| ReadError::Pool(e.to_string()))
 }
 
 impl Reader {
     /// A reader of the profile database at `url`, with at most `connections`
     /// connections (opened lazily).
     pub fn new(url: &str, connections: usize) -> Result<Reader, ReadError> {
-        let mut target = tidemark_tls::parse(url).map_err(|e| ReadError::Url(e.to_string()))?;
-        target.tcp_defaults();
-        let manager = Manager::from_config(
-            target.config,
-            target.tls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(connections.max(1))
-            .runtime(Runtime::Tokio1)
-            .build()
-            .map_err(|e| ReadError::Pool(e.to_string()))?;
         Ok(Reader {
-            pool,
+            pool: pool(url, connections)?,
             defs: Default::default(),
             times: Arc::new(Times::new(tidemark_metrics::LOOKUP_BOUNDS)),
+            replicas: Arc::default(),
+            max_lag_ms: 0,
+            turn: Arc::default(),
+            served: Arc::default(),
         })
+    }
+
+    /// Reads go to these hot standbys of the database (each with as many
+    /// connections), in turn, while one lags its primary by at most
+    /// `max_lag`; to the primary when none does or is reachable. A replica
+    /// that errs is skipped for 5 s and the read is made again on the primary.
+    pub fn with_replicas(mut self, urls: &[&str], max_lag: Duration) -> Result<Reader, ReadError> {
+        let connections = self.pool.status().max_size;
+        self.replicas = Arc::new(
+            urls.iter()
+                .map(|u| pool(u, connections).map(Replica::new))
+                .collect::<Result<_, _>>()?,
+        );
+        self.max_lag_ms = i64::try_from(max_lag.as_millis()).unwrap_or(i64::MAX);
+        Ok(self)
+    }
+
+    /// Where the last successful read was served, and the lag seen there.
+    pub fn last_served(&self) -> Option<Served> {
+        *self.served.lock().expect("served")
+    }
+
+    /// A connection: the next usable replica's, else the primary's.
+    async fn client(&self) -> Result<(Object, Served), ReadError> {
+        let n = self.replicas.len();
+        let start = self.turn.fetch_add(1, Ordering::Relaxed);
+        for k in 0..n {
+            let index = (start + k) % n;
+            let r = &self.replicas[index];
+            if let Some(lag_ms) = r.usable(self.max_lag_ms).await {
+                match r.pool.get().await {
+                    Ok(c) => return Ok((c, Served::Replica { index, lag_ms })),
+                    Err(_) => r.away(),
+                }
+            }
+        }
+        Ok((self.pool.get().await?, Served::Primary))
+    }
+
+    /// Runs `f` on a connection from [`Reader::client`]; if a replica's
+    /// fails, once more on the primary.
+    async fn run<T>(
+        &self,
+        f: impl AsyncFn(&Object) -> Result<T, ReadError>,
+    ) -> Result<T, ReadError> {
+        let (c, served) = self.client().await?;
+        let (v, served) = match (f(&c).await, served) {
+            (Ok(v), s) => (v, s),
+            (Err(_), Served::Replica { index, .. }) => {
+                self.replicas[index].away();
+                drop(c);
+                let c = self.pool.get().await?;
+                (f(&c).await?, Served::Primary)
+            }
+            (Err(e), Served::Primary) => return Err(e),
+        };
+        *self.served.lock().expect("served") = Some(served);
+        Ok(v)
     }
 
     async fn definitions(&self, refresh: bool) -> Result<Arc<Definitions>, ReadError> {
@@ -190,8 +265,9 @@ impl Reader {
         if !refresh && !current.types.is_empty() {
             return Ok(current);
         }
-        let c = self.pool.get().await?;
-        let (types, counters) = store::definitions(&**c).await?;
+        let (types, counters) = self
+            .run(async |c| Ok(store::definitions(&***c).await?))
+            .await?;
         let counters = counters.into_iter().map(|(_, n, _, h)| (n, h)).collect();
         let types = types.into_iter().map(|(_, n)| n).collect();
         let d = Arc::new(Definitions { counters, types });
@@ -205,11 +281,12 @@ impl Reader {
     pub async fn get(&self, ids: &[&str], at: i64) -> Result<Vec<Profile>, ReadError> {
         let started = Instant::now();
         let mut defs = self.definitions(false).await?;
-        let rows = {
-            let c = self.pool.get().await?;
-            let stmt = c.prepare_cached(&store::GET).await?;
-            c.query(&stmt, &[&ids]).await?
-        };
+        let rows = self
+            .run(async |c| {
+                let stmt = c.prepare_cached(&store::GET).await?;
+                Ok(c.query(&stmt, &[&ids]).await?)
+            })
+            .await?;
         let persons: Vec<(Option<Person>, bool)> = rows
             .iter()
             .map(|r| (store::person_at(r, 0, 0), store::blocklisted(r)))
@@ -244,46 +321,56 @@ impl Reader {
         to: i64,
         types: Option<&[String]>,
     ) -> Result<Vec<TrailEvent>, ReadError> {
-        let c = self.pool.get().await?;
-        let stmt = c.prepare_cached(TRAIL_QUERY).await?;
         let types: Option<Vec<&str>> = types.map(|t| t.iter().map(String::as_str).collect());
-        let rows = c.query(&stmt, &[&id, &from, &to, &types]).await?;
-        let mut events: Vec<TrailEvent> = rows
-            .iter()
-            .map(|r| TrailEvent {
-                type_name: r.get(0),
-                txid: r.get(1),
-                ts: r.get(2),
-                ids: r.get(3),
-            })
-            .collect();
-        let wide: Vec<usize> = (0..events.len())
-            .filter(|i| events[*i].ids.is_empty())
-            .collect();
-        if !wide.is_empty() {
-            let under: Vec<String> = wide.iter().map(|i| rows[*i].get(4)).collect();
-            let ts: Vec<i64> = wide.iter().map(|i| events[*i].ts).collect();
-            let ty: Vec<&str> = wide.iter().map(|i| events[*i].type_name.as_str()).collect();
-            let tx: Vec<&str> = wide.iter().map(|i| events[*i].txid.as_str()).collect();
-            let lists = c.query(store::WIDE_QUERY, &[&under, &ts, &ty, &tx]).await?;
-            let mut by_key: std::collections::HashMap<(i64, String, String), Vec<String>> = lists
-                .iter()
-                .map(|r| ((r.get(1), r.get(2), r.get(3)), r.get(4)))
-                .collect();
-            for i in wide {
-                let e = &mut events[i];
-                let key = (e.ts, e.type_name.clone(), e.txid.clone());
-                e.ids = by_key.remove(&key).unwrap_or_default();
-            }
-        }
-        Ok(events)
+        self.run(async |c| trail(c, id, from, to, &types).await)
+            .await
     }
 
     /// The profile process's clock as saved (the default `at`), if any.
     pub async fn clock(&self) -> Result<Option<i64>, ReadError> {
-        let c = self.pool.get().await?;
-        Ok(store::clock(&**c).await?)
+        self.run(async |c| Ok(store::clock(&***c).await?)).await
     }
+}
+
+/// A trail read on one connection (both of its queries on the same server).
+async fn trail(
+    c: &Object,
+    id: &str,
+    from: i64,
+    to: i64,
+    types: &Option<Vec<&str>>,
+) -> Result<Vec<TrailEvent>, ReadError> {
+    let stmt = c.prepare_cached(TRAIL_QUERY).await?;
+    let rows = c.query(&stmt, &[&id, &from, &to, types]).await?;
+    let mut events: Vec<TrailEvent> = rows
+        .iter()
+        .map(|r| TrailEvent {
+            type_name: r.get(0),
+            txid: r.get(1),
+            ts: r.get(2),
+            ids: r.get(3),
+        })
+        .collect();
+    let wide: Vec<usize> = (0..events.len())
+        .filter(|i| events[*i].ids.is_empty())
+        .collect();
+    if !wide.is_empty() {
+        let under: Vec<String> = wide.iter().map(|i| rows[*i].get(4)).collect();
+        let ts: Vec<i64> = wide.iter().map(|i| events[*i].ts).collect();
+        let ty: Vec<&str> = wide.iter().map(|i| events[*i].type_name.as_str()).collect();
+        let tx: Vec<&str> = wide.iter().map(|i| events[*i].txid.as_str()).collect();
+        let lists = c.query(store::WIDE_QUERY, &[&under, &ts, &ty, &tx]).await?;
+        let mut by_key: std::collections::HashMap<(i64, String, String), Vec<String>> = lists
+            .iter()
+            .map(|r| ((r.get(1), r.get(2), r.get(3)), r.get(4)))
+            .collect();
+        for i in wide {
+            let e = &mut events[i];
+            let key = (e.ts, e.type_name.clone(), e.txid.clone());
+            e.ids = by_key.remove(&key).unwrap_or_default();
+        }
+    }
+    Ok(events)
 }
 
 fn profile(

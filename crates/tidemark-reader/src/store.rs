@@ -124,3 +124,14 @@ pub(crate) async fn clock(c: &impl GenericClient) -> Result<Option<i64>, tokio_p
         .await?;
     Ok(r.get(0))
 }
+
+/// Whether the server is a streaming standby, and how far behind its
+/// primary in ms (0 while it has replayed all it received and still
+/// streams; else the age of the last transaction it replayed; NULL on a
+/// primary). The same expression as `tidemark.profile_status.replica_lag_ms`.
+pub const LAG_QUERY: &str = "SELECT pg_is_in_recovery(),
+    CASE WHEN NOT pg_is_in_recovery() THEN NULL
+         WHEN EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming')
+              AND pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
+         ELSE (extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()) * 1000)::bigint
+    END";
