@@ -175,9 +175,9 @@ impl Cluster {
     }
 
     /// Starts this home's hot standby (made first if needed): the primary
-    /// is switched to `wal_level = replica` (a restart, once; its WAL then
-    /// grows with every logged write, and keeps 1 GB for a standby that
-    /// falls behind) and must be running. Returns whether the standby was
+    /// is switched to `wal_level = replica` (a restart, once; WAL then
+    /// also carries bulk loads `minimal` skips, and 1 GB of it is kept for a
+    /// standby that falls behind) and must be running. Returns whether the standby was
     /// started by this call.
     pub fn start_standby(&self) -> Result<bool, ClusterError> {
         let marker = self.home.join(REPLICATION_MARKER);
