@@ -47,7 +47,6 @@ pub enum Action {
 pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
     let home = home.unwrap_or_else(Cluster::default_home);
     let cluster = Cluster::new(&home)?;
-    let pick = |standby: bool| [cluster.clone(), cluster.standby()][usize::from(standby)].clone();
     match action {
         Action::Up {
             port,
@@ -77,14 +76,14 @@ pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
             }
         }
         Action::Down { standby } => {
-            let cluster = pick(standby);
+            let cluster = cluster.or_standby(standby);
             let was = cluster.down()?;
             eprintln!(
                 "tidemark db: {}",
                 if was { "stopped" } else { "was not running" }
             );
         }
-        Action::Status { standby } => match pick(standby).status()? {
+        Action::Status { standby } => match cluster.or_standby(standby).status()? {
             Status::Running { url } => println!("running {url}"),
             Status::Stopped => {
                 println!("stopped");
@@ -98,7 +97,7 @@ pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
         Action::Url { database, standby } => match (database, standby) {
             (None, false) => println!("{}", url(&cluster)?),
             (None, true) => println!("{}", cluster.standby().url()),
-            (Some(d), s) => println!("{}", pick(s).url_for(&d)),
+            (Some(d), s) => println!("{}", cluster.or_standby(s).url_for(&d)),
         },
     }
     Ok(())

@@ -91,12 +91,7 @@ pub fn run(args: Offline) -> anyhow::Result<()> {
         if args.alpha.or(args.beta).or(args.l1).or(args.l2).is_some() {
             t.tuning = None;
         }
-        let p = over(Params {
-            alpha: t.alpha,
-            beta: t.beta,
-            l1: t.l1,
-            l2: t.l2,
-        });
+        let p = over(Params::from(&*t));
         (t.alpha, t.beta, t.l1, t.l2) = (p.alpha, p.beta, p.l1, p.l2);
     }
     let name = (args.target.clone())

@@ -134,7 +134,7 @@ pub fn evaluate(
         }
         let e = per.entry(r.target.clone()).or_default();
         let model = &with.targets[&r.target].0;
-        if let [_, _, ..] = model.settings() {
+        if model.settings().len() > 1 {
             let p = model.params();
             let now = (p.alpha, p.l2);
             let t = e.tuned.get_or_insert_with(|| Tuned {

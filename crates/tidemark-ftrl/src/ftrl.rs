@@ -49,6 +49,31 @@ impl Params {
     }
 }
 
+impl From<&Target> for Params {
+    /// The settings a checkpoint's target predicts with.
+    fn from(t: &Target) -> Params {
+        let (alpha, beta, l1, l2) = (t.alpha, t.beta, t.l1, t.l2);
+        Params {
+            alpha,
+            beta,
+            l1,
+            l2,
+        }
+    }
+}
+
+impl From<&Candidate> for Params {
+    fn from(c: &Candidate) -> Params {
+        let (alpha, beta, l1, l2) = (c.alpha, c.beta, c.l1, c.l2);
+        Params {
+            alpha,
+            beta,
+            l1,
+            l2,
+        }
+    }
+}
+
 /// One logistic model, or several settings of it learning side by side on
 /// the same rows (a grid, see [`crate::Grid`]): each setting keeps its own
 /// `z` and `n`, and the model predicts with the one whose recent progressive
@@ -93,6 +118,9 @@ struct Tuner {
     switches: u64,
     last_switch: Option<u64>,
 }
+
+/// Floats allocated past the cells, so they can start on a 64-byte boundary.
+const PAD: usize = 16;
 
 /// The most settings one model learns side by side (a cell of 8 lanes of z
 /// and n is one 64-byte cache line).
@@ -204,7 +232,7 @@ impl Ftrl {
             _ => 8,
         };
         // Zeroed memory is mapped lazily: untouched slots cost nothing.
-        let zn = vec![0.0f32; slots * 2 * lanes + 16];
+        let zn = vec![0.0f32; slots * 2 * lanes + PAD];
         let base = (64 - zn.as_ptr() as usize % 64) % 64 / 4;
         let lane = |j: usize| settings.get(j).unwrap_or(&settings[0]);
         let coef = [
@@ -380,15 +408,21 @@ impl Ftrl {
         p
     }
 
-    /// Setting `j`'s touched coordinates `(index, z, n)`.
-    fn state(&self, j: usize) -> Vec<(u32, f32, f32)> {
-        let l = self.lanes;
-        self.zn[self.base..]
-            .chunks_exact(2 * l)
-            .enumerate()
-            .filter(|(_, c)| c[l + j] > 0.0)
-            .map(|(i, c)| (i as u32, c[j], c[l + j]))
-            .collect()
+    /// Every setting's touched coordinates `(index, z, n)`, in one pass over
+    /// the cells (a pass per setting would read the whole model each time).
+    fn states(&self) -> Vec<Vec<(u32, f32, f32)>> {
+        let (l, k) = (self.lanes, self.settings.len());
+        let slots = (self.zn.len() - PAD) / (2 * l);
+        let mut out = vec![Vec::new(); k];
+        let cells = self.zn[self.base..self.base + slots * 2 * l].chunks_exact(2 * l);
+        for (i, c) in cells.enumerate() {
+            for (j, state) in out.iter_mut().enumerate() {
+                if c[l + j] > 0.0 {
+                    state.push((i as u32, c[j], c[l + j]));
+                }
+            }
+        }
+        out
     }
 
     /// The model as a checkpoint target: the weights, settings and state of
@@ -396,7 +430,8 @@ impl Ftrl {
     pub fn to_target(&self, name: &str, metrics: serde_json::Value) -> Target {
         let c = self.tuner.chosen;
         let p = self.settings[c];
-        let state = self.state(c);
+        let mut states = self.states();
+        let state = std::mem::take(&mut states[c]);
         let weights = state
             .iter()
             .map(|&(i, z, n)| (i, Ftrl::weight(&p, z, n.sqrt())))
@@ -412,14 +447,14 @@ impl Ftrl {
                 .settings
                 .iter()
                 .zip(&self.tuner.loss)
-                .enumerate()
-                .map(|(j, (s, &loss))| Candidate {
+                .zip(states)
+                .map(|((s, &loss), state)| Candidate {
                     alpha: s.alpha,
                     beta: s.beta,
                     l1: s.l1,
                     l2: s.l2,
                     loss,
-                    state: if j == c { Vec::new() } else { self.state(j) },
+                    state,
                 })
                 .collect(),
         });
@@ -441,25 +476,10 @@ impl Ftrl {
 
     /// Resumes from a checkpoint target (its own settings win).
     pub fn from_target(t: &Target, slots: usize) -> Ftrl {
-        let own = Params {
-            alpha: t.alpha,
-            beta: t.beta,
-            l1: t.l1,
-            l2: t.l2,
-        };
         let mut m = match &t.tuning {
-            None => Ftrl::new(own, slots),
+            None => Ftrl::new(Params::from(t), slots),
             Some(u) => {
-                let settings = u
-                    .candidates
-                    .iter()
-                    .map(|c| Params {
-                        alpha: c.alpha,
-                        beta: c.beta,
-                        l1: c.l1,
-                        l2: c.l2,
-                    })
-                    .collect();
+                let settings = u.candidates.iter().map(Params::from).collect();
                 let mut m = Ftrl::grid(settings, u.chosen, u.half_life, slots);
                 m.tuner.decayed_rows = u.decayed_rows;
                 m.tuner.switches = u.switches;
@@ -629,7 +649,7 @@ mod tests {
             grid.update(x, *y);
         }
         for (j, m) in alone.iter().enumerate() {
-            assert_eq!(grid.state(j), m.state(0));
+            assert_eq!(grid.states()[j], m.states()[0]);
         }
     }
 

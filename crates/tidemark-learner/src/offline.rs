@@ -179,12 +179,7 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Ftrl), OfflineE
     if files.is_empty() {
         return Err(OfflineError::NoInput);
     }
-    let params = opts.start.as_ref().map_or(opts.params, |t| Params {
-        alpha: t.alpha,
-        beta: t.beta,
-        l1: t.l1,
-        l2: t.l2,
-    });
+    let params = opts.start.as_ref().map_or(opts.params, Params::from);
     params.validate().map_err(OfflineError::Settings)?;
     let hashing = &opts.hashing;
     let bias = hashing.bias_index();

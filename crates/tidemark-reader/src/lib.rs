@@ -205,7 +205,9 @@ impl Reader {
     /// Reads go to these hot standbys of the database (each with as many
     /// connections), in turn, while one lags its primary by at most
     /// `max_lag`; to the primary when none does or is reachable. A replica
-    /// that errs is skipped for 5 s and the read is made again on the primary.
+    /// that cannot be reached, drops the connection or cancels the read
+    /// (a conflict with its replay) is skipped for 5 s and the read is made
+    /// again on the primary; an error the query itself causes is returned.
     pub fn with_replicas(mut self, urls: &[&str], max_lag: Duration) -> Result<Reader, ReadError> {
         let connections = self.pool.status().max_size;
         self.replicas = Arc::new(
@@ -217,7 +219,8 @@ impl Reader {
         Ok(self)
     }
 
-    /// Where the last successful read was served, and the lag seen there.
+    /// Where the last successful read was served, and the lag seen there
+    /// (`None` before the first, and always without replicas).
     pub fn last_served(&self) -> Option<Served> {
         *self.served.lock().expect("served")
     }
@@ -240,7 +243,8 @@ impl Reader {
     }
 
     /// Runs `f` on a connection from [`Reader::client`]; if a replica's
-    /// fails, once more on the primary.
+    /// fails for the server's sake (not the query's), once more on the
+    /// primary.
     async fn run<T>(
         &self,
         f: impl AsyncFn(&Object) -> Result<T, ReadError>,
@@ -248,15 +252,18 @@ impl Reader {
         let (c, served) = self.client().await?;
         let (v, served) = match (f(&c).await, served) {
             (Ok(v), s) => (v, s),
-            (Err(_), Served::Replica { index, .. }) => {
+            (Err(e), Served::Replica { index, .. }) if replicas::server_trouble(&e) => {
                 self.replicas[index].away();
                 drop(c);
                 let c = self.pool.get().await?;
                 (f(&c).await?, Served::Primary)
             }
-            (Err(e), Served::Primary) => return Err(e),
+            (Err(e), _) => return Err(e),
         };
-        *self.served.lock().expect("served") = Some(served);
+        // Without replicas every read is the primary's: no shared lock per read.
+        if !self.replicas.is_empty() {
+            *self.served.lock().expect("served") = Some(served);
+        }
         Ok(v)
     }
 

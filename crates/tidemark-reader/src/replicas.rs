@@ -24,6 +24,20 @@ pub enum Served {
     },
 }
 
+/// Whether a read failed for the server's sake (unreachable, connection
+/// lost, shutting down, out of resources, or cancelled by a conflict with
+/// replay), so the primary may answer it, rather than for the query's.
+pub(crate) fn server_trouble(e: &ReadError) -> bool {
+    match e {
+        ReadError::Url(_) => false,
+        ReadError::Pool(_) => true,
+        ReadError::Db(e) => e.code().is_none_or(|c| {
+            let c = c.code();
+            c == "40001" || ["08", "53", "57"].iter().any(|class| c.starts_with(class))
+        }),
+    }
+}
+
 /// How long a replica that erred is skipped.
 const AWAY: Duration = Duration::from_secs(5);
 /// How long a lag reading is trusted.

@@ -169,9 +169,13 @@ impl Cluster {
         }
     }
 
-    /// Whether this handle is a standby's.
-    pub fn is_standby(&self) -> bool {
-        self.standby
+    /// This home's standby when `standby`, else this cluster.
+    pub fn or_standby(&self, standby: bool) -> Cluster {
+        if standby {
+            self.standby()
+        } else {
+            self.clone()
+        }
     }
 
     /// Starts this home's hot standby (made first if needed): the primary
@@ -458,6 +462,14 @@ impl Cluster {
 
     /// Stops the server and deletes the cluster's files.
     pub fn destroy(&self) -> Result<(), ClusterError> {
+        if !self.standby {
+            // A standby copied from this cluster cannot follow a new one.
+            self.standby().destroy()?;
+            let marker = self.home.join(REPLICATION_MARKER);
+            if marker.exists() {
+                fs::remove_file(&marker).map_err(io_err(&marker))?;
+            }
+        }
         self.down()?;
         for dir in [self.dir.clone(), self.socket_dir()] {
             if dir.exists() {
