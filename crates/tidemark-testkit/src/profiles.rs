@@ -21,7 +21,7 @@ pub fn stream(seed: u64, events: usize, now: i64) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     for n in 0..events {
         let t = types[[0, 0, 0, 0, 1, 1, 2][rng.below(7) as usize]];
-        let created = now - 6 * HOUR + rng.below(6 * HOUR as u64) as i64;
+        let created = clear_of_horizons(now - 6 * HOUR + rng.below(6 * HOUR as u64) as i64, now);
         let txid = Txid::new(u128::from(rng.next()) << 16 | n as u128, created as u64);
         // Out of order: ts anywhere in the hour after creation, up to now.
         let ts = (created + rng.below(HOUR as u64) as i64).min(now);
@@ -65,6 +65,21 @@ pub fn stream(seed: u64, events: usize, now: i64) -> Vec<(String, String)> {
         "not json".into(),
     ));
     out
+}
+
+/// Moves a creation time a minute away from the default `dedup` horizons
+/// (impression 1 h, click 3 h behind `now`). The oracle judges staleness at
+/// the test's `now`, a wall-clock process a little later: an event created
+/// within those seconds of a horizon would be fresh for one and stale for
+/// the other, a race of the test, not a fault of either.
+fn clear_of_horizons(created: i64, now: i64) -> i64 {
+    const MINUTE: i64 = 60_000;
+    for horizon in [now - HOUR, now - 3 * HOUR] {
+        if (created - horizon).abs() < MINUTE {
+            return horizon + MINUTE;
+        }
+    }
+    created
 }
 
 /// What the process must end with after receiving `messages` in order, all
@@ -282,7 +297,8 @@ pub fn link_stream(seed: u64, events: usize, now: i64) -> Vec<(String, String)> 
     for n in 0..events {
         let t = ["impression", "impression", "click"][rng.below(3) as usize];
         if t == "click" {
-            let created = now - 5 * HOUR + rng.below(5 * HOUR as u64) as i64;
+            let created =
+                clear_of_horizons(now - 5 * HOUR + rng.below(5 * HOUR as u64) as i64, now);
             let txid = Txid::new(u128::from(rng.next()) << 16 | n as u128, created as u64);
             let ts = (created + rng.below(HOUR as u64) as i64).min(now);
             let payload = format!(
