@@ -4,10 +4,12 @@
 each learner's predictions, wall time around each run (VW's includes parsing
 its text file, Tidemark's its TSV).
 
-Runs: Tidemark at its defaults (the grid of 8 settings side by side), Tidemark
-with one setting (the grid's centre), VW at its own defaults (`--ftrl` alone),
-VW at SPEC 8's settings, VW at each setting of the same grid (its best is
-picked after the fact), and VW given the setting Tidemark's grid chose.
+Runs: Tidemark at its defaults (the grid of 8 settings side by side: 7
+learning rates and the label rate alone), Tidemark with one setting (the
+grid's centre), the online constant (the running label rate, computed here),
+VW at its own defaults (`--ftrl` alone), VW at SPEC 8's settings, VW at each
+learning rate of the same grid (its best is picked after the fact), and VW
+given the setting Tidemark's grid chose (unless that is the label rate).
 
 Usage: learner_tuning.py DATA TIDEMARK_BIN WORKDIR [--header] [tidemark flags...]
 The flags (e.g. --bits 20 --alpha 0.15 --cross a,b --transform n=log1p) go to
@@ -48,7 +50,7 @@ crossed = sorted({c for pair in crosses for c in pair})
 space = {c: "ghijklmnopqrstuvwxyz"[k] for k, c in enumerate(crossed)}
 quadratic = " ".join(f"-q {space[a]}{space[b]}" for a, b in crosses)
 base = dict(alpha=flag("--alpha", 0.1), beta=flag("--beta", 1.0), l1=flag("--l1", 1.0), l2=flag("--l2", 1.0))
-GRID_ALPHA, GRID_L2 = [0.0625, 0.25, 1.0, 4.0], [1.0, 16.0]
+GRID_ALPHA, GRID_L2 = [0.0625, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0], [1.0]
 
 # Labels, and VW's text file.
 stem = os.path.join(work, os.path.basename(data))
@@ -124,7 +126,8 @@ def run_tidemark(name, extra):
     secs = time.time() - t0
     j = json.loads(out)
     c = j["chosen"]
-    return report(name, preds, secs, f"chose alpha {c['alpha']:g} l2 {c['l2']:g}, {j['switches']} switches"), c
+    what = "the label rate alone" if c["l1"] >= 1e30 else f"alpha {c['alpha']:g} l2 {c['l2']:g}"
+    return report(name, preds, secs, f"chose {what}, {j['switches']} switches"), c
 
 
 from vowpalwabbit import Workspace  # noqa: E402
@@ -147,6 +150,10 @@ def ftrl(alpha, beta, l1, l2):
 print(f"{data}: {n} rows, label rate {y.mean():.5f}, bits {bits}, base {base}")
 tm, chosen = run_tidemark("tidemark (defaults: grid of 8)", [])
 run_tidemark("tidemark (one setting)", ["--tune-alpha", "1", "--tune-l2", "1"])
+constant = stem + ".constant.preds"
+ones = np.concatenate([[0.0], np.cumsum(y)[:-1]])
+np.savetxt(constant, (ones + 0.5) / (np.arange(n) + 1.0))
+online = report("online constant (running label rate)", constant, float("inf"))
 vw_default = run_vw("vw --ftrl (its defaults)", "--ftrl")
 run_vw("vw --ftrl (SPEC 8 settings)", ftrl(**base))
 grid = []
@@ -155,10 +162,14 @@ for a in GRID_ALPHA:
         s = dict(base, alpha=base["alpha"] * a, l2=base["l2"] * l)
         grid.append(run_vw(f"vw --ftrl alpha {s['alpha']:g} l2 {s['l2']:g}", ftrl(**s)))
 best = min(grid, key=lambda r: r["logloss"])
-winner = run_vw("vw --ftrl given tidemark's choice", ftrl(**dict(base, alpha=chosen["alpha"], l2=chosen["l2"])))
+# VW has no label rate to start from: given the rate alone, it is compared
+# with the online constant instead.
+winner = online if chosen["l1"] >= 1e30 else run_vw(
+    "vw --ftrl given tidemark's choice", ftrl(**dict(base, alpha=chosen["alpha"], l2=chosen["l2"])))
 vw_rate = np.mean([r["rows_per_s"] for r in grid])
 print(f"tidemark defaults vs VW's best of the grid ({best['name']}): "
       f"{100 * (tm['logloss'] / best['logloss'] - 1):+.3f}% logloss; "
       f"vs VW at its defaults: {100 * (tm['logloss'] / vw_default['logloss'] - 1):+.3f}%; "
-      f"vs VW given the choice: {100 * (tm['logloss'] / winner['logloss'] - 1):+.3f}%; "
+      f"vs {winner['name']}: {100 * (tm['logloss'] / winner['logloss'] - 1):+.3f}%; "
+      f"vs the online constant: {100 * (tm['logloss'] / online['logloss'] - 1):+.3f}%; "
       f"speed {tm['rows_per_s'] / vw_rate:.2f}x VW's mean over the grid")

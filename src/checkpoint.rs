@@ -101,7 +101,10 @@ fn show(path: &Path, json: bool) -> anyhow::Result<()> {
         if let Some(u) = &t.tuning {
             let rows = u.decayed_rows.max(1e-12);
             let grid: Vec<String> = (u.candidates.iter())
-                .map(|k| format!("{}/{}: {:.5}", k.alpha, k.l2, k.loss / rows))
+                .map(|k| match tidemark_ftrl::Params::from(k).is_rate_only() {
+                    true => format!("rate: {:.5}", k.loss / rows),
+                    false => format!("{}/{}: {:.5}", k.alpha, k.l2, k.loss / rows),
+                })
                 .collect();
             let last = u
                 .last_switch

@@ -22,7 +22,7 @@ pub struct Args {
     #[arg(long, default_value_t = 2_000)]
     persons: u32,
     /// Zipf exponent of persons' activity (0: every person equally active; 1.1 is skewed like real traffic)
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 1.1)]
     person_skew: f64,
     /// The learner's transform of the profile counters the bids carry: log1p,
     /// none (raw counts), clip(MIN, MAX) or buckets(B1, ...)

@@ -30,12 +30,15 @@ pub struct Offline {
     /// L2 regularisation: shrinks every weight towards 0 [default: 1]
     #[arg(long)]
     l2: Option<f64>,
-    /// Factors over alpha the pass tunes over, side by side (`1` alone: no tuning) [default: 0.0625,0.25,1,4]
+    /// Factors over alpha the pass tunes over, side by side (`1` alone, with --tune-l2 1: no tuning) [default: 0.0625,0.125,0.25,0.5,1,2,4]
     #[arg(long, value_delimiter = ',', value_name = "F,F,...")]
     tune_alpha: Option<Vec<f64>>,
-    /// Factors over l2 the pass tunes over (see --tune-alpha) [default: 1,16]
+    /// Factors over l2 the pass tunes over (see --tune-alpha) [default: 1]
     #[arg(long, value_delimiter = ',', value_name = "F,F,...")]
     tune_l2: Option<Vec<f64>>,
+    /// Leave the label rate alone out of the tuning (it predicts first otherwise)
+    #[arg(long)]
+    no_tune_rate: bool,
     /// Hash seed [default: 0]
     #[arg(long)]
     seed: Option<u32>,
@@ -103,6 +106,7 @@ pub fn run(args: Offline) -> anyhow::Result<()> {
         grid: Grid {
             alpha: args.tune_alpha.unwrap_or_else(|| Grid::default().alpha),
             l2: args.tune_l2.unwrap_or_else(|| Grid::default().l2),
+            rate: !args.no_tune_rate,
             ..Grid::default()
         },
         header: args.header,

@@ -61,6 +61,9 @@ pub struct Args {
     /// Synthetic market: read each bid's person's counters from this profile database before publishing it, and add them to its features (SPEC 11)
     #[arg(long)]
     profiles: Option<String>,
+    /// With --profiles: also add the person's master identifier to each bid's features as `person` (a categorical feature)
+    #[arg(long, requires = "profiles")]
+    profile_person: bool,
     /// With --profiles: hot standbys to read them from
     #[command(flatten)]
     replicas: crate::trail::Replicas,
@@ -112,6 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         sndhwm: args.sndhwm,
         profiles: args.profiles,
         profile_replicas: args.replicas.urls.clone(),
+        profile_person: args.profile_person,
         max_lag: args.replicas.max_lag()?,
         truth: args.truth,
         metrics_addr: args.metrics_addr,

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use crate::store::Scored;
 use serde_json::{Map, Value};
-use tidemark_ftrl::Models;
+use tidemark_ftrl::{Models, Params};
 use tidemark_learner::Config;
 
 /// One decile of predictions (equal row counts, by predicted probability).
@@ -42,6 +42,9 @@ pub struct TargetEval {
     pub auc: f64,
     /// The same learner, without the profile features.
     pub without_profiles_logloss: f64,
+    /// The same learner, without the profile counters only (the rest of
+    /// the profile's features kept).
+    pub without_counters_logloss: f64,
     /// The truth's logloss on the rows it knows (the floor), and on how many.
     pub truth_logloss: Option<f64>,
     /// Rows the truth knows.
@@ -71,12 +74,13 @@ pub struct TargetEval {
 /// What a self-tuning target chose during the replay.
 #[derive(Debug, Clone, Default)]
 pub struct Tuned {
-    /// `(alpha, l2)` predicting at the end.
-    pub chosen: (f64, f64),
+    /// The setting predicting at the end.
+    pub chosen: Params,
     /// Settings in the grid.
     pub settings: usize,
-    /// Each change: (seconds since the demo started, the target's row, alpha, l2).
-    pub switches: Vec<(f64, usize, f64, f64)>,
+    /// Each change: (seconds since the demo started, the target's row, the
+    /// setting taking over).
+    pub switches: Vec<(f64, usize, Params)>,
 }
 
 /// Per-row results of one target's replay.
@@ -85,23 +89,24 @@ struct Rows {
     tuned: Option<Tuned>,
     p: Vec<f64>,
     without: Vec<f64>,
+    no_counters: Vec<f64>,
     truth: Vec<Option<f64>>,
     label: Vec<bool>,
     emitted_ms: Vec<i64>,
 }
 
-/// Replays `rows` through `config`'s learner with and without the features
-/// named in `profile`; times are reported from `t0_ms`.
+/// Replays `rows` through `config`'s learner with the features named in
+/// `profile`, without them, and without those of them named in `counters`;
+/// times are reported from `t0_ms`.
 pub fn evaluate(
     rows: &[Scored],
     config: &Config,
-    profile: &[String],
+    (profile, counters): (&[String], &[String]),
     t0_ms: i64,
 ) -> anyhow::Result<BTreeMap<String, TargetEval>> {
-    let mut with =
-        Models::new(config.hashing.clone(), config.window).with_grid(config.grid.clone());
-    let mut without =
-        Models::new(config.hashing.clone(), config.window).with_grid(config.grid.clone());
+    let models =
+        || Models::new(config.hashing.clone(), config.window).with_grid(config.grid.clone());
+    let (mut with, mut without, mut no_counters) = (models(), models(), models());
     let mut per: BTreeMap<String, Rows> = BTreeMap::new();
     // p_install per impression (the ctr row's transaction), and the
     // transactions that installed within the long window.
@@ -118,6 +123,9 @@ pub fn evaluate(
         let install_with = (r.target == "ctr" && r.settled)
             .then(|| cvr(&with, &f).map(|c| p * c))
             .flatten();
+        let mut g = f.clone();
+        g.retain(|k, _| !counters.contains(k));
+        let c = no_counters.learn(&r.target, || config.params(&r.target), &g, r.label);
         f.retain(|k, _| !profile.contains(k));
         let q = without.learn(&r.target, || config.params(&r.target), &f, r.label);
         if let Some(pi) = install_with {
@@ -135,8 +143,7 @@ pub fn evaluate(
         let e = per.entry(r.target.clone()).or_default();
         let model = &with.targets[&r.target].0;
         if model.settings().len() > 1 {
-            let p = model.params();
-            let now = (p.alpha, p.l2);
+            let now = model.params();
             let t = e.tuned.get_or_insert_with(|| Tuned {
                 chosen: now,
                 settings: model.settings().len(),
@@ -144,12 +151,13 @@ pub fn evaluate(
             });
             if t.chosen != now {
                 let s = (r.emitted_ms - t0_ms) as f64 / 1000.0;
-                t.switches.push((s, e.p.len(), now.0, now.1));
+                t.switches.push((s, e.p.len(), now));
                 t.chosen = now;
             }
         }
         e.p.push(p);
         e.without.push(q);
+        e.no_counters.push(c);
         e.truth.push(r.truth);
         e.label.push(r.label);
         e.emitted_ms.push(r.emitted_ms);
@@ -212,6 +220,7 @@ fn figures(r: &Rows, t0_ms: i64) -> TargetEval {
         logloss,
         auc: tidemark_ftrl::auc(&mut pairs),
         without_profiles_logloss: ll(&r.without),
+        without_counters_logloss: ll(&r.no_counters),
         truth_logloss: truth,
         truth_rows: known.len(),
         baseline_logloss: baseline,

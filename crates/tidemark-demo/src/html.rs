@@ -71,8 +71,8 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
             ""
         }
     );
-    h.push_str(r#"<h2>Targets</h2><p class="note">Progressive validation: each observation is predicted before it is learned, in emission order. <i>truth</i> is the market's own probability of each row's label (the floor); <i>baseline</i> predicts the label rate everywhere (in hindsight); <i>online constant</i> predicts before each row the label rate of the rows before it, as a learner without features would; <i>p_install</i> is the bidder's figure, ctr × (cvr_short + cvr_long) predicted for each impression from the same pass, labelled by an install within the long window; <i>gap closed</i> is the learner's share of the distance from baseline to truth; <i>no profiles</i> is the same learner on the same rows without the profile counters the bids carried.</p>
-<table><tr><th>target</th><th>rows</th><th>label rate</th><th>logloss</th><th>AUC</th><th>truth</th><th>baseline</th><th>online constant</th><th>gap closed</th><th>no profiles</th><th>profile lift</th><th>online learner</th></tr>"#);
+    h.push_str(r#"<h2>Targets</h2><p class="note">Progressive validation: each observation is predicted before it is learned, in emission order. <i>truth</i> is the market's own probability of each row's label (the floor); <i>baseline</i> predicts the label rate everywhere (in hindsight); <i>online constant</i> predicts before each row the label rate of the rows before it, as a learner without features would; <i>p_install</i> is the bidder's figure, ctr × (cvr_short + cvr_long) predicted for each impression from the same pass, labelled by an install within the long window; <i>gap closed</i> is the learner's share of the distance from baseline to truth; <i>no profiles</i> is the same learner on the same rows without what the bidder read from the profiles (the counters and the person); <i>counters' lift</i> is what the counters alone saved, the person kept.</p>
+<table><tr><th>target</th><th>rows</th><th>label rate</th><th>logloss</th><th>AUC</th><th>truth</th><th>baseline</th><th>online constant</th><th>gap closed</th><th>no profiles</th><th>profile lift</th><th>counters' lift</th><th>online learner</th></tr>"#);
     let targets: Vec<String> = v["targets"]
         .as_object()
         .map(|m| m.keys().cloned().collect())
@@ -81,7 +81,7 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
         let k = |f: &str| format!("targets/{t}/{f}");
         let _ = write!(
             h,
-            "<tr><td>{}</td>{}{}{}{}{}{}{}{}{}{}{}</tr>",
+            "<tr><td>{}</td>{}{}{}{}{}{}{}{}{}{}{}{}</tr>",
             esc(t),
             cell(v, &k("rows"), 0),
             cell(v, &k("label_rate"), 5),
@@ -93,6 +93,7 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
             cell(v, &k("gap_closed"), 3),
             cell(v, &k("without_profiles_logloss"), 5),
             cell(v, &k("profile_lift"), 5),
+            cell(v, &k("counter_lift"), 5),
             cell(v, &k("online_logloss"), 5),
         );
     }
@@ -102,11 +103,13 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
         .filter_map(|t| {
             let u = &v["targets"][t]["tuning"];
             let n = u["switches"].as_array()?.len();
+            let chosen = match u["rate_only"].as_bool() {
+                Some(true) => "the label rate alone".to_owned(),
+                _ => format!("alpha {} and l2 {}", u["alpha"], u["l2"]),
+            };
             Some(format!(
-                "{}: alpha {} and l2 {} of {} settings ({n} switches)",
+                "{}: {chosen} of {} settings ({n} switches)",
                 esc(t),
-                u["alpha"],
-                u["l2"],
                 u["settings"]
             ))
         })
@@ -305,13 +308,13 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
         .map(|(k, (t, x))| (t.as_str(), *x, COLORS[k % 6]))
         .collect();
     h.push_str(&bars(
-        "Profile lift: logloss saved by the profile counters",
+        "Profile lift: logloss saved by what the bidder read from the profiles",
         "% of the logloss without them (higher is better)",
         &items,
     ));
     let _ = write!(
         h,
-        r#"</div><p class="note">Profile counters the bids carried: {}.</p><script type="application/json" id="report">{}</script></body></html>"#,
+        r#"</div><p class="note">Profile features the bids carried: {}.</p><script type="application/json" id="report">{}</script></body></html>"#,
         esc(&v["profile_features"].to_string()),
         v.to_string().replace("</", "<\\/")
     );

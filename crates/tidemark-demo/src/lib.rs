@@ -216,6 +216,7 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
     let opts = PublishOptions {
         profiles: Some(url.clone()),
         profile_replicas: Vec::new(),
+        profile_person: true,
         max_lag: Duration::ZERO,
         truth: Some(truth_file.clone()),
         metrics_addr: None,
@@ -332,13 +333,15 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
         })
         .unwrap_or_default();
     let config = tidemark_learner::Config::from_toml(&learn_text)?;
-    let features: Vec<String> = COUNTERS.iter().map(|c| c.0.to_owned()).collect();
+    let counters: Vec<String> = COUNTERS.iter().map(|c| c.0.to_owned()).collect();
+    // What the bidder read from the profile: the counters and the person.
+    let features: Vec<String> = counters.iter().cloned().chain(["person".into()]).collect();
     let (targets, delays, bridging) = rt.block_on(async {
         let c = tidemark_store::connect(&url).await?;
         let tsv = std::fs::read(&truth_file).with_context(|| truth_file.display().to_string())?;
         crate::store::load_truth(&c, tsv).await?;
         let rows = crate::store::scored(&c).await?;
-        let targets = evaluate::evaluate(&rows, &config, &features, t0_ms)?;
+        let targets = evaluate::evaluate(&rows, &config, (&features, &counters), t0_ms)?;
         let delays = crate::store::delays(&c).await?;
         let ids = tidemark_profiles::store::identifiers(&c).await?;
         let persons = ids

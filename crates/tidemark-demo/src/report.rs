@@ -74,15 +74,19 @@ pub fn build(i: &Inputs) -> Value {
                 "gap_closed": t.gap_closed.map_or(Value::Null, num),
                 "without_profiles_logloss": num(t.without_profiles_logloss),
                 "profile_lift": num(t.without_profiles_logloss - t.logloss),
+                "without_counters_logloss": num(t.without_counters_logloss),
+                "counter_lift": num(t.without_counters_logloss - t.logloss),
                 "online_logloss": i.online.get(name).copied().map_or(Value::Null, num),
                 "calibration": deciles(&t.calibration),
                 "calibration_all": deciles(&t.calibration_all),
                 "calibration_without_profiles": deciles(&t.calibration_without),
                 "over_time": over_time,
                 "tuning": t.tuning.as_ref().map(|u| json!({
-                    "alpha": num(u.chosen.0), "l2": num(u.chosen.1), "settings": u.settings,
+                    "alpha": num(u.chosen.alpha), "l2": num(u.chosen.l2),
+                    "rate_only": u.chosen.is_rate_only(), "settings": u.settings,
                     "switches": u.switches.iter()
-                        .map(|(s, row, a, l)| json!({"seconds": num(*s), "row": row, "alpha": num(*a), "l2": num(*l)}))
+                        .map(|(s, row, p)| json!({"seconds": num(*s), "row": row, "alpha": num(p.alpha),
+                            "l2": num(p.l2), "rate_only": p.is_rate_only()}))
                         .collect::<Vec<_>>(),
                 })),
             }),
@@ -187,7 +191,7 @@ pub fn at(v: &Value, path: &str) -> Option<f64> {
 pub fn text(v: &Value) -> String {
     use std::fmt::Write as _;
     let mut s = format!(
-        "  {:<10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8} {:>12} {:>7}\n",
+        "  {:<10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8} {:>12} {:>8} {:>14}\n",
         "target",
         "rows",
         "rate",
@@ -198,7 +202,8 @@ pub fn text(v: &Value) -> String {
         "gap",
         "auc",
         "no profiles",
-        "lift"
+        "lift",
+        "counters' lift"
     );
     let Some(targets) = v["targets"].as_object() else {
         return s;
@@ -207,7 +212,7 @@ pub fn text(v: &Value) -> String {
         let g = |k: &str| at(v, &format!("targets/{name}/{k}")).unwrap_or(f64::NAN);
         let _ = writeln!(
             s,
-            "  {name:<10} {:>8} {:>8.5} {:>9.5} {:>9.5} {:>9.5} {:>9.5} {:>6.1}% {:>8.4} {:>12.5} {:>7.5}",
+            "  {name:<10} {:>8} {:>8.5} {:>9.5} {:>9.5} {:>9.5} {:>9.5} {:>6.1}% {:>8.4} {:>12.5} {:>8.5} {:>14}",
             g("rows"),
             g("label_rate"),
             g("logloss"),
@@ -218,6 +223,10 @@ pub fn text(v: &Value) -> String {
             g("auc"),
             g("without_profiles_logloss"),
             g("profile_lift"),
+            match g("counter_lift") {
+                x if x.is_nan() => "-".to_owned(),
+                x => format!("{x:.5}"),
+            },
         );
     }
     for (name, t) in targets {
@@ -228,9 +237,13 @@ pub fn text(v: &Value) -> String {
             u["switches"].as_array(),
         ) {
             let last = sw.last().and_then(|x| x["seconds"].as_f64());
+            let chosen = match u["rate_only"].as_bool() {
+                Some(true) => "the label rate alone".to_owned(),
+                _ => format!("alpha {a} l2 {l}"),
+            };
             let _ = writeln!(
                 s,
-                "  {name:<10} tuned over {} settings: alpha {a} l2 {l} at the end, {} switches{}",
+                "  {name:<10} tuned over {} settings: {chosen} at the end, {} switches{}",
                 u["settings"],
                 sw.len(),
                 last.map_or(String::new(), |x| format!(", the last {x:.0} s in"))

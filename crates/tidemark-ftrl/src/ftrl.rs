@@ -29,7 +29,25 @@ impl Default for Params {
     }
 }
 
+/// The L1 of the setting that is the label rate alone: no coordinate's
+/// evidence `|z|` ever reaches it, so every weight stays 0 and the setting
+/// predicts the running label rate ([`Ftrl::margin`]), the online constant.
+pub const RATE_ONLY_L1: f64 = 1e30;
+
 impl Params {
+    /// These settings with every weight held at 0 (see [`RATE_ONLY_L1`]).
+    pub fn rate_only(self) -> Params {
+        Params {
+            l1: RATE_ONLY_L1,
+            ..self
+        }
+    }
+
+    /// Whether these settings predict the label rate alone.
+    pub fn is_rate_only(&self) -> bool {
+        self.l1 >= RATE_ONLY_L1
+    }
+
     /// Checks the settings are usable: all finite and non-negative, `alpha` positive.
     pub fn validate(&self) -> Result<(), String> {
         for (name, v) in [
@@ -126,9 +144,12 @@ const PAD: usize = 16;
 /// and n is one 64-byte cache line).
 pub const MAX_SETTINGS: usize = 8;
 
-/// A setting changes only when another's recent loss is lower by this
-/// fraction, so two settings that learn alike do not trade places every row.
-const HYSTERESIS: f64 = 1e-3;
+/// Another setting takes over only once its decayed loss is lower by this
+/// many nats: the recent rows are e^5 ≈ 150 times likelier under it. On a
+/// thin target the settings' differences are noise for thousands of rows,
+/// and every switch made on noise costs; on a common one real differences
+/// reach this within a few hundred rows.
+const SWITCH_NATS: f64 = 5.0;
 
 impl Tuner {
     fn new(k: usize, chosen: usize, half_life: f64) -> Tuner {
@@ -156,7 +177,7 @@ impl Tuner {
             .enumerate()
             .min_by(|a, b| a.1.total_cmp(b.1))
             .expect("at least one setting");
-        if best != self.chosen && low < self.loss[self.chosen] * (1.0 - HYSTERESIS) {
+        if best != self.chosen && low < self.loss[self.chosen] - SWITCH_NATS {
             self.chosen = best;
             self.switches += 1;
             self.last_switch = Some(row);
@@ -627,14 +648,17 @@ mod tests {
             .collect()
     }
 
+    /// Four settings and the label rate alone.
     fn settings() -> Vec<Params> {
-        [(0.02, 1.0), (0.1, 1.0), (0.5, 1.0), (0.1, 20.0)]
+        let mut s: Vec<Params> = [(0.02, 1.0), (0.1, 1.0), (0.5, 1.0), (0.1, 20.0)]
             .map(|(alpha, l2)| Params {
                 alpha,
                 l2,
                 ..Params::default()
             })
-            .to_vec()
+            .to_vec();
+        s.push(Params::default().rate_only());
+        s
     }
 
     #[test]
@@ -655,14 +679,22 @@ mod tests {
 
     #[test]
     fn predicts_with_the_setting_of_lowest_decayed_loss() {
-        let rows = stream(11, 4000);
+        // A strong signal: the label rate is 5 % to 85 % by the first index.
+        let rows: Vec<_> = stream(11, 6000)
+            .into_iter()
+            .enumerate()
+            .map(|(i, (x, _))| {
+                let y = ((i * 2_654_435_761) >> 7) % 20 < 4 * (x[0].0 as usize % 5) + 1;
+                (x, y)
+            })
+            .collect();
         let half_life = 300.0;
-        let mut grid = Ftrl::grid(settings(), 1, half_life, 201);
+        let mut grid = Ftrl::grid(settings(), 4, half_life, 201);
         let mut alone: Vec<Ftrl> = settings().into_iter().map(|p| Ftrl::new(p, 201)).collect();
         // The rule written out: sums decayed by 2^(-1/half_life) per row; a
-        // switch needs a loss lower by 0.1 %.
+        // switch needs a loss lower by 5 nats.
         let d = 0.5f64.powf(1.0 / half_life);
-        let (mut loss, mut chosen, mut switches) = ([0f64; 4], 1, 0);
+        let (mut loss, mut chosen, mut switches) = ([0f64; 5], 4, 0);
         for (x, y) in &rows {
             let each: Vec<f64> = alone.iter_mut().map(|m| m.learn(x, *y)).collect();
             assert_eq!(grid.learn(x, *y), each[chosen]);
@@ -670,8 +702,8 @@ mod tests {
                 let q = p.clamp(1e-15, 1.0 - 1e-15);
                 *l = *l * d - if *y { q.ln() } else { (1.0 - q).ln() };
             }
-            let best = (0..4).fold(0, |b, j| if loss[j] < loss[b] { j } else { b });
-            if best != chosen && loss[best] < loss[chosen] * 0.999 {
+            let best = (0..5).fold(0, |b, j| if loss[j] < loss[b] { j } else { b });
+            if best != chosen && loss[best] < loss[chosen] - 5.0 {
                 chosen = best;
                 switches += 1;
             }
@@ -683,6 +715,29 @@ mod tests {
             "the stream should make the grid change its mind"
         );
         assert_eq!(grid.params(), settings()[chosen]);
+    }
+
+    #[test]
+    fn the_rate_alone_predicts_the_online_constant_and_keeps_a_thin_target_on_it() {
+        // Labels independent of the features: nothing to learn but the rate.
+        let rows: Vec<_> = stream(5, 3000)
+            .into_iter()
+            .enumerate()
+            .map(|(i, (x, _))| (x, (i * 7919) % 50 == 0))
+            .collect();
+        let mut rate = Ftrl::new(Params::default().rate_only(), 201);
+        let mut grid = Ftrl::grid(settings(), 4, 20_000.0, 201);
+        let (mut n, mut ones) = (0.0, 0.0);
+        for (x, y) in &rows {
+            let constant = (ones + 0.5) / (n + 1.0);
+            let p = rate.learn(x, *y);
+            assert!((p - constant).abs() < 1e-6, "{p} vs {constant}");
+            assert_eq!(grid.learn(x, *y), p);
+            (n, ones) = (n + 1.0, ones + f64::from(u8::from(*y)));
+        }
+        let t = grid.to_target("cvr", serde_json::Value::Null);
+        assert!(t.weights.is_empty(), "bidders get the rate alone");
+        assert!((t.margin - grid.margin()).abs() < 1e-6);
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The settings a target tunes over: its own learning rate and L2, each
-//! scaled by a few factors, every combination learning side by side.
+//! scaled by a few factors, every combination learning side by side, and
+//! the label rate alone, which a target predicts until a setting has shown
+//! its features do better.
 
 use crate::{Ftrl, Params, MAX_SETTINGS};
 
@@ -13,17 +15,22 @@ pub struct Grid {
     pub l2: Vec<f64>,
     /// Rows after which a row's loss counts half in the choice.
     pub half_life: f64,
+    /// Whether a grid of two or more settings also holds the label rate
+    /// alone ([`Params::rate_only`]), predicting first.
+    pub rate: bool,
 }
 
 impl Default for Grid {
     /// Eight settings (one cache line of state per coordinate): `alpha` ×
-    /// 1/16, ¼, 1, 4 and `l2` × 1, 16, chosen on a loss with a half-life of
-    /// 20,000 rows (docs/learner.md and docs/benchmarks.md say why).
+    /// 1/16, ⅛, ¼, ½, 1, 2, 4 and the label rate alone, chosen on a loss
+    /// with a half-life of 20,000 rows (docs/learner.md and
+    /// docs/benchmarks.md say why: `l2` mattered far less than `alpha`).
     fn default() -> Grid {
         Grid {
-            alpha: vec![0.0625, 0.25, 1.0, 4.0],
-            l2: vec![1.0, 16.0],
+            alpha: vec![0.0625, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0],
+            l2: vec![1.0],
             half_life: 20_000.0,
+            rate: true,
         }
     }
 }
@@ -35,7 +42,15 @@ impl Grid {
             alpha: vec![1.0],
             l2: vec![1.0],
             half_life: 20_000.0,
+            rate: false,
         }
+    }
+
+    /// Settings learning side by side: every combination of the factors,
+    /// and the label rate if `rate` and there are several.
+    pub fn settings_count(&self) -> usize {
+        let n = self.alpha.len() * self.l2.len();
+        n + usize::from(self.rate && n > 1)
     }
 
     /// Checks the grid is usable: positive finite factors, at most
@@ -51,12 +66,13 @@ impl Grid {
                 return Err(format!("{name}: factors must be positive numbers, got {f}"));
             }
         }
-        let n = self.alpha.len() * self.l2.len();
+        let n = self.settings_count();
         if n > MAX_SETTINGS {
             return Err(format!(
-                "{} alpha factors × {} l2 factors = {n} settings; at most {MAX_SETTINGS}",
+                "{} alpha factors × {} l2 factors{} = {n} settings; at most {MAX_SETTINGS}",
                 self.alpha.len(),
-                self.l2.len()
+                self.l2.len(),
+                if self.rate { " + the label rate" } else { "" },
             ));
         }
         if !(self.half_life.is_finite() && self.half_life >= 1.0) {
@@ -68,13 +84,12 @@ impl Grid {
         Ok(())
     }
 
-    /// The settings over `base`, `alpha` factor major, and the index of the
-    /// most cautious one (the smallest `alpha`, then the largest `l2`): it
-    /// predicts first, close to the label rate, until a bolder setting has
-    /// shown a lower loss, so a target with few rows does no worse than its
-    /// rate while evidence gathers.
+    /// The settings over `base`, `alpha` factor major, then the label rate,
+    /// and the index of the one predicting first: the label rate, else the
+    /// most cautious (the smallest `alpha`, then the largest `l2`). A target
+    /// with few rows so does no worse than its rate while evidence gathers.
     pub fn settings(&self, base: Params) -> (Vec<Params>, usize) {
-        let mut out = Vec::with_capacity(self.alpha.len() * self.l2.len());
+        let mut out = Vec::with_capacity(self.settings_count());
         let (mut first, mut caution) = (0, (f64::INFINITY, f64::NEG_INFINITY));
         for &a in &self.alpha {
             for &l in &self.l2 {
@@ -87,6 +102,10 @@ impl Grid {
                     ..base
                 });
             }
+        }
+        if self.settings_count() > out.len() {
+            first = out.len();
+            out.push(base.rate_only());
         }
         (out, first)
     }
@@ -107,12 +126,27 @@ mod tests {
         let base = Params::default();
         let (s, first) = Grid::default().settings(base);
         assert_eq!(s.len(), 8);
-        assert_eq!((s[first].alpha, s[first].l2), (0.00625, 16.0));
+        assert_eq!((first, s[first]), (7, base.rate_only()));
+        assert!(s[first].is_rate_only() && !base.is_rate_only());
         assert!(s.contains(&base));
-        assert_eq!(s[7].alpha, 0.4);
-        assert_eq!(s[7].l2, 16.0);
+        assert_eq!((s[0].alpha, s[6].alpha), (0.00625, 0.4));
         let (s, first) = Grid::off().settings(base);
         assert_eq!((s, first), (vec![base], 0));
+        // Without the rate, the most cautious setting predicts first.
+        let g = Grid {
+            alpha: vec![1.0, 0.25],
+            l2: vec![1.0, 16.0],
+            rate: false,
+            ..Grid::default()
+        };
+        let (s, first) = g.settings(base);
+        assert_eq!((s.len(), s[first].alpha, s[first].l2), (4, 0.025, 16.0));
+        // One setting is no tuning: no rate beside it.
+        let one = Grid {
+            rate: true,
+            ..Grid::off()
+        };
+        assert_eq!(one.settings(base), (vec![base], 0));
     }
 
     #[test]
@@ -121,11 +155,15 @@ mod tests {
             alpha,
             l2,
             half_life,
+            rate: true,
         };
         assert!(g(vec![], vec![1.0], 10.0).validate().is_err());
         assert!(g(vec![0.0], vec![1.0], 10.0).validate().is_err());
         assert!(g(vec![1.0; 5], vec![1.0; 4], 10.0).validate().is_err());
         assert!(g(vec![1.0], vec![1.0], 0.5).validate().is_err());
+        // Eight combinations and the rate are nine.
+        assert!(g(vec![1.0; 4], vec![1.0; 2], 10.0).validate().is_err());
+        assert!(g(vec![1.0; 7], vec![1.0], 10.0).validate().is_ok());
         assert!(Grid::default().validate().is_ok());
     }
 }

@@ -17,7 +17,7 @@ mod grid;
 mod metrics;
 mod models;
 
-pub use ftrl::{Choice, Ftrl, Params, MAX_SETTINGS};
+pub use ftrl::{Choice, Ftrl, Params, MAX_SETTINGS, RATE_ONLY_L1};
 pub use grid::Grid;
 pub use metrics::{auc, Metrics, Window};
 pub use models::Models;

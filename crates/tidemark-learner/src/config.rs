@@ -106,6 +106,7 @@ struct RawTuning {
     alpha: Option<Vec<f64>>,
     l2: Option<Vec<f64>>,
     half_life: Option<f64>,
+    rate: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -256,6 +257,7 @@ impl Config {
                     alpha: t.alpha.unwrap_or(d.alpha),
                     l2: t.l2.unwrap_or(d.l2),
                     half_life: t.half_life.unwrap_or(d.half_life),
+                    rate: t.rate.unwrap_or(d.rate),
                 }
             }
         };

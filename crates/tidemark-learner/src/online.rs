@@ -292,7 +292,13 @@ impl State {
             ));
             for (j, p) in c.settings.iter().enumerate() {
                 let (alpha, l2) = (p.alpha.to_string(), p.l2.to_string());
-                let l = [("target", target.as_str()), ("alpha", &alpha), ("l2", &l2)];
+                let rate_only = p.is_rate_only().to_string();
+                let l = [
+                    ("target", target.as_str()),
+                    ("alpha", &alpha),
+                    ("l2", &l2),
+                    ("rate_only", &rate_only),
+                ];
                 v.push(gauge(
                     "tuning_recent_logloss",
                     "per setting of a target's grid, its progressive logloss decayed by half every half_life rows",

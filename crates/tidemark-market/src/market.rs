@@ -112,8 +112,18 @@ impl Out {
     /// person's profile). No-op for other events.
     pub fn add_feature(&mut self, name: &str, value: f64) {
         let Some(at) = self.features_end else { return };
-        let text = format!(r#","{name}":{value}"#);
-        self.extra.insert_str(at, &text);
+        self.insert_feature(&format!(r#","{name}":{value}"#), at);
+    }
+
+    /// Adds a categorical feature to a bid (see `add_feature`).
+    pub fn add_text_feature(&mut self, name: &str, value: &str) {
+        let Some(at) = self.features_end else { return };
+        let value = serde_json::Value::from(value);
+        self.insert_feature(&format!(r#","{name}":{value}"#), at);
+    }
+
+    fn insert_feature(&mut self, text: &str, at: usize) {
+        self.extra.insert_str(at, text);
         self.features_end = Some(at + text.len());
     }
 }

@@ -64,6 +64,10 @@ pub struct PublishOptions {
     pub profile_replicas: Vec<String>,
     /// See `profile_replicas`.
     pub max_lag: Duration,
+    /// With `profiles`: also add the person's master identifier (its
+    /// bridged identity, SPEC 11) as the categorical feature `person`, so
+    /// the learner can learn each person's own propensity.
+    pub profile_person: bool,
     /// Synthetic market: write the truth of every transaction with an
     /// impression to this file, tab-separated with a header
     /// (`crate::truth::TSV_HEADER`).
@@ -85,6 +89,8 @@ struct ProfileReads {
     reader: tidemark_reader::Reader,
     /// Reads done, and bids that got counters.
     reads: u64,
+    /// See `PublishOptions::profile_person`.
+    person: bool,
 }
 
 impl ProfileReads {
@@ -92,6 +98,7 @@ impl ProfileReads {
         url: &str,
         replicas: &[String],
         max_lag: Duration,
+        person: bool,
     ) -> Result<ProfileReads, PublishError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -105,6 +112,7 @@ impl ProfileReads {
             rt,
             reader,
             reads: 0,
+            person,
         })
     }
 
@@ -134,6 +142,9 @@ impl ProfileReads {
             let p = profiles.next().expect("one profile per identifier asked");
             for (name, value) in p.counters_at(o.ts) {
                 o.add_feature(name, value);
+            }
+            if self.person {
+                o.add_text_feature("person", &p.master);
             }
         }
         Ok(())
@@ -603,7 +614,14 @@ fn synthetic(
     let mut profiles = opts
         .profiles
         .as_deref()
-        .map(|url| ProfileReads::open(url, &opts.profile_replicas, opts.max_lag))
+        .map(|url| {
+            ProfileReads::open(
+                url,
+                &opts.profile_replicas,
+                opts.max_lag,
+                opts.profile_person,
+            )
+        })
         .transpose()?;
     wire.lookups = profiles.as_ref().map(|p| p.reader.clone());
     let mut batch: Vec<Out> = Vec::new();
