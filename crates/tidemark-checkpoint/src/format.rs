@@ -341,6 +341,10 @@ impl Checkpoint {
                 metrics: m["metrics"].clone(),
                 tuning: None,
             });
+            let t = targets.last().expect("just pushed");
+            if !usable(t.alpha, t.beta, t.l1, t.l2) {
+                return Err(corrupt("targets: unusable alpha, beta, l1 or l2"));
+            }
         }
         // A block of `count` (index, z, n) entries at `at`; kept only `with_state`.
         let block = |at: &mut usize, count: Option<u64>| {
@@ -435,6 +439,19 @@ fn target_header(t: &Target) -> Value {
     h
 }
 
+/// Settings a learner can resume with: finite, non-negative, `alpha` > 0
+/// (an `alpha` of 0 would divide by zero at every step). A damaged but
+/// checksum-valid file is refused here rather than learned from.
+fn usable(alpha: f64, beta: f64, l1: f64, l2: f64) -> bool {
+    [alpha, beta, l1, l2]
+        .iter()
+        .all(|v| v.is_finite() && *v >= 0.0)
+        && alpha > 0.0
+}
+
+/// The most settings a learner runs side by side (a cell of 8 lanes).
+const MAX_CANDIDATES: usize = 8;
+
 /// A header's `tuning` object, candidates without their state.
 fn tuning(u: &Value) -> Option<Tuning> {
     let f = |v: &Value, k: &str| v[k].as_f64();
@@ -453,9 +470,14 @@ fn tuning(u: &Value) -> Option<Tuning> {
         })
         .collect::<Option<Vec<_>>>()?;
     let chosen = usize::try_from(u["chosen"].as_u64()?).ok()?;
-    (chosen < candidates.len()).then_some(())?;
+    (chosen < candidates.len() && candidates.len() <= MAX_CANDIDATES).then_some(())?;
+    (candidates.iter())
+        .all(|c| usable(c.alpha, c.beta, c.l1, c.l2) && c.loss.is_finite())
+        .then_some(())?;
+    let half_life = f(u, "half_life")?;
+    (half_life.is_finite() && half_life >= 1.0).then_some(())?;
     Some(Tuning {
-        half_life: f(u, "half_life")?,
+        half_life,
         decayed_rows: f(u, "decayed_rows")?,
         chosen,
         switches: u["switches"].as_u64()?,
@@ -570,6 +592,31 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(Checkpoint::from_bytes(&bytes[..cut], true).is_err());
         }
+        // Settings no learner could resume with, written with a valid
+        // checksum, are refused: an alpha of 0 (infinite steps), a negative
+        // L2, a half-life under one row.
+        let damaged = |f: &dyn Fn(&mut Checkpoint)| {
+            let mut d = c.clone();
+            f(&mut d);
+            Checkpoint::from_bytes(&d.to_bytes(), true).unwrap_err()
+        };
+        let tuning = |d: &mut Checkpoint| d.targets[0].tuning.as_mut().unwrap().clone();
+        damaged(&|d| {
+            let mut u = tuning(d);
+            u.candidates[2].alpha = 0.0;
+            d.targets[0].tuning = Some(u);
+        });
+        damaged(&|d| {
+            let mut u = tuning(d);
+            u.candidates[0].l2 = -1.0;
+            d.targets[0].tuning = Some(u);
+        });
+        damaged(&|d| {
+            let mut u = tuning(d);
+            u.half_life = 0.5;
+            d.targets[0].tuning = Some(u);
+        });
+        damaged(&|d| d.targets[0].alpha = f64::NAN);
     }
 
     #[test]
