@@ -1,14 +1,14 @@
 //! `tidemark trail` (SPEC 11), and reading from hot standbys (`--replica`,
 //! `--max-lag`; docs/operations.md) for it and `profile get`.
 
-use tidemark_reader::{Reader, Served};
+use tidemark_reader::{split_hosts, Reader, Served};
 
 use crate::profiles::{identifier, instant};
 
 /// Where reads go besides the profile database itself.
 #[derive(clap::Args)]
 pub struct Replicas {
-    /// A hot standby of the profile database to read from (repeatable): replicas
+    /// A hot standby of the profile database to read from (repeatable; a URL with a host list, postgresql://a,b:5433/db, names one per host): replicas
     /// serve reads in turn while within --max-lag, else the primary does
     #[arg(long = "replica", value_name = "URL")]
     pub urls: Vec<String>,
@@ -34,10 +34,10 @@ impl Replicas {
     pub fn report(&self, reader: &Reader) {
         match (self.urls.is_empty(), reader.last_served()) {
             (false, Some(Served::Replica { index, lag_ms })) => {
-                eprintln!(
-                    "served by replica {} ({lag_ms} ms behind)",
-                    self.urls[index]
-                );
+                // Indexes count a host list's hosts one by one.
+                let all = self.urls.iter().flat_map(|u| split_hosts(u));
+                let url = all.clone().nth(index).unwrap_or_default();
+                eprintln!("served by replica {url} ({lag_ms} ms behind)");
             }
             (false, _) => eprintln!("served by the primary (no replica within --max-lag)"),
             (true, _) => {}

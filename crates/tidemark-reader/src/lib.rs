@@ -171,7 +171,33 @@ pub struct Reader {
 }
 
 fn pool(url: &str, connections: usize) -> Result<Pool, ReadError> {
-    let mut target = tidemark_tls::parse(url).map_err(|e| ReadError::Url(e.to_string()))?;
+    let target = tidemark_tls::parse(url).map_err(|e| ReadError::Url(e.to_string()))?;
+    pool_of(target, connections)
+}
+
+/// One URL per host of a libpq-style host list in a URL's authority
+/// (`postgresql://user@a:5432,b:5433/db?...`), the rest of the URL shared:
+/// a list of replicas is servers to take turns on, not to fail over along.
+/// Any other URL is itself.
+pub fn split_hosts(url: &str) -> Vec<String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return vec![url.to_owned()];
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (user, list) = match authority.rsplit_once('@') {
+        Some((u, l)) => (format!("{u}@"), l),
+        None => (String::new(), authority),
+    };
+    if !list.contains(',') {
+        return vec![url.to_owned()];
+    }
+    list.split(',')
+        .map(|host| format!("{scheme}://{user}{host}{tail}"))
+        .collect()
+}
+
+fn pool_of(mut target: tidemark_tls::Target, connections: usize) -> Result<Pool, ReadError> {
     target.tcp_defaults();
     let manager = Manager::from_config(
         target.config,
@@ -203,7 +229,8 @@ impl Reader {
     }
 
     /// Reads go to these hot standbys of the database (each with as many
-    /// connections), in turn, while one lags its primary by at most
+    /// connections; a URL with a host list, `postgresql://a,b:5433/db`,
+    /// is one replica per host), in turn, while one lags its primary by at most
     /// `max_lag`; to the primary when none does or is reachable. A replica
     /// that cannot be reached, drops the connection or cancels the read
     /// (a conflict with its replay) is skipped for 5 s and the read is made
@@ -212,7 +239,8 @@ impl Reader {
         let connections = self.pool.status().max_size;
         self.replicas = Arc::new(
             urls.iter()
-                .map(|u| pool(u, connections).map(Replica::new))
+                .flat_map(|u| split_hosts(u))
+                .map(|u| pool(&u, connections).map(Replica::new))
                 .collect::<Result<_, _>>()?,
         );
         self.max_lag_ms = i64::try_from(max_lag.as_millis()).unwrap_or(i64::MAX);
@@ -428,5 +456,33 @@ fn profile(
         counters,
         types,
         state,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_hosts;
+
+    #[test]
+    fn a_host_list_is_one_replica_per_host() {
+        assert_eq!(
+            split_hosts("postgresql://u:p@a:5432,b,c:6000/db?sslmode=require"),
+            [
+                "postgresql://u:p@a:5432/db?sslmode=require",
+                "postgresql://u:p@b/db?sslmode=require",
+                "postgresql://u:p@c:6000/db?sslmode=require",
+            ]
+        );
+        assert_eq!(
+            split_hosts("postgres://a,b"),
+            ["postgres://a", "postgres://b"]
+        );
+        for one in [
+            "postgresql://u@h:5432/db",
+            "postgresql://tidemark@/db?host=/var/tmp/x&port=5432",
+            "host=a user=u",
+        ] {
+            assert_eq!(split_hosts(one), [one]);
+        }
     }
 }
