@@ -449,8 +449,9 @@ fn usable(alpha: f64, beta: f64, l1: f64, l2: f64) -> bool {
         && alpha > 0.0
 }
 
-/// The most settings a learner runs side by side (a cell of 8 lanes).
-const MAX_CANDIDATES: usize = 8;
+/// The most settings a learner runs side by side (`tidemark-ftrl`'s
+/// `MAX_SETTINGS`, one cache line of 8 lanes; it asserts they agree).
+pub const MAX_CANDIDATES: usize = 8;
 
 /// A header's `tuning` object, candidates without their state.
 fn tuning(u: &Value) -> Option<Tuning> {

@@ -15,6 +15,8 @@ mod format;
 mod scorer;
 mod store;
 
-pub use format::{Candidate, Checkpoint, FormatError, Target, Tuning, FORMAT_VERSION, MAGIC};
+pub use format::{
+    Candidate, Checkpoint, FormatError, Target, Tuning, FORMAT_VERSION, MAGIC, MAX_CANDIDATES,
+};
 pub use scorer::{Model, Scorer, Scores};
 pub use store::{latest, publish, write, LATEST};

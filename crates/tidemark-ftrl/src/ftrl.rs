@@ -70,24 +70,22 @@ impl Params {
 impl From<&Target> for Params {
     /// The settings a checkpoint's target predicts with.
     fn from(t: &Target) -> Params {
-        let (alpha, beta, l1, l2) = (t.alpha, t.beta, t.l1, t.l2);
         Params {
-            alpha,
-            beta,
-            l1,
-            l2,
+            alpha: t.alpha,
+            beta: t.beta,
+            l1: t.l1,
+            l2: t.l2,
         }
     }
 }
 
 impl From<&Candidate> for Params {
     fn from(c: &Candidate) -> Params {
-        let (alpha, beta, l1, l2) = (c.alpha, c.beta, c.l1, c.l2);
         Params {
-            alpha,
-            beta,
-            l1,
-            l2,
+            alpha: c.alpha,
+            beta: c.beta,
+            l1: c.l1,
+            l2: c.l2,
         }
     }
 }
@@ -143,6 +141,8 @@ const PAD: usize = 16;
 /// The most settings one model learns side by side (a cell of 8 lanes of z
 /// and n is one 64-byte cache line).
 pub const MAX_SETTINGS: usize = 8;
+// A checkpoint with more candidates is refused as it is read.
+const _: () = assert!(MAX_SETTINGS == tidemark_checkpoint::MAX_CANDIDATES);
 
 /// Another setting takes over only once its decayed loss is lower by this
 /// many nats: the recent rows are e^5 ≈ 150 times likelier under it. On a

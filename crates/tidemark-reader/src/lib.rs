@@ -170,11 +170,6 @@ pub struct Reader {
     served: Arc<Mutex<Option<Served>>>,
 }
 
-fn pool(url: &str, connections: usize) -> Result<Pool, ReadError> {
-    let target = tidemark_tls::parse(url).map_err(|e| ReadError::Url(e.to_string()))?;
-    pool_of(target, connections)
-}
-
 /// One URL per host of a libpq-style host list in a URL's authority
 /// (`postgresql://user@a:5432,b:5433/db?...`), the rest of the URL shared:
 /// a list of replicas is servers to take turns on, not to fail over along.
@@ -197,7 +192,8 @@ pub fn split_hosts(url: &str) -> Vec<String> {
         .collect()
 }
 
-fn pool_of(mut target: tidemark_tls::Target, connections: usize) -> Result<Pool, ReadError> {
+fn pool(url: &str, connections: usize) -> Result<Pool, ReadError> {
+    let mut target = tidemark_tls::parse(url).map_err(|e| ReadError::Url(e.to_string()))?;
     target.tcp_defaults();
     let manager = Manager::from_config(
         target.config,

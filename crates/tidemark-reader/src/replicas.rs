@@ -15,9 +15,10 @@ use crate::{store, ReadError};
 pub enum Served {
     /// The primary (no replica given, or none usable).
     Primary,
-    /// Replica `index` (in the order given), `lag_ms` behind its primary.
+    /// Replica `index` (in the order given, a host list counting each of
+    /// its hosts: [`crate::split_hosts`]), `lag_ms` behind its primary.
     Replica {
-        /// Its position among the replicas given.
+        /// Its position among the replicas given, host lists expanded.
         index: usize,
         /// Its lag when last asked, ms.
         lag_ms: i64,
