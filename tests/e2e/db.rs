@@ -381,3 +381,59 @@ fn a_hot_standby_follows_the_primary_read_only_and_reports_its_lag() {
     cluster.destroy().unwrap();
     std::fs::remove_dir_all(&home).unwrap();
 }
+
+/// Migration 12 moves first-copy marks kept in V0011's shared day
+/// partitions to one catch-all per type, every mark kept, each type's bound
+/// at the UTC day after its newest mark.
+#[test]
+fn marks_kept_before_the_split_by_type_move_to_a_catch_all_per_type() {
+    let db = TestDb::new("marks_v11");
+    let url = db.url.clone();
+    let (applied, rows) = block_on(async move {
+        let mut c = tidemark_store::connect(&url).await.unwrap();
+        // Day 20,000 since the epoch, as V0011 partitioned it.
+        let day = 20_000 * 86_400_000i64;
+        let key = |ms: i64, random: u64| {
+            let h = format!("{ms:012x}");
+            format!("{}-{}-0000-0000-{random:012x}", &h[..8], &h[8..])
+        };
+        let (k1, k2) = (key(day + 5 * 3_600_000, 1), key(day + 9 * 3_600_000, 2));
+        let old = format!(
+            "DROP TABLE tidemark.profile_seen;
+             CREATE TABLE tidemark.profile_seen (key uuid NOT NULL, type smallint NOT NULL,
+                 PRIMARY KEY (key, type)) PARTITION BY RANGE (key);
+             CREATE TABLE tidemark.profile_seen_20000 PARTITION OF tidemark.profile_seen
+                 FOR VALUES FROM ('{}') TO ('{}');
+             INSERT INTO tidemark.profile_seen VALUES ('{k1}', 1), ('{k1}', 3), ('{k2}', 1);
+             DELETE FROM tidemark.schema_migrations WHERE version = 12;",
+            key(day, 0),
+            key(day + 86_400_000, 0)
+        );
+        c.batch_execute(&old).await.unwrap();
+        let applied = tidemark_store::migrate(&mut c).await.unwrap();
+        let rows: Vec<(String, String, i16)> = c
+            .query(
+                "SELECT tableoid::regclass::text, key::text, type FROM tidemark.profile_seen
+                 ORDER BY 2, 3",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        (applied, rows)
+    });
+    assert_eq!(applied, [12]);
+    let part = |t: i16| format!("profile_seen_{t}_before_1728086400000");
+    let want = [
+        (part(1), "019255e6-2880-0000-0000-000000000001", 1),
+        (part(3), "019255e6-2880-0000-0000-000000000001", 3),
+        (part(1), "019256c1-e280-0000-0000-000000000002", 1),
+    ];
+    let want: Vec<(String, String, i16)> = want
+        .into_iter()
+        .map(|(p, k, t)| (p, k.to_string(), t))
+        .collect();
+    assert_eq!(rows, want);
+}

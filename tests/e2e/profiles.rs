@@ -365,7 +365,7 @@ fn whole_days_behind_the_clock_are_dropped_and_old_copies_are_stale() {
 clock = "event"
 lateness = "0s"
 trail = "1d"
-dedup = "1d"
+dedup = { impression = "1h", click = "1d" }
 batch_delay = "50ms"
 [[counters]]
 name = "clk_1d"
@@ -402,25 +402,36 @@ half_life = "1d"
         )
         .filter(|n| *n == 2)
     });
-    assert!(partitions("profile_trail") >= 1 && partitions("profile_seen") == 1);
+    // Marks by type: the click's day, the impression's hour.
+    assert!(partitions("profile_trail") >= 1 && partitions("profile_seen") == 2);
     assert_eq!(trail(&db.url, "user:old", 0, t0 + DAY, None).len(), 2);
+    let stale = || {
+        query_i64(
+            &db.url,
+            "SELECT (counts->>'stale')::bigint FROM tidemark.profile_status",
+        )
+    };
+    // Three hours: the impression's marks go, the click's stay.
+    publisher.tick_steps(t0, t0 + 3 * HOUR);
+    wait_for("the impression's hour dropped", || {
+        (partitions("profile_seen") == 1).then_some(())
+    });
+    let copy = Txid::new(0xabd, t0 as u64);
+    publisher.event("impression", &copy, t0, r#""user": "old""#);
+    wait_for("the impression's copy stale", || {
+        stale().filter(|n| *n == 1)
+    });
 
     // Three days of event time pass: every day the events touched ends more
     // than a day behind the clock, for trails and for first copies alike.
-    publisher.tick_steps(t0, t0 + 3 * DAY);
+    publisher.tick_steps(t0 + 3 * HOUR, t0 + 3 * DAY);
     wait_for("whole days dropped", || {
         (partitions("profile_trail") == 0 && partitions("profile_seen") == 0).then_some(())
     });
     assert!(trail(&db.url, "user:old", 0, t0 + 4 * DAY, None).is_empty());
     // The profile stays; a late copy of the click is stale, not counted again.
     publisher.event("click", &tx, t0 - 20 * HOUR, r#""user": "old""#);
-    wait_for("the late copy judged stale", || {
-        query_i64(
-            &db.url,
-            "SELECT (counts->>'stale')::bigint FROM tidemark.profile_status",
-        )
-        .filter(|n| *n == 1)
-    });
+    wait_for("the late copy judged stale", || stale().filter(|n| *n == 2));
     let p = profile_get(&db.url, &["user:old"], t0);
     assert_eq!(
         p[0]["counts"],

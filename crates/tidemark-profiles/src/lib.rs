@@ -31,7 +31,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use days::{day_of, Days, DAY_MS};
+use days::{day_of, mark_span, start_of, Spans, DAY_MS};
 use store::{Daily, Saved};
 use tidemark_intake::{drive, Failure, Step, Stopped};
 use tidemark_person::CounterSlot;
@@ -39,7 +39,7 @@ use tidemark_store::StoreError;
 use tokio::sync::mpsc;
 use tokio_postgres::Client;
 
-use crate::core::{Caps, Counts, Entry, Layout, Placed, Work};
+use crate::core::{Caps, Counts, Entry, Layout, Pace, Placed, Work};
 pub use config::{Config, ConfigError, CounterDef};
 use intake::{Chunk, Event, Tally};
 use worker::Worker;
@@ -87,10 +87,15 @@ pub struct Summary {
 /// How often the clock and intake's counts are saved, and whole days behind
 /// the clock retired (a check of two small sets; DDL only when a day ends).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
-/// Entries per link-stage transaction: under saturating linked ingest on the
-/// 2-core machine, 1,000 held some transactions 100-160 ms, 500 about 80 ms
-/// at p99 for the same throughput (docs/benchmarks.md).
-const LINK_CHUNK: usize = 500;
+/// Entries of the first link-stage transaction, and the fewest and most one
+/// takes ([`Pace`] sizes the rest).
+const LINK_START: usize = 500;
+const LINK_MIN: usize = 20;
+const LINK_MAX: usize = 5_000;
+/// Events of a worker's first transaction, and the fewest one takes (the
+/// most is a batch).
+const WORK_START: usize = 2_000;
+const PACE_MIN: usize = 100;
 /// An error of no known class that repeats this many times on a healthy
 /// connection is taken as the batch's own, as a shard takes it.
 const UNKNOWN_REPEATS: u32 = 3;
@@ -110,6 +115,7 @@ pub async fn run(
         workers.push(Worker {
             index: i as i16,
             client: Some(tidemark_store::connect_as(url, &worker_name(&config.name, i)).await?),
+            pace: Pace::new(WORK_START, PACE_MIN, config.batch_events),
         });
     }
     let tally: Tally = Default::default();
@@ -144,8 +150,15 @@ pub async fn run(
     };
     let shutdown_timeout = config.shutdown_timeout;
     let mut p = Process {
-        seen_days: Days::from_parts(store::partitions(&main, Daily::Seen).await?),
-        trail_days: Days::from_parts(store::partitions(&main, Daily::Trail).await?),
+        marks: marks_found(&main, &config, &layout).await?,
+        link_pace: Pace::new(LINK_START, LINK_MIN, LINK_MAX),
+        trail_days: Spans::from_parts(
+            DAY_MS,
+            store::partitions(&main, Daily::Trail)
+                .await?
+                .into_iter()
+                .map(|(_, p)| p),
+        ),
         config,
         layout,
         workers,
@@ -246,7 +259,7 @@ async fn isolate(
         trail_from,
     } = work;
     let mut done: BTreeMap<String, i64> = BTreeMap::new();
-    let mut limit = (events.len() / 2).max(1);
+    let mut limit = (events.len() / 2).clamp(1, worker.pace.events());
     while !events.is_empty() {
         let n = events.len().min(limit);
         let piece = Work {
@@ -603,8 +616,11 @@ struct Process<'a> {
     saved: Saved,
     tally: Tally,
     run_counts: BTreeMap<String, i64>,
-    seen_days: Days,
-    trail_days: Days,
+    /// How many entries the next link-stage transaction takes.
+    link_pace: Pace,
+    /// `profile_seen`'s partitions, per type position.
+    marks: BTreeMap<i16, Spans>,
+    trail_days: Spans,
     hasher: std::collections::hash_map::RandomState,
     /// The coordinator's connection: the lock, the link stage, status.
     main: Client,
@@ -655,9 +671,10 @@ impl Process<'_> {
         ensure_partitions(
             main,
             &self.config,
+            &self.layout,
             self.inflight.as_ref(),
             now,
-            &mut self.seen_days,
+            &mut self.marks,
             &mut self.trail_days,
         )
         .await?;
@@ -673,18 +690,20 @@ impl Process<'_> {
         // In chunks, each its own transaction, so no row lock is held long,
         // however many persons merge; a chunk the database refuses for what
         // it holds is halved until the refused entry is alone and set aside.
-        let mut limit = LINK_CHUNK;
+        let mut limit = self.link_pace.events();
         while !inflight.links.is_empty() {
             let n = inflight.links.len().min(limit);
             let chunk = &inflight.links[..n];
+            let started = Instant::now();
             match links::apply(main, &self.layout, caps, chunk, inflight.trail_from, row).await {
                 Ok(counts) => {
+                    self.link_pace.took(n, started.elapsed());
                     self.unknown_failures = 0;
                     for (k, v) in counts {
                         *self.run_counts.entry(k.to_owned()).or_default() += v;
                     }
                     inflight.links.drain(..n);
-                    limit = (limit * 2).min(LINK_CHUNK);
+                    limit = (limit * 2).min(self.link_pace.events());
                 }
                 Err(e) if refused(&e, &mut self.unknown_failures, main.is_closed()) => {
                     if n > 1 {
@@ -732,24 +751,25 @@ impl Process<'_> {
         }
         let works = inflight.parts.as_mut().expect("routed above");
         let layout = &self.layout;
-        let results = futures_util::future::join_all(
-            self.workers
-                .iter_mut()
-                .zip(works.iter())
-                .filter_map(|(w, work)| work.as_ref().map(|work| (w, work)))
-                .map(|(w, work)| async move { (w.index as usize, w.apply(layout, work).await) }),
-        )
-        .await;
+        let results =
+            futures_util::future::join_all(
+                self.workers
+                    .iter_mut()
+                    .zip(works.iter_mut())
+                    .filter_map(|(w, work)| work.as_mut().map(|work| (w, work)))
+                    .map(|(w, work)| async move {
+                        (w.index as usize, w.apply_paced(layout, work).await)
+                    }),
+            )
+            .await;
         let mut error = None;
         let mut refusals = Vec::new();
-        for (i, r) in results {
+        for (i, (counts, r)) in results {
+            for (k, v) in counts {
+                *self.run_counts.entry(k.to_owned()).or_default() += v;
+            }
             match r {
-                Ok(counts) => {
-                    works[i] = None;
-                    for (k, v) in counts {
-                        *self.run_counts.entry(k.to_owned()).or_default() += v;
-                    }
-                }
+                Ok(()) => works[i] = None,
                 Err(e) => {
                     let closed = self.workers[i]
                         .client
@@ -828,23 +848,19 @@ impl Process<'_> {
         if !self.lock_waits.ready() {
             return Ok(());
         }
-        // Marks of every type share a day: it goes after the longest horizon.
-        let dedup = self
-            .config
-            .dedup
-            .iter()
-            .max()
-            .map_or(0, |d| d.as_millis() as i64);
-        for p in self.seen_days.retired(clock - dedup) {
-            match store::drop_partition(main, Daily::Seen, p).await {
-                Ok(()) => self.seen_days.dropped(p),
-                Err(e) if e.is_lock_timeout() => {
-                    self.lock_waits
-                        .put_off("dropping a day of first-copy marks");
-                    return Ok(());
-                }
-                Err(e) => return Err(e.into()),
-            };
+        // Each type's marks go at its own horizon.
+        for (&t, spans) in &mut self.marks {
+            let dedup = mark_dedup(&self.config, &self.layout, t);
+            for p in spans.retired(clock - dedup) {
+                match store::drop_partition(main, Daily::Seen(t), p).await {
+                    Ok(()) => spans.dropped(p),
+                    Err(e) if e.is_lock_timeout() => {
+                        self.lock_waits.put_off("dropping first-copy marks");
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+            }
         }
         if let Some(trail) = self.config.trail {
             for p in self.trail_days.retired(clock - trail.as_millis() as i64) {
@@ -915,39 +931,73 @@ impl Process<'_> {
     }
 }
 
+/// The `dedup` horizon of the type at position `t` (ms); a type this run
+/// does not read keeps its marks as long as the longest.
+fn mark_dedup(config: &Config, layout: &Layout, t: i16) -> i64 {
+    let longest = config.dedup.iter().max().copied().unwrap_or_default();
+    let i = layout.type_pos.iter().position(|p| *p == t);
+    i.map_or(longest, |i| config.dedup[i]).as_millis() as i64
+}
+
+/// `profile_seen`'s partitions found in the database, per type position;
+/// new ones will be split by each type's [`mark_span`].
+async fn marks_found(
+    main: &Client,
+    config: &Config,
+    layout: &Layout,
+) -> Result<BTreeMap<i16, Spans>, StoreError> {
+    let mut marks = BTreeMap::new();
+    for (which, part) in store::partitions(main, Daily::Seen(0)).await? {
+        if let Daily::Seen(t) = which {
+            marks
+                .entry(t)
+                .or_insert_with(|| Spans::new(mark_span(mark_dedup(config, layout, t))))
+                .made(part);
+        }
+    }
+    Ok(marks)
+}
+
 /// Creates the partitions a batch's first-copy marks and trail rows need:
-/// a day's own while it is within reach of `now` (the clock, else the
+/// a span's own while it is within reach of `now` (the clock, else the
 /// newest tick, else the newest txid), the catch-all before that.
 async fn ensure_partitions(
     main: &Client,
     config: &Config,
+    layout: &Layout,
     inflight: Option<&Inflight>,
     now: Option<i64>,
-    seen_days: &mut Days,
-    trail_days: &mut Days,
+    marks: &mut BTreeMap<i16, Spans>,
+    trail_days: &mut Spans,
 ) -> Result<(), ProfilesError> {
     let Some(inflight) = inflight else {
         return Ok(());
     };
-    let mut seen = BTreeSet::new();
+    let mut seen: BTreeMap<i16, BTreeSet<i64>> = BTreeMap::new();
     let mut trail = BTreeSet::new();
     // The batch's own horizon: the clock may have moved since it was judged.
     let trail_from = inflight.trail_from.unwrap_or(i64::MAX);
     for e in inflight.events() {
-        seen.insert(day_of(e.created));
-        if config.trail.is_some() && e.ts >= trail_from {
-            trail.insert(day_of(e.ts));
+        let t = layout.type_pos[e.type_index];
+        let spans = marks.entry(t).or_insert_with(|| {
+            Spans::new(mark_span(config.dedup[e.type_index].as_millis() as i64))
+        });
+        if !spans.covered(e.created) {
+            seen.entry(t).or_default().insert(e.created);
+        }
+        if config.trail.is_some() && e.ts >= trail_from && !trail_days.covered(e.ts) {
+            trail.insert(e.ts);
         }
     }
     let now = now.unwrap_or(i64::MIN / 2);
-    let dedup = config
-        .dedup
-        .iter()
-        .max()
-        .map_or(0, |d| d.as_millis() as i64);
-    for p in seen_days.plan(&seen, day_of(now - dedup) - DAY_MS) {
-        store::create_partition(main, Daily::Seen, p).await?;
-        seen_days.made(p);
+    for (t, needed) in seen {
+        let spans = marks.get_mut(&t).expect("entered above");
+        let dedup = mark_dedup(config, layout, t);
+        let floor = start_of(now - dedup, spans.span) - spans.span;
+        for p in spans.plan(&needed, floor) {
+            store::create_partition(main, Daily::Seen(t), p).await?;
+            spans.made(p);
+        }
     }
     if let Some(t) = config.trail {
         for p in trail_days.plan(&trail, day_of(now - t.as_millis() as i64) - DAY_MS) {

@@ -209,35 +209,82 @@ pub async fn add_counter(
     Ok(r.get(0))
 }
 
-/// The two partitioned tables, each split by UTC day.
+/// A partitioned table, or one type's part of one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Daily {
-    /// `profile_seen`, by the txid's creation day.
-    Seen,
-    /// `profile_trail`, by the event's day.
+    /// `profile_seen`'s partitions of one type (its position), by the
+    /// txid's creation time.
+    Seen(i16),
+    /// `profile_trail`, by the event's UTC day.
     Trail,
 }
 
 impl Daily {
     fn table(self) -> &'static str {
         match self {
-            Daily::Seen => "profile_seen",
+            Daily::Seen(_) => "profile_seen",
             Daily::Trail => "profile_trail",
         }
     }
 
-    /// The partition bound of the day starting at `day_ms`.
-    fn bound(self, day_ms: i64) -> String {
+    /// The partition bound at `ms`, as the table's partition key.
+    fn bound(self, ms: i64) -> String {
         match self {
-            Daily::Seen => format!("'{}'", seen_key_prefix(day_ms)),
-            Daily::Trail => day_ms.to_string(),
+            Daily::Seen(t) => format!("{t}, '{}'", seen_key_prefix(ms)),
+            Daily::Trail => ms.to_string(),
         }
+    }
+
+    /// The partition bound below everything.
+    fn lowest(self) -> String {
+        match self {
+            Daily::Seen(t) => format!("{t}, MINVALUE"),
+            Daily::Trail => "MINVALUE".into(),
+        }
+    }
+
+    /// A partition's table name, unqualified: `profile_seen_<type>_<from>_<to>`
+    /// and `profile_seen_<type>_before_<to>` in ms; `profile_trail_<day>` and
+    /// `profile_trail_before_<day>` in days since the epoch.
+    fn name(self, p: Part) -> String {
+        let t = self.table();
+        match (self, p) {
+            (Daily::Seen(ty), Part::Span(from, to)) => format!("{t}_{ty}_{from}_{to}"),
+            (Daily::Seen(ty), Part::Before(to)) => format!("{t}_{ty}_before_{to}"),
+            (Daily::Trail, Part::Span(from, to)) if from % DAY_MS == 0 && to == from + DAY_MS => {
+                format!("{t}_{}", from / DAY_MS)
+            }
+            (Daily::Trail, Part::Span(from, to)) => format!("{t}_{from}_{to}"),
+            (Daily::Trail, Part::Before(to)) => format!("{t}_before_{}", to / DAY_MS),
+        }
+    }
+
+    /// The table and partition a name is, if it is one of `table`'s.
+    fn parse(table: &str, name: &str) -> Option<(Daily, Part)> {
+        let rest = name.strip_prefix(table)?.strip_prefix('_')?;
+        let n = |s: &str| s.parse::<i64>().ok();
+        let words: Vec<&str> = rest.split('_').collect();
+        if table == "profile_seen" {
+            let part = match words[1..] {
+                ["before", to] => Part::Before(n(to)?),
+                [from, to] => Part::Span(n(from)?, n(to)?),
+                _ => return None,
+            };
+            return Some((Daily::Seen(words[0].parse().ok()?), part));
+        }
+        let part = match words[..] {
+            ["before", day] => Part::Before(n(day)? * DAY_MS),
+            [day] => Part::Span(n(day)? * DAY_MS, (n(day)? + 1) * DAY_MS),
+            [from, to] => Part::Span(n(from)?, n(to)?),
+            _ => return None,
+        };
+        Some((Daily::Trail, part))
     }
 }
 
-/// The smallest seen key of a day: its creation time as the first 12 hex digits.
-fn seen_key_prefix(day_ms: i64) -> String {
-    hyphenate(&format!("{day_ms:012x}"), &"0".repeat(20))
+/// The smallest seen key at `ms`: the creation time as the first 12 hex digits.
+fn seen_key_prefix(ms: i64) -> String {
+    hyphenate(&format!("{ms:012x}"), &"0".repeat(20))
 }
 
 /// `8-4-4-4-12`: how PostgreSQL prints a uuid, of 32 hex digits given in
@@ -260,36 +307,18 @@ pub fn seen_key(txid: &str) -> String {
     hyphenate(created, random)
 }
 
-impl Daily {
-    /// A partition's table name, unqualified.
-    fn name(self, p: Part) -> String {
-        match p {
-            Part::Day(d) => format!("{}_{}", self.table(), d / DAY_MS),
-            Part::Before(d) => format!("{}_before_{}", self.table(), d / DAY_MS),
-        }
-    }
-}
-
-/// The partitions a table has.
-pub async fn partitions(c: &Client, which: Daily) -> Result<Vec<Part>, StoreError> {
+/// The partitions of `profile_seen` (every type's) or `profile_trail`.
+pub async fn partitions(c: &Client, table: Daily) -> Result<Vec<(Daily, Part)>, StoreError> {
     let rows = c
         .query(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
              WHERE i.inhparent = ('tidemark.' || $1)::regclass",
-            &[&which.table()],
+            &[&table.table()],
         )
         .await?;
-    let prefix = format!("{}_", which.table());
     Ok(rows
         .iter()
-        .filter_map(|r| {
-            let name: String = r.get(0);
-            let rest = name.strip_prefix(&prefix)?;
-            Some(match rest.strip_prefix("before_") {
-                Some(day) => Part::Before(day.parse::<i64>().ok()? * DAY_MS),
-                None => Part::Day(rest.parse::<i64>().ok()? * DAY_MS),
-            })
-        })
+        .filter_map(|r| Daily::parse(table.table(), r.get(0)))
         .collect())
 }
 
@@ -297,12 +326,16 @@ pub async fn partitions(c: &Client, which: Daily) -> Result<Vec<Part>, StoreErro
 pub async fn create_partition(c: &Client, which: Daily, p: Part) -> Result<(), StoreError> {
     let t = which.table();
     let range = match p {
-        Part::Day(d) => format!(
+        Part::Span(from, to) => format!(
             "FOR VALUES FROM ({}) TO ({})",
-            which.bound(d),
-            which.bound(d + DAY_MS)
+            which.bound(from),
+            which.bound(to)
         ),
-        Part::Before(d) => format!("FOR VALUES FROM (MINVALUE) TO ({})", which.bound(d)),
+        Part::Before(to) => format!(
+            "FOR VALUES FROM ({}) TO ({})",
+            which.lowest(),
+            which.bound(to)
+        ),
     };
     tidemark_store::create_partition(
         c,
@@ -323,8 +356,8 @@ pub async fn drop_partition(c: &Client, which: Daily, p: Part) -> Result<(), Sto
     tidemark_store::ddl(c, &sql).await?;
     if which == Daily::Trail {
         let (from, to) = match p {
-            Part::Day(d) => (d, d + DAY_MS),
-            Part::Before(d) => (i64::MIN, d),
+            Part::Span(from, to) => (from, to),
+            Part::Before(to) => (i64::MIN, to),
         };
         c.execute(
             "DELETE FROM tidemark.profile_trail_wide WHERE ts >= $1 AND ts < $2",
@@ -670,6 +703,30 @@ pub async fn insert_trail(tx: &Transaction<'_>, rows: &[TrailRow]) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partition_names_read_back_as_the_partitions_they_name() {
+        let cases = [
+            (Daily::Seen(3), Part::Span(7_200_000, 10_800_000)),
+            (Daily::Seen(12), Part::Before(DAY_MS)),
+            (Daily::Trail, Part::Span(20_000 * DAY_MS, 20_001 * DAY_MS)),
+            (Daily::Trail, Part::Span(DAY_MS + 5, 2 * DAY_MS)),
+            (Daily::Trail, Part::Before(3 * DAY_MS)),
+        ];
+        for (which, p) in cases {
+            let name = which.name(p);
+            assert_eq!(
+                Daily::parse(which.table(), &name),
+                Some((which, p)),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            Daily::Trail.name(Part::Before(3 * DAY_MS)),
+            "profile_trail_before_3"
+        );
+        assert_eq!(Daily::parse("profile_seen", "profile_seen_wide_1_2"), None);
+    }
 
     #[test]
     fn seen_keys_put_creation_time_first_as_postgresql_prints_a_uuid() {

@@ -1,13 +1,15 @@
-//! A worker: applies the events of the persons that hash to it, one
-//! transaction per batch (first-copy marks, identifiers, persons, trail rows
-//! and counts together), on a connection of its own. No two workers ever
+//! A worker: applies the events of the persons that hash to it, in
+//! transactions paced to a few tens of milliseconds each (first-copy
+//! marks, identifiers, persons, trail rows and counts together), on a
+//! connection of its own. No two workers ever
 //! hold one person, so they never wait on each other's rows. What a
 //! transaction decides is `core`'s ([`Share`]); this module runs it: the
 //! first-copy marks, one load, the plan's statements, one commit.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
-use crate::core::{Layout, Share, Work};
+use crate::core::{Layout, Pace, Share, Work};
 use crate::store as profiles;
 use tidemark_store::StoreError;
 use tokio_postgres::Client;
@@ -18,9 +20,52 @@ pub struct Worker {
     pub index: i16,
     /// Its connection.
     pub client: Option<Client>,
+    /// How many events its next transaction takes.
+    pub pace: Pace,
 }
 
 impl Worker {
+    /// Applies `work` in transactions of [`Pace`]d size, in arrival order
+    /// (the counts ride with the first), each committed part leaving
+    /// `work`; returns what committed and, on an error, leaves in `work`
+    /// what did not. A person split over two transactions is loaded back by
+    /// the second: its first-copy marks say what the first applied.
+    pub async fn apply_paced(
+        &mut self,
+        layout: &Layout,
+        work: &mut Work,
+    ) -> (BTreeMap<&'static str, i64>, Result<(), StoreError>) {
+        let mut done: BTreeMap<&'static str, i64> = BTreeMap::new();
+        while !work.events.is_empty() || !work.counts.is_empty() {
+            let n = work.events.len().min(self.pace.events());
+            let piece = Work {
+                events: work.events.drain(..n).collect(),
+                counts: std::mem::take(&mut work.counts),
+                trail_from: work.trail_from,
+            };
+            let started = Instant::now();
+            let result = self.apply(layout, &piece).await;
+            match result {
+                Ok(counts) => {
+                    self.pace.took(n, started.elapsed());
+                    for (k, v) in counts {
+                        *done.entry(k).or_default() += v;
+                    }
+                }
+                Err(e) => {
+                    let Work {
+                        mut events, counts, ..
+                    } = piece;
+                    events.append(&mut work.events);
+                    work.events = events;
+                    work.counts = counts;
+                    return (done, Err(e));
+                }
+            }
+        }
+        (done, Ok(()))
+    }
+
     /// Applies `work` in one transaction; on error nothing of it is
     /// committed. Returns the counts it committed.
     pub async fn apply(

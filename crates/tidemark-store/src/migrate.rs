@@ -58,6 +58,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "replica_lag",
         include_str!("../../../sql/V0011__replica_lag.sql"),
     ),
+    (
+        12,
+        "marks_by_type",
+        include_str!("../../../sql/V0012__marks_by_type.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.

@@ -8,9 +8,10 @@
 //! stored arrays, `batch` (judging a batch, splitting it between the link
 //! stage and the workers, routing by person), `links` (a link-stage chunk:
 //! links in arrival order, riders, the `max_ids` cap, refusals charged,
-//! blocklisting, merges and masters) and `work` (a worker's share:
+//! blocklisting, merges and masters), `work` (a worker's share:
 //! first copies counted, persons folded, new identifiers, lowered first ts,
-//! trail rows). Each decision is a plain function over what the database
+//! trail rows), and `pace` (how many events the next transaction takes).
+//! Each decision is a plain function over what the database
 //! answered (first-copy marks, stored identifiers with their persons, fresh
 //! person numbers) returning a *plan*: plain data that the executors
 //! (`crate::links::apply`, `Worker::apply`, the coordinator) write with
@@ -22,6 +23,7 @@
 
 mod batch;
 mod links;
+mod pace;
 #[cfg(test)]
 mod sim;
 mod work;
@@ -34,6 +36,7 @@ use crate::intake::Event;
 
 pub use batch::{carried, has_links, judge, primaries, route, split, Placed};
 pub use links::{Caps, Entry, LinkStage};
+pub use pace::Pace;
 pub use work::{Share, Work};
 
 /// Counts by reason (`applied`, `duplicate`, `merges`, ...), as added to
