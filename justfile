@@ -69,6 +69,11 @@ bench-profiles seconds="300":
     target/release/tidemark-bench profile-read
     target/release/tidemark-bench trail-read
 
+# Issue 24: storage on the event clock, 10 days at 20,000 events/s in 30 minutes
+bench-soak days="10" minutes="30":
+    cargo build --release --workspace
+    target/release/tidemark-bench profile-soak --days {{days}} --minutes {{minutes}}
+
 # Issue 11: chain, tree and star link shapes (longest transaction each), linked ingest
 # (persons with several devices and a member login), reads under linked load
 bench-links seconds="120":

@@ -14,6 +14,7 @@ mod links;
 mod ops;
 mod profiles;
 mod proxy;
+mod soak;
 mod store;
 
 use tidemark_testkit::terminate;
@@ -81,6 +82,21 @@ enum Bench {
         /// Every event links a device to a member id (issue 11)
         #[arg(long)]
         linked: bool,
+    },
+    /// Storage soak (issue 24): --days of event time in --minutes at --rate,
+    /// profile tables' bytes on disk sampled as event time passes
+    ProfileSoak {
+        #[arg(long, default_value_t = 20_000.0)]
+        rate: f64,
+        #[arg(long, default_value_t = 10.0)]
+        days: f64,
+        #[arg(long, default_value_t = 30.0)]
+        minutes: f64,
+        #[arg(long, default_value_t = 1_000_000)]
+        persons: usize,
+        /// Keep trails (7 days) too
+        #[arg(long)]
+        trail: bool,
     },
     /// Link shapes (issue 11): a chain and a tree of merges up to max_ids 2000,
     /// a 10,000-identifier star; time and longest transaction of each
@@ -201,6 +217,23 @@ fn main() -> anyhow::Result<()> {
                 trail,
             ))
             .map(drop),
+        Bench::ProfileSoak {
+            rate,
+            days,
+            minutes,
+            persons,
+            trail,
+        } => rt.block_on(soak::run(
+            &bin,
+            &cluster,
+            soak::Soak {
+                rate,
+                days,
+                minutes,
+                persons,
+                trail,
+            },
+        )),
         Bench::LinkShapes => rt.block_on(links::run(&bin, &cluster)),
         Bench::ProfileRead {
             samples,

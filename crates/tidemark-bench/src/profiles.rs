@@ -39,12 +39,15 @@ half_life = "30d"
 /// Publishes impressions, clicks and installs (70/20/10) of Zipf persons at
 /// `rate` events/s until `stop`; counts what it sent in `sent`. With `linked`
 /// every event links: its `user` is one of the person's devices (`p<k>` or
-/// `p<k>.<j>`) and it carries `"ids": {"member": "m<k>"}`.
-fn publisher(
+/// `p<k>.<j>`) and it carries `"ids": {"member": "m<k>"}`. With `clock`
+/// (start ms, speed-up) events are created and stamped on an event clock
+/// running that many times faster than the wall, ticked every 50 ms.
+pub(crate) fn publisher(
     endpoint: String,
     rate: f64,
     persons: usize,
     linked: bool,
+    clock: Option<(i64, f64)>,
     stop: Arc<AtomicBool>,
     sent: Arc<AtomicU64>,
 ) -> std::thread::JoinHandle<()> {
@@ -59,13 +62,23 @@ fn publisher(
         let start = Instant::now();
         let mut n: u64 = 0;
         let mut payload = String::new();
+        let mut ticked = start;
         while !stop.load(Ordering::Relaxed) {
             let due = (start.elapsed().as_secs_f64() * rate) as u64;
+            let now = match clock {
+                Some((t0, speed)) => t0 + (start.elapsed().as_secs_f64() * speed * 1e3) as i64,
+                None => tidemark_market::now_ms(),
+            };
+            if clock.is_some() && ticked.elapsed() >= Duration::from_millis(50) {
+                let tick = tidemark_wire::tick_payload("bench", now, &[]);
+                sock.send_multipart([b"tick".as_slice(), tick.as_bytes()], 0)
+                    .expect("send");
+                ticked = Instant::now();
+            }
             if n >= due {
                 std::thread::sleep(Duration::from_micros(500));
                 continue;
             }
-            let now = tidemark_market::now_ms();
             for _ in 0..(due - n).min(1000) {
                 let r = rng.next() % 10;
                 let t = if r < 7 {
@@ -118,7 +131,7 @@ pub(crate) fn spawn_profiles(
     let config = dir.join("profiles.toml");
     std::fs::write(
         &config,
-        format!("name = \"bench\"\nendpoints = [\"{endpoint}\"]\ndatabase_url = \"{url}\"\nclock = \"wall\"\n{extra}\n{COUNTERS}"),
+        format!("name = \"bench\"\nendpoints = [\"{endpoint}\"]\ndatabase_url = \"{url}\"\n{extra}\n{COUNTERS}"),
     )?;
     let log = std::fs::File::create(dir.join("profiles.log"))?;
     Ok(Command::new(bin)
@@ -274,12 +287,24 @@ pub async fn ingest(
     let dir = PathBuf::from("target/bench-home/profiles");
     std::fs::create_dir_all(&dir)?;
     let endpoint = "tcp://127.0.0.1:57411".to_string();
-    let extra = if trail { "trail = \"7d\"" } else { "" };
+    let extra = if trail {
+        "clock = \"wall\"\ntrail = \"7d\""
+    } else {
+        "clock = \"wall\""
+    };
     let mut child = spawn_profiles(bin, &dir, &url, &endpoint, extra)?;
     let c = tidemark_store::connect(&url).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
-    let publisher = publisher(endpoint, rate, persons, linked, stop.clone(), sent.clone());
+    let publisher = publisher(
+        endpoint,
+        rate,
+        persons,
+        linked,
+        None,
+        stop.clone(),
+        sent.clone(),
+    );
     println!(
         "profile ingest: offered {rate:.0} events/s, {persons} persons (Zipf s=1.1), {}, trail {}, warm-up {warmup}s, measured {seconds}s",
         if linked {
@@ -402,7 +427,7 @@ pub async fn read_bench(
     reads(&url, samples, persons, "idle").await?;
     let dir = PathBuf::from("target/bench-home/profiles");
     let endpoint = "tcp://127.0.0.1:57412".to_string();
-    let mut child = spawn_profiles(bin, &dir, &url, &endpoint, "")?;
+    let mut child = spawn_profiles(bin, &dir, &url, &endpoint, "clock = \"wall\"")?;
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let publisher = publisher(
@@ -410,6 +435,7 @@ pub async fn read_bench(
         load_rate,
         persons,
         linked,
+        None,
         stop.clone(),
         sent.clone(),
     );
@@ -446,7 +472,7 @@ pub async fn trail_bench(
         tidemark_profiles::store::create_partition(
             &c,
             tidemark_profiles::store::Daily::Trail,
-            tidemark_profiles::days::Part::Day(start),
+            tidemark_profiles::days::Part::Span(start, start + day),
         )
         .await?;
     }

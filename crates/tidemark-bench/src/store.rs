@@ -178,3 +178,41 @@ pub async fn trail_bytes(c: &Client) -> anyhow::Result<i64> {
         .await?
         .get(0))
 }
+
+/// The soak's sample (issue 24): `profile_seen`'s bytes on disk (indexes
+/// included), its rows as the planner estimates them, its partitions,
+/// `profile_trail`'s bytes, and `profiles` with `profile_ids`' bytes.
+pub async fn soak_sizes(c: &Client) -> anyhow::Result<(i64, i64, i64, i64, i64)> {
+    let r = c
+        .query_one(
+            "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid))
+                                 FILTER (WHERE p.relname = 'profile_seen'), 0)::bigint,
+                    coalesce(sum(c.reltuples)
+                                 FILTER (WHERE p.relname = 'profile_seen' AND c.reltuples > 0), 0)::bigint,
+                    count(*) FILTER (WHERE p.relname = 'profile_seen'),
+                    coalesce(sum(pg_total_relation_size(i.inhrelid))
+                                 FILTER (WHERE p.relname = 'profile_trail'), 0)::bigint,
+                    pg_total_relation_size('tidemark.profiles')
+                        + pg_total_relation_size('tidemark.profile_ids')
+             FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent
+                  JOIN pg_class c ON c.oid = i.inhrelid
+             WHERE p.relnamespace = 'tidemark'::regnamespace",
+            &[],
+        )
+        .await?;
+    Ok((r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+}
+
+/// First-copy marks counted, and their bytes on disk with indexes.
+pub async fn marks_on_disk(c: &Client) -> anyhow::Result<(i64, i64)> {
+    let r = c
+        .query_one(
+            "SELECT count(*),
+                    coalesce((SELECT sum(pg_total_relation_size(inhrelid))::bigint FROM pg_inherits
+                              WHERE inhparent = 'tidemark.profile_seen'::regclass), 0)
+             FROM tidemark.profile_seen",
+            &[],
+        )
+        .await?;
+    Ok((r.get(0), r.get(1)))
+}
