@@ -4,7 +4,7 @@
 //! person to the workers.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::hash::{BuildHasher, Hash};
+use std::hash::BuildHasher;
 
 use super::{Counts, Entry, Work};
 use crate::intake::Event;
@@ -127,12 +127,15 @@ pub fn primaries(events: &[Event]) -> Vec<&str> {
         .collect()
 }
 
-/// Routes the workers' events (arrival order kept within each share) by the
-/// person each counts for (`person`: primary -> stored person), so two
-/// identifiers of one bridged person go to one worker; an identifier
-/// without a person goes by itself, an event without identifiers by its
-/// txid. `judged` (the batch's duplicates and stale copies) commits with
-/// share 0.
+/// Routes the workers' events by the person each counts for (`person`:
+/// primary -> stored person), so two identifiers of one bridged person go
+/// to one worker; an identifier without a person goes by itself, an event
+/// without identifiers by its txid. Within a share, events are grouped by
+/// that key (arrival order kept within each group), so a worker's paced
+/// transactions hold most persons whole: a person active in every second
+/// would otherwise be loaded and rewritten by every one of them. Order
+/// across persons changes nothing a share writes. `judged` (the batch's
+/// duplicates and stale copies) commits with share 0.
 pub fn route(
     events: Vec<Event>,
     person: &HashMap<String, i64>,
@@ -141,32 +144,42 @@ pub fn route(
     trail_from: Option<i64>,
     judged: Counts,
 ) -> Vec<Work> {
-    let mut works: Vec<Work> = (0..workers).map(|_| Work::default()).collect();
+    let mut keyed: Vec<Vec<(u64, Event)>> = (0..workers).map(|_| Vec::new()).collect();
     for e in events {
-        let w = match e.ids.primary().map(|i| i.as_str()) {
+        let h = match e.ids.primary().map(|i| i.as_str()) {
             Some(id) => match person.get(id) {
-                Some(p) => bucket(hasher, workers, p),
-                None => bucket(hasher, workers, id),
+                Some(p) => hasher.hash_one(p),
+                None => hasher.hash_one(id),
             },
-            None => bucket(hasher, workers, e.txid.as_str()),
+            None => hasher.hash_one(e.txid.as_str()),
         };
-        works[w].events.push(e);
+        keyed[(h % workers as u64) as usize].push((h, e));
     }
-    for w in &mut works {
-        w.trail_from = trail_from;
-    }
+    let mut works: Vec<Work> = keyed
+        .into_iter()
+        .map(|mut k| {
+            // Stable: arrival order stays within a key.
+            k.sort_by_key(|(h, _)| *h);
+            Work {
+                events: k.into_iter().map(|(_, e)| e).collect(),
+                counts: Counts::new(),
+                trail_from,
+            }
+        })
+        .collect();
     works[0].counts = judged;
     works
-}
-
-/// The worker of a key (a person, or an identifier or txid without one).
-pub fn bucket(hasher: &impl BuildHasher, workers: usize, key: impl Hash) -> usize {
-    (hasher.hash_one(key) % workers as u64) as usize
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::hash::Hash;
+
+    /// The worker of a key (a person, or an identifier or txid without one).
+    fn bucket(hasher: &impl BuildHasher, workers: usize, key: impl Hash) -> usize {
+        (hasher.hash_one(key) % workers as u64) as usize
+    }
     use std::collections::hash_map::DefaultHasher;
     use std::hash::BuildHasherDefault;
 

@@ -19,7 +19,7 @@ use crate::intake::Event;
 /// decided for it to commit (duplicates within the batch, stale copies).
 #[derive(Debug, Default)]
 pub struct Work {
-    /// Events in arrival order.
+    /// Events, in arrival order within each person (`batch::route`).
     pub events: Vec<Event>,
     /// Counts to add in the same transaction.
     pub counts: Counts,
