@@ -67,6 +67,7 @@ bench-profiles seconds="300":
     cargo build --release --workspace
     target/release/tidemark-bench profile-ingest --rate 55000 --seconds {{seconds}}
     target/release/tidemark-bench profile-read
+    target/release/tidemark-bench profile-read --standby
     target/release/tidemark-bench trail-read
 
 # Issue 24: storage on the event clock, 10 days at 20,000 events/s in 30 minutes

@@ -112,6 +112,10 @@ enum Bench {
         /// Ingest (before and during the reads) links devices to member ids
         #[arg(long)]
         linked: bool,
+        /// Read from a hot standby of the primary that ingests (a cluster of
+        /// its own under target/bench-home-standby)
+        #[arg(long)]
+        standby: bool,
     },
     /// Trail reads of 7 days over a trail table of --rows events
     TrailRead {
@@ -240,8 +244,17 @@ fn main() -> anyhow::Result<()> {
             persons,
             load_rate,
             linked,
+            standby,
         } => rt.block_on(profiles::read_bench(
-            &bin, &cluster, samples, persons, load_rate, linked,
+            &bin,
+            &cluster,
+            profiles::Offer {
+                rate: load_rate,
+                persons,
+                linked,
+            },
+            samples,
+            standby,
         )),
         Bench::TrailRead {
             rows,

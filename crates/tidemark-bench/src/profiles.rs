@@ -408,23 +408,46 @@ pub async fn reads(url: &str, samples: usize, persons: usize, label: &str) -> an
     Ok(())
 }
 
-/// Reads idle after an ingest, then again while ingest runs at `load_rate`.
+/// Reads idle after an ingest, then again while ingest runs at the
+/// offered rate; from a hot standby of the ingesting primary with
+/// `standby` (issue 24), the lag it reported sampled meanwhile.
 pub async fn read_bench(
     bin: &Path,
     cluster: &Cluster,
+    offer: Offer,
     samples: usize,
-    persons: usize,
-    load_rate: f64,
-    linked: bool,
+    standby: bool,
 ) -> anyhow::Result<()> {
-    let offer = Offer {
-        rate: load_rate,
-        persons,
-        linked,
+    // A standby switches its primary to `wal_level = replica` for good:
+    // a home of its own, so the other benchmarks keep theirs.
+    let own = if standby {
+        let c = Cluster::new(&PathBuf::from("target/bench-home-standby"))?;
+        c.up(None)?;
+        c.start_standby()?;
+        Some(c)
+    } else {
+        None
     };
+    let cluster = own.as_ref().unwrap_or(cluster);
     let url = ingest(bin, cluster, offer, 30, 5, false).await?;
-    println!("profile reads through tidemark-reader ({samples} samples each):");
-    reads(&url, samples, persons, "idle").await?;
+    let read_url = match &own {
+        Some(c) => c.standby().url_for("bench_profiles"),
+        None => url.clone(),
+    };
+    let on = if standby { ", on the standby" } else { "" };
+    if standby {
+        let (p, s) = (connect(&url).await?, connect(&read_url).await?);
+        let t = Instant::now();
+        while applied(&s).await? < applied(&p).await? {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        println!(
+            "standby caught up {:.1}s after ingest stopped",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    println!("profile reads through tidemark-reader ({samples} samples each{on}):");
+    reads(&read_url, samples, offer.persons, &format!("idle{on}")).await?;
     let dir = PathBuf::from("target/bench-home/profiles");
     let endpoint = "tcp://127.0.0.1:57412".to_string();
     let mut child = spawn_profiles(bin, &dir, &url, &endpoint, "clock = \"wall\"")?;
@@ -432,25 +455,53 @@ pub async fn read_bench(
     let sent = Arc::new(AtomicU64::new(0));
     let publisher = publisher(
         endpoint,
-        load_rate,
-        persons,
-        linked,
+        offer.rate,
+        offer.persons,
+        offer.linked,
         None,
         stop.clone(),
         sent.clone(),
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
+    let lags = standby.then(|| lag_sampler(read_url.clone(), stop.clone()));
     reads(
-        &url,
+        &read_url,
         samples,
-        persons,
-        &format!("under {load_rate:.0} events/s ingest"),
+        offer.persons,
+        &format!("under {:.0} events/s ingest{on}", offer.rate),
     )
     .await?;
     stop.store(true, Ordering::Relaxed);
     let _ = publisher.join();
     terminate(&mut child);
+    if let Some(lags) = lags {
+        let lags = lags.await??;
+        println!(
+            "  standby lag while reading (replica_lag_ms every 100 ms): {}",
+            percentiles(lags)
+        );
+    }
     Ok(())
+}
+
+async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
+    Ok(tidemark_store::connect(url).await?)
+}
+
+/// Samples a standby's `replica_lag_ms` every 100 ms until `stop`.
+fn lag_sampler(
+    url: String,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<anyhow::Result<Vec<f64>>> {
+    tokio::spawn(async move {
+        let c = connect(&url).await?;
+        let mut lags = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            lags.extend(crate::store::replica_lag(&c).await?.map(|l| l as f64));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(lags)
+    })
 }
 
 /// A trail table of `rows` events over 7 days, persons with at most ~1,000

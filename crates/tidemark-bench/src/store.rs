@@ -216,3 +216,12 @@ pub async fn marks_on_disk(c: &Client) -> anyhow::Result<(i64, i64)> {
         .await?;
     Ok((r.get(0), r.get(1)))
 }
+
+/// What a standby's `tidemark.profile_status` says of its lag (ms).
+pub async fn replica_lag(c: &Client) -> anyhow::Result<Option<i64>> {
+    Ok(
+        c.query_opt("SELECT replica_lag_ms FROM tidemark.profile_status", &[])
+            .await?
+            .and_then(|r| r.get(0)),
+    )
+}

@@ -29,7 +29,8 @@ pub fn stream(seed: u64, events: usize, now: i64) -> Vec<(String, String)> {
         let who = match rng.below(20) {
             0 => format!(r#""ids": {{"device": "d{person}"}}"#),
             1 => format!(r#""user": "u{person}", "ids": {{"Bad Kind": "x"}}"#),
-            2 => format!(r#""user": 7, "ids": {{"email": "e{person}"}}"#),
+            // A value PostgreSQL's array syntax must escape.
+            2 => format!(r#""user": 7, "ids": {{"email": "e{person}\"{{,}} \\"}}"#),
             3 => r#""user": """#.to_string(),
             _ => format!(r#""user": "u{person}""#),
         };
