@@ -370,6 +370,9 @@ pub async fn ingest(
 }
 
 fn percentiles(mut v: Vec<f64>) -> String {
+    if v.is_empty() {
+        return "no samples".into();
+    }
     v.sort_by(|a, b| a.total_cmp(b));
     let q = |p: f64| v[((v.len() as f64 * p) as usize).min(v.len() - 1)];
     format!(

@@ -84,8 +84,8 @@ pub struct Summary {
     pub counts: BTreeMap<String, i64>,
 }
 
-/// How often the clock and intake's counts are saved, and whole days behind
-/// the clock retired (a check of two small sets; DDL only when a day ends).
+/// How often the clock and intake's counts are saved, and partitions behind
+/// the clock retired (a check of small sets; DDL only when a span ends).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// Entries of the first link-stage transaction, and the fewest and most one
 /// takes ([`Pace`] sizes the rest).
@@ -839,7 +839,7 @@ impl Process<'_> {
         Some(day_of(now - trail))
     }
 
-    /// Drops whole days no copy or trail can need any more.
+    /// Drops whole partitions no copy or trail can need any more.
     async fn retire(&mut self) -> Result<(), ProfilesError> {
         let main = &self.main;
         let Some(clock) = self.saved.clock_ms else {
