@@ -6,8 +6,11 @@
 -- `profile_seen_<type position>_before_<to>` for a type's catch-all.
 --
 -- The marks already kept move to one catch-all per type, bounded at the
--- UTC day after the newest: the profile process drops it once that day is
--- behind the type's horizon, and makes partitions of the new kind above it.
+-- UTC day after the newest (`max_future` bounds how far ahead that can be):
+-- the profile process drops it once that day is behind the type's horizon,
+-- and makes partitions of the new kind above it. The move copies every mark
+-- inside the migration's transaction: on a large table the first start of
+-- this version takes time in proportion to the marks kept.
 ALTER TABLE tidemark.profile_seen RENAME TO profile_seen_v1;
 ALTER INDEX tidemark.profile_seen_pkey RENAME TO profile_seen_v1_pkey;
 

@@ -382,7 +382,7 @@ fn a_hot_standby_follows_the_primary_read_only_and_reports_its_lag() {
     std::fs::remove_dir_all(&home).unwrap();
 }
 
-/// Migration 12 moves first-copy marks kept in V0011's shared day
+/// Migration 12 moves first-copy marks kept in V0007's shared day
 /// partitions to one catch-all per type, every mark kept, each type's bound
 /// at the UTC day after its newest mark.
 #[test]
@@ -391,7 +391,7 @@ fn marks_kept_before_the_split_by_type_move_to_a_catch_all_per_type() {
     let url = db.url.clone();
     let (applied, rows) = block_on(async move {
         let mut c = tidemark_store::connect(&url).await.unwrap();
-        // Day 20,000 since the epoch, as V0011 partitioned it.
+        // Day 20,000 since the epoch, as V0007 partitioned it.
         let day = 20_000 * 86_400_000i64;
         let key = |ms: i64, random: u64| {
             let h = format!("{ms:012x}");

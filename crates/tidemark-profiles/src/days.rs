@@ -39,7 +39,7 @@ pub fn start_of(ms: i64, span: i64) -> i64 {
 }
 
 /// The span a type's marks are split by: an hour when its `dedup` is under a
-/// day (they then go within two hours of their horizon), else a day.
+/// day (each then goes within an hour of its horizon), else a day.
 pub fn mark_span(dedup_ms: i64) -> i64 {
     if dedup_ms < DAY_MS {
         HOUR_MS

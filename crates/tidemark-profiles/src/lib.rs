@@ -8,7 +8,8 @@
 //! link-stage or worker transaction writes, as a plan of plain data), the
 //! coordinator (its [`Step`] of the shared run loop) that batches events and
 //! runs those decisions, and the link stage and the workers, which load
-//! what a plan needs and write it, each in one transaction. Batches are
+//! what a plan needs and write it, in transactions paced to a few tens of
+//! milliseconds (`core::Pace`), each whole: marks, effects and counts. Batches are
 //! applied one after another: a batch's first copies are committed before
 //! the next batch is judged, so "the first copy received" holds across
 //! batches, restarts and `kill -9`. Its SQL is in [`store`] (the profile
@@ -241,7 +242,8 @@ async fn set_aside(
 }
 
 /// Applies a worker's part the database refused, in pieces (halved on
-/// each refusal, doubled again after each success, in arrival order, as
+/// each refusal, doubled again after each success up to the worker's pace,
+/// in the part's order, as
 /// smaller batches would be) until the refused events are alone and set
 /// aside. Returns the counts committed; on an error splitting cannot help
 /// with, the error and what is left of the part.
@@ -279,7 +281,9 @@ async fn isolate(
                 for (k, v) in c {
                     *done.entry(k.to_owned()).or_default() += v;
                 }
-                limit = (limit * 2).min(events.len().max(1));
+                limit = (limit * 2)
+                    .min(events.len().max(1))
+                    .min(worker.pace.events());
                 continue;
             }
             Err(e) => {
@@ -769,7 +773,10 @@ impl Process<'_> {
                 *self.run_counts.entry(k.to_owned()).or_default() += v;
             }
             match r {
-                Ok(()) => works[i] = None,
+                Ok(()) => {
+                    self.unknown_failures = 0;
+                    works[i] = None;
+                }
                 Err(e) => {
                     let closed = self.workers[i]
                         .client

@@ -1,6 +1,7 @@
 //! The profile tables (SPEC 11, `sql/V0007__profiles.sql`): the run lock,
-//! definitions, partitions by UTC day, and the statements the link stage
-//! and a worker run inside their one transaction each, writing the rows
+//! definitions, partitions (marks by type and hour or day, trails by UTC
+//! day), and the statements the link stage and a worker run inside each of
+//! their transactions, writing the rows
 //! `core`'s plans decide ([`IdRow`], [`StoredPerson`], [`Merge`],
 //! [`TrailRow`], re-exported here).
 //!

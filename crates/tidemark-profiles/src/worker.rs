@@ -25,8 +25,8 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Applies `work` in transactions of [`Pace`]d size, in arrival order
-    /// (the counts ride with the first), each committed part leaving
+    /// Applies `work` in transactions of [`Pace`]d size, in its order
+    /// (grouped by routing key, `batch::route`; the counts ride with the first), each committed part leaving
     /// `work`; returns what committed and, on an error, leaves in `work`
     /// what did not. A person split over two transactions is loaded back by
     /// the second: its first-copy marks say what the first applied.

@@ -134,7 +134,8 @@ pub fn primaries(events: &[Event]) -> Vec<&str> {
 /// that key (arrival order kept within each group), so a worker's paced
 /// transactions hold most persons whole: a person active in every second
 /// would otherwise be loaded and rewritten by every one of them. Order
-/// across persons changes nothing a share writes. `judged` (the batch's
+/// across persons changes nothing a share writes but which numbers new
+/// persons take. `judged` (the batch's
 /// duplicates and stale copies) commits with share 0.
 pub fn route(
     events: Vec<Event>,

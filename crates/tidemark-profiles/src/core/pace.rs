@@ -40,7 +40,10 @@ impl Pace {
     /// would have lasted the target at that rate, at most twice or half as
     /// many as now, so one outlier does not swing it far.
     pub fn took(&mut self, n: usize, elapsed: Duration) {
-        if n == 0 {
+        // A short piece (the end of a share) is mostly fixed costs (round
+        // trips, the commit) and would make the rate look worse than it is:
+        // it counts only when it was slow anyway.
+        if n == 0 || (n < self.events / 2 && elapsed <= Self::TARGET) {
             return;
         }
         let per_event = elapsed.as_secs_f64().max(1e-6) / n as f64;
@@ -71,9 +74,12 @@ mod tests {
         assert_eq!(p.events(), 1_250);
         p.took(1_250, Duration::from_millis(125));
         assert_eq!(p.events(), 625);
-        // A short transaction (the end of a share) measures the rate too.
-        p.took(10, Duration::from_micros(100));
-        assert_eq!(p.events(), 1_250);
+        // A short transaction (the end of a share) says nothing when quick,
+        // and shrinks the next when slow.
+        p.took(10, Duration::from_micros(1_000));
+        assert_eq!(p.events(), 625);
+        p.took(10, Duration::from_millis(100));
+        assert_eq!(p.events(), 312);
     }
 
     #[test]

@@ -19,7 +19,8 @@ use crate::intake::Event;
 /// decided for it to commit (duplicates within the batch, stale copies).
 #[derive(Debug, Default)]
 pub struct Work {
-    /// Events, in arrival order within each person (`batch::route`).
+    /// Events, grouped by routing key (a person, else an identifier or
+    /// txid), in arrival order within each group (`batch::route`).
     pub events: Vec<Event>,
     /// Counts to add in the same transaction.
     pub counts: Counts,
