@@ -13,6 +13,9 @@ clock = "wall"
 trail = "7d"
 batch_delay = "50ms"
 batch_events = 700
+# Shares of ~350 events in transactions of at most 60: kill -9, cuts and
+# restarts land between a share's commits.
+transaction_events = 60
 workers = 2
 [[counters]]
 name = "imp_1h"

@@ -439,7 +439,8 @@ pub async fn read_bench(
     };
     let on = if standby { ", on the standby" } else { "" };
     if standby {
-        let (p, s) = (connect(&url).await?, connect(&read_url).await?);
+        let p = tidemark_store::connect(&url).await?;
+        let s = tidemark_store::connect(&read_url).await?;
         let t = Instant::now();
         while applied(&s).await? < applied(&p).await? {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -487,17 +488,13 @@ pub async fn read_bench(
     Ok(())
 }
 
-async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    Ok(tidemark_store::connect(url).await?)
-}
-
 /// Samples a standby's `replica_lag_ms` every 100 ms until `stop`.
 fn lag_sampler(
     url: String,
     stop: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<anyhow::Result<Vec<f64>>> {
     tokio::spawn(async move {
-        let c = connect(&url).await?;
+        let c = tidemark_store::connect(&url).await?;
         let mut lags = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             lags.extend(crate::store::replica_lag(&c).await?.map(|l| l as f64));

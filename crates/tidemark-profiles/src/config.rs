@@ -57,6 +57,9 @@ pub struct Config {
     pub workers: usize,
     /// Events per batch at most.
     pub batch_events: usize,
+    /// Events (or link-stage entries) one transaction takes at most; below
+    /// that, transactions are paced to their duration (`core::Pace`).
+    pub transaction_events: usize,
     /// Bytes of events held in memory at most (a batch takes at most half):
     /// with events of the largest size this binds before `batch_events`.
     pub max_pending_bytes: usize,
@@ -93,6 +96,8 @@ tidemark_intake::raw_config! {
         workers: i64,
         #[serde(default = "default_batch_events")]
         batch_events: i64,
+        #[serde(default = "default_batch_events")]
+        transaction_events: i64,
         #[serde(default = "default_max_pending_bytes")]
         max_pending_bytes: i64,
         #[serde(default = "default_batch_delay")]
@@ -243,6 +248,9 @@ impl Config {
         if !(1..=1_000_000).contains(&raw.batch_events) {
             return Err(err("batch_events", "must be 1 to 1000000"));
         }
+        if !(1..=1_000_000).contains(&raw.transaction_events) {
+            return Err(err("transaction_events", "must be 1 to 1000000"));
+        }
         if !((1 << 20)..=(1 << 40)).contains(&raw.max_pending_bytes) {
             return Err(err("max_pending_bytes", "must be 1 MiB to 1 TiB"));
         }
@@ -285,6 +293,7 @@ impl Config {
             counters,
             workers: raw.workers as usize,
             batch_events: raw.batch_events as usize,
+            transaction_events: raw.transaction_events as usize,
             max_pending_bytes: raw.max_pending_bytes as usize,
             batch_delay: duration("batch_delay", &raw.batch_delay)?,
             shutdown_timeout: duration("shutdown_timeout", &raw.shutdown_timeout)?,

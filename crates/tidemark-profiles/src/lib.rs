@@ -116,7 +116,11 @@ pub async fn run(
         workers.push(Worker {
             index: i as i16,
             client: Some(tidemark_store::connect_as(url, &worker_name(&config.name, i)).await?),
-            pace: Pace::new(WORK_START, PACE_MIN, config.batch_events),
+            pace: Pace::new(
+                WORK_START,
+                PACE_MIN.min(config.transaction_events),
+                config.batch_events.min(config.transaction_events),
+            ),
         });
     }
     let tally: Tally = Default::default();
@@ -150,15 +154,14 @@ pub async fn run(
         None => None,
     };
     let shutdown_timeout = config.shutdown_timeout;
+    let (marks, trail_days) = found(&config, &layout, store::partitions(&main).await?);
     let mut p = Process {
-        marks: marks_found(&main, &config, &layout).await?,
-        link_pace: Pace::new(LINK_START, LINK_MIN, LINK_MAX),
-        trail_days: Spans::from_parts(
-            DAY_MS,
-            store::partitions(&main, Daily::Trail)
-                .await?
-                .into_iter()
-                .map(|(_, p)| p),
+        marks,
+        trail_days,
+        link_pace: Pace::new(
+            LINK_START,
+            LINK_MIN.min(config.transaction_events),
+            LINK_MAX.min(config.transaction_events),
         ),
         config,
         layout,
@@ -946,23 +949,30 @@ fn mark_dedup(config: &Config, layout: &Layout, t: i16) -> i64 {
     i.map_or(longest, |i| config.dedup[i]).as_millis() as i64
 }
 
-/// `profile_seen`'s partitions found in the database, per type position;
-/// new ones will be split by each type's [`mark_span`].
-async fn marks_found(
-    main: &Client,
+/// A new [`Spans`] for the marks of the type at position `t`.
+fn mark_spans(config: &Config, layout: &Layout, t: i16) -> Spans {
+    Spans::new(mark_span(mark_dedup(config, layout, t)))
+}
+
+/// The partitions found in the database: `profile_seen`'s per type
+/// position (new ones split by each type's [`mark_span`]) and
+/// `profile_trail`'s.
+fn found(
     config: &Config,
     layout: &Layout,
-) -> Result<BTreeMap<i16, Spans>, StoreError> {
-    let mut marks = BTreeMap::new();
-    for (which, part) in store::partitions(main, Daily::Seen(0)).await? {
-        if let Daily::Seen(t) = which {
-            marks
+    parts: Vec<(Daily, days::Part)>,
+) -> (BTreeMap<i16, Spans>, Spans) {
+    let (mut marks, mut trail) = (BTreeMap::new(), Spans::new(DAY_MS));
+    for (which, part) in parts {
+        match which {
+            Daily::Seen(t) => marks
                 .entry(t)
-                .or_insert_with(|| Spans::new(mark_span(mark_dedup(config, layout, t))))
-                .made(part);
+                .or_insert_with(|| mark_spans(config, layout, t))
+                .made(part),
+            Daily::Trail => trail.made(part),
         }
     }
-    Ok(marks)
+    (marks, trail)
 }
 
 /// Creates the partitions a batch's first-copy marks and trail rows need:
@@ -986,9 +996,9 @@ async fn ensure_partitions(
     let trail_from = inflight.trail_from.unwrap_or(i64::MAX);
     for e in inflight.events() {
         let t = layout.type_pos[e.type_index];
-        let spans = marks.entry(t).or_insert_with(|| {
-            Spans::new(mark_span(config.dedup[e.type_index].as_millis() as i64))
-        });
+        let spans = marks
+            .entry(t)
+            .or_insert_with(|| mark_spans(config, layout, t));
         if !spans.covered(e.created) {
             seen.entry(t).or_default().insert(e.created);
         }

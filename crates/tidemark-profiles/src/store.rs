@@ -308,18 +308,20 @@ pub fn seen_key(txid: &str) -> String {
     hyphenate(created, random)
 }
 
-/// The partitions of `profile_seen` (every type's) or `profile_trail`.
-pub async fn partitions(c: &Client, table: Daily) -> Result<Vec<(Daily, Part)>, StoreError> {
+/// The partitions of `profile_seen` (every type's) and `profile_trail`.
+pub async fn partitions(c: &Client) -> Result<Vec<(Daily, Part)>, StoreError> {
     let rows = c
         .query(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-             WHERE i.inhparent = ('tidemark.' || $1)::regclass",
-            &[&table.table()],
+            "SELECT p.relname, c.relname FROM pg_inherits i
+             JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
+             WHERE i.inhparent IN ('tidemark.profile_seen'::regclass,
+                                   'tidemark.profile_trail'::regclass)",
+            &[],
         )
         .await?;
     Ok(rows
         .iter()
-        .filter_map(|r| Daily::parse(table.table(), r.get(0)))
+        .filter_map(|r| Daily::parse(r.get(0), r.get(1)))
         .collect())
 }
 
