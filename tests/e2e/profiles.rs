@@ -170,7 +170,7 @@ fn a_trail_is_one_index_range_scan_per_identifier_and_day() {
         let day = day0 + d * DAY;
         sql += &format!(
             "CREATE TABLE tidemark.profile_trail_{} PARTITION OF tidemark.profile_trail FOR VALUES FROM ({day}) TO ({});
-             INSERT INTO tidemark.profile_trail SELECT 'user:u' || (g % 1000), {day} + g * 17, 'click', md5(g::text), ARRAY['user:u' || (g % 1000)] FROM generate_series(1, 5000) g;",
+             INSERT INTO tidemark.profile_trail SELECT 'user:u' || (g % 1000), {day} + g * 17, 1, md5(g::text)::uuid, NULL FROM generate_series(1, 5000) g;",
             day / DAY,
             day + DAY
         );
@@ -184,7 +184,7 @@ fn a_trail_is_one_index_range_scan_per_identifier_and_day() {
         let to = day0 + 5 * DAY - 1000;
         let explain = format!("EXPLAIN {}", tidemark_reader::TRAIL_QUERY);
         let stmt = c.prepare(&explain).await.unwrap();
-        let types: Option<Vec<&str>> = None;
+        let types: Option<Vec<i16>> = None;
         let rows = c
             .query(&stmt, &[&"user:u1", &from, &to, &types])
             .await

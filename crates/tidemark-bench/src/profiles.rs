@@ -527,6 +527,7 @@ pub async fn trail_bench(
         )
         .await?;
     }
+    crate::store::trail_types(&c).await?;
     // Each person gets `per_person` events spread over 7 days.
     let chunk = 1_000_000i64;
     let mut done = 0;

@@ -140,8 +140,20 @@ pub async fn profile_sizes(c: &Client) -> anyhow::Result<(f64, i64, i64, i64, i6
     Ok((r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
 }
 
+/// The three market types at positions 1–3, as a profile process that
+/// counts them would have defined them (a synthetic trail's rows name them).
+pub async fn trail_types(c: &Client) -> anyhow::Result<()> {
+    c.batch_execute(
+        "INSERT INTO tidemark.profile_types VALUES (1, 'impression'), (2, 'click'), (3, 'install')
+         ON CONFLICT DO NOTHING",
+    )
+    .await?;
+    Ok(())
+}
+
 /// Trail rows `from..=to` of a synthetic load: `persons` persons, events
-/// spread over the 7 days from `day0`, of the three market types.
+/// spread over the 7 days from `day0`, of the three market types (positions
+/// 1–3, [`trail_types`]), each carrying only its own identifier.
 pub async fn fill_trail(
     c: &Client,
     day0: i64,
@@ -152,7 +164,7 @@ pub async fn fill_trail(
     c.execute(
         "INSERT INTO tidemark.profile_trail (id, ts, type, txid, ids)
          SELECT 'user:p' || (g % $4), $1 + (hashint8(g)::bigint & 2147483647) % (7 * 86400000::bigint),
-                (ARRAY['impression','click','install'])[1 + g % 3], md5(g::text), ARRAY['user:p' || (g % $4)]
+                (1 + g % 3)::smallint, md5(g::text)::uuid, NULL
          FROM generate_series($2::bigint, $3::bigint) g",
         &[&day0, &from, &to, &persons],
     )

@@ -656,7 +656,10 @@ pub async fn upsert_persons(
     Ok(())
 }
 
-/// Appends trail rows (their days' partitions exist).
+/// Appends trail rows (their days' partitions exist), compact as
+/// migration 13 says: the type's position, the txid as a uuid, `ids` NULL
+/// for an event that carried only the row's identifier, empty when the list
+/// is written to `profile_trail_wide`.
 pub async fn insert_trail(tx: &Transaction<'_>, rows: &[TrailRow]) -> Result<(), StoreError> {
     if rows.is_empty() {
         return Ok(());
@@ -664,29 +667,30 @@ pub async fn insert_trail(tx: &Transaction<'_>, rows: &[TrailRow]) -> Result<(),
     // Each row's identifiers as one array literal, cast per row: slicing one
     // flattened text[] instead costs a scan from its start per row (text
     // elements have no fixed width), seconds for a 25,000-row statement.
-    // A wide row's list is empty here and written apart.
     let mut id = Vec::with_capacity(rows.len());
     let mut ts = Vec::with_capacity(rows.len());
     let mut ty = Vec::with_capacity(rows.len());
     let mut txid = Vec::with_capacity(rows.len());
-    let mut ids = Vec::with_capacity(rows.len());
+    let mut ids: Vec<Option<String>> = Vec::with_capacity(rows.len());
     let mut wide = Vec::new();
     for r in rows {
         id.push(r.id.as_str());
         ts.push(r.ts);
-        ty.push(r.type_name.as_str());
+        ty.push(r.type_pos);
         txid.push(r.txid.as_str());
-        if is_wide(&r.ids) {
-            ids.push("{}".to_string());
+        ids.push(if r.ids.len() == 1 && r.ids[0] == r.id {
+            None
+        } else if is_wide(&r.ids) {
             wide.push(r);
+            Some("{}".to_string())
         } else {
-            ids.push(array_literal(&r.ids));
-        }
+            Some(array_literal(&r.ids))
+        });
     }
     tx.execute(
         "INSERT INTO tidemark.profile_trail (id, ts, type, txid, ids)
-         SELECT u.id, u.ts, u.ty, u.txid, u.ids::text[]
-         FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[])
+         SELECT u.id, u.ts, u.ty, u.txid::uuid, u.ids::text[]
+         FROM unnest($1::text[], $2::bigint[], $3::smallint[], $4::text[], $5::text[])
               AS u(id, ts, ty, txid, ids)",
         &[&id, &ts, &ty, &txid, &ids],
     )
@@ -694,8 +698,8 @@ pub async fn insert_trail(tx: &Transaction<'_>, rows: &[TrailRow]) -> Result<(),
     for r in wide {
         tx.execute(
             "INSERT INTO tidemark.profile_trail_wide (id, ts, type, txid, ids)
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-            &[&r.id, &r.ts, &r.type_name, &r.txid, &r.ids],
+             VALUES ($1, $2, $3, $4::text::uuid, $5) ON CONFLICT DO NOTHING",
+            &[&r.id, &r.ts, &r.type_pos, &r.txid, &r.ids],
         )
         .await?;
     }

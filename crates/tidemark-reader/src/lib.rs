@@ -18,6 +18,7 @@
 mod replicas;
 pub mod store;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -42,6 +43,10 @@ pub enum ReadError {
     /// The server refused or the connection broke.
     #[error("database: {0}")]
     Db(#[from] tokio_postgres::Error),
+    /// A row refers to a definition the database does not hold (a type
+    /// position missing from `tidemark.profile_types`).
+    #[error("unknown definition: {0}")]
+    Unknown(String),
 }
 
 impl From<deadpool_postgres::PoolError> for ReadError {
@@ -269,18 +274,21 @@ impl Reader {
     /// Runs `f` on a connection from [`Reader::client`]; if a replica's
     /// fails for the server's sake (not the query's), once more on the
     /// primary.
-    async fn run<T>(
-        &self,
-        f: impl AsyncFn(&Object) -> Result<T, ReadError>,
-    ) -> Result<T, ReadError> {
+    /// Runs `f` on a connection from [`Reader::client`], again on the
+    /// primary's when a replica's server fails it. `f` takes the connection
+    /// by value (not an async closure over a borrowed one) so every future a
+    /// Reader returns is `Send`: bidders spawn them on multi-threaded runtimes.
+    async fn run<T, F, Fut>(&self, f: F) -> Result<T, ReadError>
+    where
+        F: Fn(Object) -> Fut,
+        Fut: Future<Output = Result<T, ReadError>>,
+    {
         let (c, served) = self.client().await?;
-        let (v, served) = match (f(&c).await, served) {
+        let (v, served) = match (f(c).await, served) {
             (Ok(v), s) => (v, s),
             (Err(e), Served::Replica { index, .. }) if replicas::server_trouble(&e) => {
                 self.replicas[index].away();
-                drop(c);
-                let c = self.pool.get().await?;
-                (f(&c).await?, Served::Primary)
+                (f(self.pool.get().await?).await?, Served::Primary)
             }
             (Err(e), _) => return Err(e),
         };
@@ -297,7 +305,7 @@ impl Reader {
             return Ok(current);
         }
         let (types, counters) = self
-            .run(async |c| Ok(store::definitions(&***c).await?))
+            .run(|c| async move { Ok(store::definitions(&**c).await?) })
             .await?;
         let counters = counters.into_iter().map(|(_, n, _, h)| (n, h)).collect();
         let types = types.into_iter().map(|(_, n)| n).collect();
@@ -313,7 +321,7 @@ impl Reader {
         let started = Instant::now();
         let mut defs = self.definitions(false).await?;
         let rows = self
-            .run(async |c| {
+            .run(|c| async move {
                 let stmt = c.prepare_cached(&store::GET).await?;
                 Ok(c.query(&stmt, &[&ids]).await?)
             })
@@ -344,7 +352,8 @@ impl Reader {
     }
 
     /// The events counted for the person holding `id` with `from <= ts < to`,
-    /// ordered by (ts, type, txid); `types` filters.
+    /// ordered by (ts, type, txid); `types` filters (a name no process ever
+    /// counted matches nothing).
     pub async fn trail(
         &self,
         id: &str,
@@ -352,53 +361,100 @@ impl Reader {
         to: i64,
         types: Option<&[String]>,
     ) -> Result<Vec<TrailEvent>, ReadError> {
-        let types: Option<Vec<&str>> = types.map(|t| t.iter().map(String::as_str).collect());
-        self.run(async |c| trail(c, id, from, to, &types).await)
-            .await
+        let mut defs = self.definitions(false).await?;
+        let known = |d: &Definitions| types.is_none_or(|t| t.iter().all(|n| d.types.contains(n)));
+        if !known(&defs) {
+            defs = self.definitions(true).await?;
+        }
+        let positions: Option<Vec<i16>> = types.map(|t| {
+            (1..=defs.types.len() as i16)
+                .filter(|p| t.contains(&defs.types[*p as usize - 1]))
+                .collect()
+        });
+        let rows = self
+            .run(|c| {
+                let positions = &positions;
+                async move { trail(&c, id, from, to, positions).await }
+            })
+            .await?;
+        if rows.iter().any(|r| r.0 as usize > defs.types.len()) {
+            defs = self.definitions(true).await?;
+        }
+        let mut events = rows
+            .into_iter()
+            .map(|(position, txid, ts, ids)| {
+                let type_name = usize::try_from(position - 1)
+                    .ok()
+                    .and_then(|i| defs.types.get(i))
+                    .ok_or_else(|| ReadError::Unknown(format!("trail type position {position}")))?
+                    .clone();
+                Ok(TrailEvent {
+                    type_name,
+                    txid,
+                    ts,
+                    ids,
+                })
+            })
+            .collect::<Result<Vec<_>, ReadError>>()?;
+        events.sort_by(|a, b| (a.ts, &a.type_name, &a.txid).cmp(&(b.ts, &b.type_name, &b.txid)));
+        Ok(events)
     }
 
     /// The profile process's clock as saved (the default `at`), if any.
     pub async fn clock(&self) -> Result<Option<i64>, ReadError> {
-        self.run(async |c| Ok(store::clock(&***c).await?)).await
+        self.run(|c| async move { Ok(store::clock(&**c).await?) })
+            .await
     }
 }
 
-/// A trail read on one connection (both of its queries on the same server).
+/// A trail row as read: (type position, txid, ts, every identifier).
+type RawTrail = (i16, String, i64, Vec<String>);
+
+/// A trail read on one connection (both of its queries on the same server),
+/// unordered and with types by position.
 async fn trail(
     c: &Object,
     id: &str,
     from: i64,
     to: i64,
-    types: &Option<Vec<&str>>,
-) -> Result<Vec<TrailEvent>, ReadError> {
+    types: &Option<Vec<i16>>,
+) -> Result<Vec<RawTrail>, ReadError> {
     let stmt = c.prepare_cached(TRAIL_QUERY).await?;
     let rows = c.query(&stmt, &[&id, &from, &to, types]).await?;
-    let mut events: Vec<TrailEvent> = rows
-        .iter()
-        .map(|r| TrailEvent {
-            type_name: r.get(0),
-            txid: r.get(1),
-            ts: r.get(2),
-            ids: r.get(3),
-        })
-        .collect();
-    let wide: Vec<usize> = (0..events.len())
-        .filter(|i| events[*i].ids.is_empty())
-        .collect();
+    let mut events: Vec<RawTrail> = Vec::with_capacity(rows.len());
+    let mut wide = Vec::new();
+    for r in &rows {
+        let under: String = r.get(4);
+        let ids = match r.get::<_, Option<Vec<String>>>(3) {
+            None => vec![under],
+            Some(ids) if ids.is_empty() => {
+                wide.push((events.len(), under));
+                ids
+            }
+            Some(ids) => ids,
+        };
+        events.push((r.get(0), r.get::<_, store::Txid>(1).0, r.get(2), ids));
+    }
     if !wide.is_empty() {
-        let under: Vec<String> = wide.iter().map(|i| rows[*i].get(4)).collect();
-        let ts: Vec<i64> = wide.iter().map(|i| events[*i].ts).collect();
-        let ty: Vec<&str> = wide.iter().map(|i| events[*i].type_name.as_str()).collect();
-        let tx: Vec<&str> = wide.iter().map(|i| events[*i].txid.as_str()).collect();
+        let under: Vec<&str> = wide.iter().map(|(_, u)| u.as_str()).collect();
+        let ts: Vec<i64> = wide.iter().map(|(i, _)| events[*i].2).collect();
+        let ty: Vec<i16> = wide.iter().map(|(i, _)| events[*i].0).collect();
+        let tx: Vec<&str> = wide.iter().map(|(i, _)| events[*i].1.as_str()).collect();
         let lists = c.query(store::WIDE_QUERY, &[&under, &ts, &ty, &tx]).await?;
-        let mut by_key: std::collections::HashMap<(i64, String, String), Vec<String>> = lists
+        let mut by_key: std::collections::HashMap<(String, i64, i16, String), Vec<String>> = lists
             .iter()
-            .map(|r| ((r.get(1), r.get(2), r.get(3)), r.get(4)))
+            .map(|r| {
+                (
+                    (r.get(0), r.get(1), r.get(2), r.get::<_, store::Txid>(3).0),
+                    r.get(4),
+                )
+            })
             .collect();
-        for i in wide {
+        for (i, under) in wide {
             let e = &mut events[i];
-            let key = (e.ts, e.type_name.clone(), e.txid.clone());
-            e.ids = by_key.remove(&key).unwrap_or_default();
+            e.3 = by_key
+                .remove(&(under, e.2, e.0, e.1.clone()))
+                .unwrap_or_default();
         }
     }
     Ok(events)
@@ -453,6 +509,17 @@ fn profile(
         types,
         state,
     }
+}
+
+/// Bidders spawn reads on multi-threaded runtimes: every future a Reader
+/// returns must be `Send` (checked when this compiles).
+#[cfg(test)]
+#[allow(dead_code)]
+fn futures_are_send(r: &Reader, types: &[String]) {
+    fn send<T: Send>(_: T) {}
+    send(r.get(&["a"], 0));
+    send(r.trail("a", 0, 1, Some(types)));
+    send(r.clock());
 }
 
 #[cfg(test)]

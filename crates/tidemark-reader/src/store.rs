@@ -3,7 +3,9 @@
 //! type definitions and of the trail's layout. The profile process writes
 //! with these definitions (it depends on this crate); bidders read with them.
 
+use std::error::Error;
 use tidemark_person::{Decayed, Person, TypeStats};
+use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::{GenericClient, Row};
 
 /// The columns of `tidemark.profiles` (alias `p`) that make a [`Person`],
@@ -100,22 +102,50 @@ pub fn is_wide(ids: &[String]) -> bool {
 
 /// The identifiers of the person holding `$1` (or `$1` alone), then the
 /// trail: `id = ANY(...)` on the `(id, ts)` index is one range scan per
-/// identifier, in each day's partition the `ts` range keeps. The rare row
-/// whose identifier list was too long for the index costs one more query.
+/// identifier, in each day's partition the `ts` range keeps. Rows are
+/// compact (sql/V0013): `type` a position, `txid` a uuid, `ids` NULL for
+/// "just `id`", empty when the list is in `profile_trail_wide`, which costs
+/// one more query. The caller names types and orders by (ts, type, txid).
 pub const TRAIL_QUERY: &str =
     "SELECT t.type, t.txid, t.ts, t.ids, t.id FROM tidemark.profile_trail t
      WHERE t.id = ANY(coalesce(
                (SELECT array_agg(o.id) FROM tidemark.profile_ids me
                 JOIN tidemark.profile_ids o ON o.person = me.person WHERE me.id = $1),
                ARRAY[$1]))
-       AND t.ts >= $2 AND t.ts < $3 AND ($4::text[] IS NULL OR t.type = ANY($4))
-     ORDER BY t.ts, t.type COLLATE \"C\", t.txid COLLATE \"C\"";
+       AND t.ts >= $2 AND t.ts < $3 AND ($4::smallint[] IS NULL OR t.type = ANY($4))";
 
 /// The identifier lists too long for the trail index, by (id, ts, type, txid).
 pub(crate) const WIDE_QUERY: &str =
     "SELECT w.id, w.ts, w.type, w.txid, w.ids FROM tidemark.profile_trail_wide w
-     JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS u(id, ts, type, txid)
-       ON (w.id, w.ts, w.type, w.txid) = (u.id, u.ts, u.type, u.txid)";
+     JOIN unnest($1::text[], $2::bigint[], $3::smallint[], $4::text[]) AS u(id, ts, type, txid)
+       ON (w.id, w.ts, w.type, w.txid) = (u.id, u.ts, u.type, u.txid::uuid)";
+
+/// A uuid column read back as the 32 lowercase hex digits a txid is
+/// (SPEC 1), which is how trails store txids.
+pub(crate) struct Txid(pub String);
+
+impl<'a> FromSql<'a> for Txid {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Txid, Box<dyn Error + Sync + Send>> {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        if raw.len() != 16 {
+            return Err(format!("a uuid of {} bytes", raw.len()).into());
+        }
+        let hex = raw
+            .iter()
+            .flat_map(|b| {
+                [
+                    HEX[(b >> 4) as usize] as char,
+                    HEX[(b & 15) as usize] as char,
+                ]
+            })
+            .collect();
+        Ok(Txid(hex))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::UUID
+    }
+}
 
 /// The profile process's clock as saved, if a process ever ran.
 pub(crate) async fn clock(c: &impl GenericClient) -> Result<Option<i64>, tokio_postgres::Error> {

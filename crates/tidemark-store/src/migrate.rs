@@ -63,6 +63,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "marks_by_type",
         include_str!("../../../sql/V0012__marks_by_type.sql"),
     ),
+    (
+        13,
+        "compact_trails",
+        include_str!("../../../sql/V0013__compact_trails.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.

@@ -72,6 +72,7 @@ impl Layout {
             id: id.to_owned(),
             ts: e.ts,
             type_name: self.type_names[e.type_index].clone(),
+            type_pos: self.type_pos[e.type_index],
             txid: e.txid.as_str().to_owned(),
             ids: e
                 .ids
@@ -145,6 +146,8 @@ pub struct TrailRow {
     pub ts: i64,
     /// Its type.
     pub type_name: String,
+    /// Its type's `profile_types` position (how the row stores it).
+    pub type_pos: i16,
     /// Its txid.
     pub txid: String,
     /// Every identifier it carried, sorted.
