@@ -79,6 +79,10 @@ enum Bench {
         /// Keep trails (7 days) too
         #[arg(long)]
         trail: bool,
+        /// With --trail: events already in the trail table per UTC day, for
+        /// each of the 7 days before today and for today until now
+        #[arg(long, default_value_t = 0)]
+        trail_fill: i64,
         /// Every event links a device to a member id (issue 11)
         #[arg(long)]
         linked: bool,
@@ -206,6 +210,7 @@ fn main() -> anyhow::Result<()> {
             warmup,
             persons,
             trail,
+            trail_fill,
             linked,
         } => rt
             .block_on(profiles::ingest(
@@ -218,7 +223,7 @@ fn main() -> anyhow::Result<()> {
                 },
                 seconds,
                 warmup,
-                trail,
+                trail.then_some(trail_fill),
             ))
             .map(drop),
         Bench::ProfileSoak {

@@ -269,14 +269,15 @@ pub struct Offer {
 }
 
 /// Sustained ingest: publishes `offer` for `seconds` (after `warmup`),
-/// prints applied events/s per interval, lag and CPU.
+/// prints applied events/s per interval, lag and CPU. `trail`: keep trails,
+/// the table already holding that many events per day ([`prefill_trail`]).
 pub async fn ingest(
     bin: &Path,
     cluster: &Cluster,
     offer: Offer,
     seconds: u64,
     warmup: u64,
-    trail: bool,
+    trail: Option<i64>,
 ) -> anyhow::Result<String> {
     let Offer {
         rate,
@@ -284,6 +285,10 @@ pub async fn ingest(
         linked,
     } = offer;
     let url = fresh_db(cluster, "bench_profiles").await?;
+    if let Some(per_day) = trail.filter(|n| *n > 0) {
+        prefill_trail(&url, per_day, persons as i64).await?;
+    }
+    let trail = trail.is_some();
     let dir = PathBuf::from("target/bench-home/profiles");
     std::fs::create_dir_all(&dir)?;
     let endpoint = "tcp://127.0.0.1:57411".to_string();
@@ -369,6 +374,53 @@ pub async fn ingest(
     Ok(url)
 }
 
+/// A trail table already holding 7 days (issue 24: a run from an empty
+/// table never reaches a real one's size): `per_day` events in each of the
+/// 7 UTC days before today and in today's until now, so ingest writes into a
+/// partition, and an index, already that large.
+async fn prefill_trail(url: &str, per_day: i64, persons: i64) -> anyhow::Result<()> {
+    let c = tidemark_store::connect(url).await?;
+    let day = 86_400_000i64;
+    let now = tidemark_market::now_ms();
+    let today = now / day * day;
+    crate::store::trail_types(&c).await?;
+    let t = Instant::now();
+    for d in 0..=7 {
+        let start = today - (7 - d) * day;
+        tidemark_profiles::store::create_partition(
+            &c,
+            tidemark_profiles::store::Daily::Trail,
+            tidemark_profiles::days::Part::Span(start, start + day),
+        )
+        .await?;
+        let span = if start == today {
+            (now - today).max(1)
+        } else {
+            day
+        };
+        let mut done = 0;
+        while done < per_day {
+            let n = 1_000_000.min(per_day - done);
+            let first = d * per_day + done;
+            crate::store::fill_trail(&c, (start, span), first, first + n - 1, persons).await?;
+            done += n;
+        }
+        println!(
+            "  trail prefill: day {} of 8, {per_day} events, {:.0}s",
+            d + 1,
+            t.elapsed().as_secs_f64()
+        );
+    }
+    crate::store::vacuum_trail(&c).await?;
+    println!(
+        "trail table prefilled: {} events, {:.0} MB, in {:.0}s",
+        8 * per_day,
+        crate::store::trail_bytes(&c).await? as f64 / 1e6,
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 fn percentiles(mut v: Vec<f64>) -> String {
     if v.is_empty() {
         return "no samples".into();
@@ -432,7 +484,7 @@ pub async fn read_bench(
         None
     };
     let cluster = own.as_ref().unwrap_or(cluster);
-    let url = ingest(bin, cluster, offer, 30, 5, false).await?;
+    let url = ingest(bin, cluster, offer, 30, 5, None).await?;
     let read_url = match &own {
         Some(c) => c.standby().url_for("bench_profiles"),
         None => url.clone(),
@@ -533,7 +585,7 @@ pub async fn trail_bench(
     let mut done = 0;
     while done < rows {
         let n = chunk.min(rows - done);
-        crate::store::fill_trail(&c, day0, done, done + n - 1, persons).await?;
+        crate::store::fill_trail(&c, (day0, 7 * day), done, done + n - 1, persons).await?;
         done += n;
     }
     crate::store::vacuum_trail(&c).await?;

@@ -152,21 +152,21 @@ pub async fn trail_types(c: &Client) -> anyhow::Result<()> {
 }
 
 /// Trail rows `from..=to` of a synthetic load: `persons` persons, events
-/// spread over the 7 days from `day0`, of the three market types (positions
+/// spread over `span` ms from `start`, of the three market types (positions
 /// 1–3, [`trail_types`]), each carrying only its own identifier.
 pub async fn fill_trail(
     c: &Client,
-    day0: i64,
+    (start, span): (i64, i64),
     from: i64,
     to: i64,
     persons: i64,
 ) -> anyhow::Result<()> {
     c.execute(
         "INSERT INTO tidemark.profile_trail (id, ts, type, txid, ids)
-         SELECT 'user:p' || (g % $4), $1 + (hashint8(g)::bigint & 2147483647) % (7 * 86400000::bigint),
+         SELECT 'user:p' || (g % $4), $1 + (hashint8(g)::bigint & 2147483647) % $5,
                 (1 + g % 3)::smallint, md5(g::text)::uuid, NULL
          FROM generate_series($2::bigint, $3::bigint) g",
-        &[&day0, &from, &to, &persons],
+        &[&start, &from, &to, &persons, &span],
     )
     .await?;
     Ok(())
