@@ -62,10 +62,13 @@ bench-e2e dense="2000000" days="3":
     target/release/tidemark-bench e2e --dense-events {{dense}} --sparse-days {{days}}
 
 # Issue 10: profile ingest sustained for `seconds` (Zipf persons, logged tables), reads idle and
-# under half of peak ingest through tidemark-reader, and 7-day trails over a 10M-event table
+# under half of peak ingest through tidemark-reader (primary and standby), trail ingest into an empty
+# and an 8-day table, and 7-day trails over a 10M-event table
 bench-profiles seconds="300":
     cargo build --release --workspace
     target/release/tidemark-bench profile-ingest --rate 55000 --seconds {{seconds}}
+    target/release/tidemark-bench profile-ingest --trail --rate 55000 --seconds {{seconds}}
+    target/release/tidemark-bench profile-ingest --trail --trail-fill 3000000 --rate 55000 --seconds {{seconds}}
     target/release/tidemark-bench profile-read
     target/release/tidemark-bench profile-read --standby
     target/release/tidemark-bench trail-read
