@@ -439,25 +439,31 @@ fn marks_kept_before_the_split_by_type_move_to_a_catch_all_per_type() {
 }
 
 /// Migration 13 rewrites trail rows kept in V0007's layout (type names,
-/// txids as text, the list repeated for every event) compactly, and every
-/// event still reads back as it was written: through the reader (a list of
-/// one, of several, and one kept in `profile_trail_wide`) and through the
+/// txids as text, the list repeated for every event) compactly, in a
+/// partition made as the profile process makes them, and every event still
+/// reads back as it was written: through the reader (a list of one, of
+/// several, one kept in `profile_trail_wide`, and a row written after the
+/// migration into the old partition), filtered by type, and through the
 /// `profile_trail_events` view.
 #[test]
 fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
+    use tidemark_profiles::{days::Part, store};
     let db = TestDb::new("trail_v12");
     let url = db.url.clone();
     let day = 20_000 * 86_400_000i64;
-    let (tx1, tx2, tx3) = (
-        format!("{}{:012x}", "a".repeat(20), day + 1),
-        format!("{}{:012x}", "0".repeat(20), day + 2),
-        format!("{}{:012x}", "f".repeat(20), day + 3),
-    );
+    let tx = |n: u64, c: char| format!("{}{:012x}", c.to_string().repeat(20), day as u64 + n);
+    let (tx1, tx2, tx3, tx4) = (tx(1, 'a'), tx(2, '0'), tx(3, 'f'), tx(4, '7'));
     let many: Vec<String> = (0..200).map(|i| format!("device:{i:04}")).collect();
-    let (t1, t2, t3, m) = (tx1.clone(), tx2.clone(), tx3.clone(), many.clone());
-    let (applied, stored, viewed, read) = block_on(async move {
+    let (t1, t2, t3, t4, m) = (
+        tx1.clone(),
+        tx2.clone(),
+        tx3.clone(),
+        tx4.clone(),
+        many.clone(),
+    );
+    let (applied, stored, viewed, read, filtered) = block_on(async move {
         let mut c = tidemark_store::connect(&url).await.unwrap();
-        let old = format!(
+        c.batch_execute(
             "DROP VIEW IF EXISTS tidemark.profile_trail_events;
              DROP TABLE tidemark.profile_trail, tidemark.profile_trail_wide;
              CREATE TABLE tidemark.profile_trail (id text NOT NULL, ts bigint NOT NULL,
@@ -465,10 +471,15 @@ fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
              CREATE INDEX profile_trail_id_ts ON tidemark.profile_trail (id, ts) INCLUDE (type, txid, ids);
              CREATE TABLE tidemark.profile_trail_wide (id text NOT NULL, ts bigint NOT NULL,
                  type text NOT NULL, txid text NOT NULL, ids text[] NOT NULL,
-                 PRIMARY KEY (id, ts, type, txid));
-             CREATE TABLE tidemark.profile_trail_20000 PARTITION OF tidemark.profile_trail
-                 FOR VALUES FROM ({day}) TO ({});
-             INSERT INTO tidemark.profile_types VALUES (1, 'impression'), (2, 'click'), (3, 'install');
+                 PRIMARY KEY (id, ts, type, txid));",
+        )
+        .await
+        .unwrap();
+        store::create_partition(&c, store::Daily::Trail, Part::Span(day, day + 86_400_000))
+            .await
+            .unwrap();
+        let old = format!(
+            "INSERT INTO tidemark.profile_types VALUES (1, 'impression'), (2, 'click'), (3, 'install');
              INSERT INTO tidemark.profile_ids VALUES ('user:u1', 1, 0), ('device:d1', 1, 0);
              INSERT INTO tidemark.profile_trail VALUES
                  ('user:u1', {day} + 10, 'impression', '{t1}', ARRAY['user:u1']),
@@ -477,14 +488,24 @@ fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
              INSERT INTO tidemark.profile_trail_wide VALUES
                  ('device:d1', {day} + 20, 'install', '{t3}', ARRAY['{}']);
              DELETE FROM tidemark.schema_migrations WHERE version = 13;",
-            day + 86_400_000,
             m.join("','")
         );
         c.batch_execute(&old).await.unwrap();
         let applied = tidemark_store::migrate(&mut c).await.unwrap();
+        let after = store::TrailRow {
+            id: "device:d1".into(),
+            ts: day + 30,
+            type_name: "click".into(),
+            type_pos: 2,
+            txid: t4,
+            ids: vec!["device:d1".into()],
+        };
+        let w = c.transaction().await.unwrap();
+        store::insert_trail(&w, &[after]).await.unwrap();
+        w.commit().await.unwrap();
         let stored: Vec<(i16, String, Option<Vec<String>>)> = c
             .query(
-                "SELECT type, txid::text, ids FROM tidemark.profile_trail ORDER BY ts, type",
+                "SELECT type, txid::text, ids FROM tidemark.profile_trail_20000 ORDER BY ts, type",
                 &[],
             )
             .await
@@ -504,7 +525,12 @@ fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
             .collect();
         let reader = tidemark_reader::Reader::new(&url, 1).unwrap();
         let read = reader.trail("user:u1", day, day + 100, None).await.unwrap();
-        (applied, stored, viewed, read)
+        let types = ["click".to_string(), "nosuch".to_string()];
+        let filtered = reader
+            .trail("device:d1", day, day + 100, Some(&types))
+            .await
+            .unwrap();
+        (applied, stored, viewed, read, filtered)
     });
     assert_eq!(applied, [13]);
     let dashed = |t: &str| {
@@ -523,22 +549,28 @@ fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
         [
             (1, dashed(&tx1), None),
             (2, dashed(&tx2), Some(both.clone())),
-            (3, dashed(&tx3), Some(vec![]))
+            (3, dashed(&tx3), Some(vec![])),
+            (2, dashed(&tx4), None)
         ]
     );
     let want = [
         ("impression", tx1, vec!["user:u1".to_string()]),
         ("click", tx2, both),
         ("install", tx3, many),
+        ("click", tx4, vec!["device:d1".to_string()]),
     ];
     let want: Vec<(String, String, Vec<String>)> = want
         .into_iter()
         .map(|(t, x, ids)| (t.to_string(), x, ids))
         .collect();
     assert_eq!(viewed, want);
-    let read: Vec<(String, String, Vec<String>)> = read
-        .into_iter()
-        .map(|e| (e.type_name, e.txid, e.ids))
-        .collect();
-    assert_eq!(read, want);
+    let triple = |events: Vec<tidemark_reader::TrailEvent>| -> Vec<(String, String, Vec<String>)> {
+        events
+            .into_iter()
+            .map(|e| (e.type_name, e.txid, e.ids))
+            .collect()
+    };
+    assert_eq!(triple(read), want);
+    let clicks: Vec<_> = want.into_iter().filter(|w| w.0 == "click").collect();
+    assert_eq!(triple(filtered), clicks);
 }

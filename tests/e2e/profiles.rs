@@ -184,7 +184,7 @@ fn a_trail_is_one_index_range_scan_per_identifier_and_day() {
         let to = day0 + 5 * DAY - 1000;
         let explain = format!("EXPLAIN {}", tidemark_reader::TRAIL_QUERY);
         let stmt = c.prepare(&explain).await.unwrap();
-        let types: Option<Vec<i16>> = None;
+        let types: Option<Vec<&str>> = None;
         let rows = c
             .query(&stmt, &[&"user:u1", &from, &to, &types])
             .await

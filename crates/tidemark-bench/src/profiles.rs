@@ -529,7 +529,8 @@ pub async fn read_bench(
     .await?;
     stop.store(true, Ordering::Relaxed);
     let _ = publisher.join();
-    terminate(&mut child);
+    // Printed before the process stops: a clean stop first applies the
+    // backlog it accepted, minutes after a run offered more than it applies.
     if let Some(lags) = lags {
         let lags = lags.await??;
         println!(
@@ -537,6 +538,7 @@ pub async fn read_bench(
             percentiles(lags)
         );
     }
+    terminate(&mut child);
     Ok(())
 }
 

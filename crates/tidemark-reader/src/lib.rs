@@ -43,10 +43,6 @@ pub enum ReadError {
     /// The server refused or the connection broke.
     #[error("database: {0}")]
     Db(#[from] tokio_postgres::Error),
-    /// A row refers to a definition the database does not hold (a type
-    /// position missing from `tidemark.profile_types`).
-    #[error("unknown definition: {0}")]
-    Unknown(String),
 }
 
 impl From<deadpool_postgres::PoolError> for ReadError {
@@ -273,11 +269,9 @@ impl Reader {
 
     /// Runs `f` on a connection from [`Reader::client`]; if a replica's
     /// fails for the server's sake (not the query's), once more on the
-    /// primary.
-    /// Runs `f` on a connection from [`Reader::client`], again on the
-    /// primary's when a replica's server fails it. `f` takes the connection
-    /// by value (not an async closure over a borrowed one) so every future a
-    /// Reader returns is `Send`: bidders spawn them on multi-threaded runtimes.
+    /// primary. `f` takes the connection by value (not an async closure
+    /// over a borrowed one) so every future a Reader returns is `Send`:
+    /// bidders spawn them on multi-threaded runtimes.
     async fn run<T, F, Fut>(&self, f: F) -> Result<T, ReadError>
     where
         F: Fn(Object) -> Fut,
@@ -352,8 +346,7 @@ impl Reader {
     }
 
     /// The events counted for the person holding `id` with `from <= ts < to`,
-    /// ordered by (ts, type, txid); `types` filters (a name no process ever
-    /// counted matches nothing).
+    /// ordered by (ts, type, txid); `types` filters.
     pub async fn trail(
         &self,
         id: &str,
@@ -361,41 +354,13 @@ impl Reader {
         to: i64,
         types: Option<&[String]>,
     ) -> Result<Vec<TrailEvent>, ReadError> {
-        let mut defs = self.definitions(false).await?;
-        let known = |d: &Definitions| types.is_none_or(|t| t.iter().all(|n| d.types.contains(n)));
-        if !known(&defs) {
-            defs = self.definitions(true).await?;
-        }
-        let positions: Option<Vec<i16>> = types.map(|t| {
-            (1..=defs.types.len() as i16)
-                .filter(|p| t.contains(&defs.types[*p as usize - 1]))
-                .collect()
-        });
-        let rows = self
+        let types: Option<Vec<&str>> = types.map(|t| t.iter().map(String::as_str).collect());
+        let mut events = self
             .run(|c| {
-                let positions = &positions;
-                async move { trail(&c, id, from, to, positions).await }
+                let types = &types;
+                async move { trail(&c, id, from, to, types).await }
             })
             .await?;
-        if rows.iter().any(|r| r.0 as usize > defs.types.len()) {
-            defs = self.definitions(true).await?;
-        }
-        let mut events = rows
-            .into_iter()
-            .map(|(position, txid, ts, ids)| {
-                let type_name = usize::try_from(position - 1)
-                    .ok()
-                    .and_then(|i| defs.types.get(i))
-                    .ok_or_else(|| ReadError::Unknown(format!("trail type position {position}")))?
-                    .clone();
-                Ok(TrailEvent {
-                    type_name,
-                    txid,
-                    ts,
-                    ids,
-                })
-            })
-            .collect::<Result<Vec<_>, ReadError>>()?;
         events.sort_by(|a, b| (a.ts, &a.type_name, &a.txid).cmp(&(b.ts, &b.type_name, &b.txid)));
         Ok(events)
     }
@@ -407,39 +372,45 @@ impl Reader {
     }
 }
 
-/// A trail row as read: (type position, txid, ts, every identifier).
-type RawTrail = (i16, String, i64, Vec<String>);
-
 /// A trail read on one connection (both of its queries on the same server),
-/// unordered and with types by position.
+/// unordered.
 async fn trail(
     c: &Object,
     id: &str,
     from: i64,
     to: i64,
-    types: &Option<Vec<i16>>,
-) -> Result<Vec<RawTrail>, ReadError> {
+    types: &Option<Vec<&str>>,
+) -> Result<Vec<TrailEvent>, ReadError> {
     let stmt = c.prepare_cached(TRAIL_QUERY).await?;
     let rows = c.query(&stmt, &[&id, &from, &to, types]).await?;
-    let mut events: Vec<RawTrail> = Vec::with_capacity(rows.len());
-    let mut wide = Vec::new();
+    let mut events = Vec::with_capacity(rows.len());
+    // (index in `events`, identifier the row is under, type position)
+    let mut wide: Vec<(usize, String, i16)> = Vec::new();
     for r in &rows {
         let under: String = r.get(4);
         let ids = match r.get::<_, Option<Vec<String>>>(3) {
             None => vec![under],
             Some(ids) if ids.is_empty() => {
-                wide.push((events.len(), under));
+                wide.push((events.len(), under, r.get(5)));
                 ids
             }
             Some(ids) => ids,
         };
-        events.push((r.get(0), r.get::<_, store::Txid>(1).0, r.get(2), ids));
+        events.push(TrailEvent {
+            type_name: r.get(0),
+            txid: r.get::<_, store::Txid>(1).0,
+            ts: r.get(2),
+            ids,
+        });
     }
     if !wide.is_empty() {
-        let under: Vec<&str> = wide.iter().map(|(_, u)| u.as_str()).collect();
-        let ts: Vec<i64> = wide.iter().map(|(i, _)| events[*i].2).collect();
-        let ty: Vec<i16> = wide.iter().map(|(i, _)| events[*i].0).collect();
-        let tx: Vec<&str> = wide.iter().map(|(i, _)| events[*i].1.as_str()).collect();
+        let under: Vec<&str> = wide.iter().map(|(_, u, _)| u.as_str()).collect();
+        let ts: Vec<i64> = wide.iter().map(|(i, _, _)| events[*i].ts).collect();
+        let ty: Vec<i16> = wide.iter().map(|(_, _, t)| *t).collect();
+        let tx: Vec<&str> = wide
+            .iter()
+            .map(|(i, _, _)| events[*i].txid.as_str())
+            .collect();
         let lists = c.query(store::WIDE_QUERY, &[&under, &ts, &ty, &tx]).await?;
         let mut by_key: std::collections::HashMap<(String, i64, i16, String), Vec<String>> = lists
             .iter()
@@ -450,10 +421,10 @@ async fn trail(
                 )
             })
             .collect();
-        for (i, under) in wide {
+        for (i, under, ty) in wide {
             let e = &mut events[i];
-            e.3 = by_key
-                .remove(&(under, e.2, e.0, e.1.clone()))
+            e.ids = by_key
+                .remove(&(under, e.ts, ty, e.txid.clone()))
                 .unwrap_or_default();
         }
     }

@@ -103,16 +103,19 @@ pub fn is_wide(ids: &[String]) -> bool {
 /// The identifiers of the person holding `$1` (or `$1` alone), then the
 /// trail: `id = ANY(...)` on the `(id, ts)` index is one range scan per
 /// identifier, in each day's partition the `ts` range keeps. Rows are
-/// compact (sql/V0013): `type` a position, `txid` a uuid, `ids` NULL for
-/// "just `id`", empty when the list is in `profile_trail_wide`, which costs
-/// one more query. The caller names types and orders by (ts, type, txid).
+/// compact (sql/V0013): `type` a position, named here by the same server
+/// that holds the rows (a replica may not know a type its peer does),
+/// `txid` a uuid, `ids` NULL for "just `id`", empty when the list is in
+/// `profile_trail_wide`, which costs one more query. Unordered: the caller
+/// orders by (ts, type, txid).
 pub const TRAIL_QUERY: &str =
-    "SELECT t.type, t.txid, t.ts, t.ids, t.id FROM tidemark.profile_trail t
+    "SELECT y.name, t.txid, t.ts, t.ids, t.id, t.type FROM tidemark.profile_trail t
+     JOIN tidemark.profile_types y ON y.position = t.type
      WHERE t.id = ANY(coalesce(
                (SELECT array_agg(o.id) FROM tidemark.profile_ids me
                 JOIN tidemark.profile_ids o ON o.person = me.person WHERE me.id = $1),
                ARRAY[$1]))
-       AND t.ts >= $2 AND t.ts < $3 AND ($4::smallint[] IS NULL OR t.type = ANY($4))";
+       AND t.ts >= $2 AND t.ts < $3 AND ($4::text[] IS NULL OR y.name = ANY($4))";
 
 /// The identifier lists too long for the trail index, by (id, ts, type, txid).
 pub(crate) const WIDE_QUERY: &str =
