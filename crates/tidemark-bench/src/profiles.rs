@@ -528,9 +528,9 @@ pub async fn read_bench(
     )
     .await?;
     stop.store(true, Ordering::Relaxed);
-    let _ = publisher.join();
-    // Printed before the process stops: a clean stop first applies the
-    // backlog it accepted, minutes after a run offered more than it applies.
+    // Printed first: the publisher's socket delivers its whole queue before
+    // its thread ends, and a clean stop of the process applies the backlog
+    // it accepted, minutes after a run that offered more than it applied.
     if let Some(lags) = lags {
         let lags = lags.await??;
         println!(
@@ -538,6 +538,7 @@ pub async fn read_bench(
             percentiles(lags)
         );
     }
+    let _ = publisher.join();
     terminate(&mut child);
     Ok(())
 }
