@@ -495,7 +495,6 @@ fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
         let after = store::TrailRow {
             id: "device:d1".into(),
             ts: day + 30,
-            type_name: "click".into(),
             type_pos: 2,
             txid: t4,
             ids: vec!["device:d1".into()],
@@ -503,26 +502,20 @@ fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
         let w = c.transaction().await.unwrap();
         store::insert_trail(&w, &[after]).await.unwrap();
         w.commit().await.unwrap();
-        let stored: Vec<(i16, String, Option<Vec<String>>)> = c
-            .query(
-                "SELECT type, txid::text, ids FROM tidemark.profile_trail_20000 ORDER BY ts, type",
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
-            .collect();
-        let viewed: Vec<(String, String, Vec<String>)> = c
-            .query(
-                "SELECT type, txid, ids FROM tidemark.profile_trail_events ORDER BY ts, type",
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
-            .collect();
+        let rows = async |sql: &str| c.query(sql, &[]).await.unwrap();
+        let stored: Vec<(i16, String, Option<Vec<String>>)> = rows(
+            "SELECT type, txid::text, ids FROM tidemark.profile_trail_20000 ORDER BY ts, type",
+        )
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+        let viewed: Vec<(String, String, Vec<String>)> =
+            rows("SELECT type, txid, ids FROM tidemark.profile_trail_events ORDER BY ts, type")
+                .await
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect();
         let reader = tidemark_reader::Reader::new(&url, 1).unwrap();
         let read = reader.trail("user:u1", day, day + 100, None).await.unwrap();
         let types = ["click".to_string(), "nosuch".to_string()];

@@ -551,7 +551,6 @@ async fn define(c: &Client, config: &Config) -> Result<Layout, ProfilesError> {
         .collect();
     Ok(Layout {
         type_pos,
-        type_names: config.types.clone(),
         types: types.len(),
         counters,
         weight: config.weight(),

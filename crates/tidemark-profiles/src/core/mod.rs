@@ -48,8 +48,6 @@ pub type Counts = BTreeMap<&'static str, i64>;
 pub struct Layout {
     /// Per configured type (by index in `types`): its stored position.
     pub type_pos: Vec<i16>,
-    /// Per configured type: its name.
-    pub type_names: Vec<String>,
     /// Stored types in all (array length).
     pub types: usize,
     /// Per stored counter position - 1: the type position - 1 feeding it
@@ -71,7 +69,6 @@ impl Layout {
         TrailRow {
             id: id.to_owned(),
             ts: e.ts,
-            type_name: self.type_names[e.type_index].clone(),
             type_pos: self.type_pos[e.type_index],
             txid: e.txid.as_str().to_owned(),
             ids: e
@@ -144,8 +141,6 @@ pub struct TrailRow {
     pub id: String,
     /// Its `ts`.
     pub ts: i64,
-    /// Its type.
-    pub type_name: String,
     /// Its type's `profile_types` position (how the row stores it).
     pub type_pos: i16,
     /// Its txid.

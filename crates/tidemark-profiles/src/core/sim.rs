@@ -33,7 +33,6 @@ pub const TYPES: [&str; 3] = ["impression", "click", "install"];
 pub fn layout() -> Layout {
     Layout {
         type_pos: vec![1, 2, 3],
-        type_names: TYPES.iter().map(|t| t.to_string()).collect(),
         types: 3,
         counters: vec![CounterSlot {
             type_slot: Some(1),
@@ -41,6 +40,12 @@ pub fn layout() -> Layout {
         }],
         weight: 1.0,
     }
+}
+
+/// The name of the type `layout` stores at `position`.
+pub fn type_name(layout: &Layout, position: i16) -> &'static str {
+    let i = layout.type_pos.iter().position(|p| *p == position);
+    TYPES[i.expect("a configured type")]
 }
 
 /// One message as published: its type (index in [`TYPES`]), the random
@@ -454,15 +459,16 @@ impl Sim {
     /// What `trail ID --json` prints over all time (SPEC 11).
     pub fn trail(&self, id: &str) -> Vec<Value> {
         let members: BTreeSet<String> = self.person(id).into_iter().collect();
+        let name = |r: &TrailRow| type_name(&self.layout, r.type_pos);
         let mut rows: Vec<&TrailRow> = self
             .db
             .trail
             .iter()
             .filter(|r| members.contains(&r.id))
             .collect();
-        rows.sort_by(|a, b| (a.ts, &a.type_name, &a.txid).cmp(&(b.ts, &b.type_name, &b.txid)));
+        rows.sort_by(|a, b| (a.ts, name(a), &a.txid).cmp(&(b.ts, name(b), &b.txid)));
         rows.iter()
-            .map(|r| json!({"type": r.type_name, "txid": r.txid, "ts": r.ts, "ids": r.ids}))
+            .map(|r| json!({"type": name(r), "txid": r.txid, "ts": r.ts, "ids": r.ids}))
             .collect()
     }
 

@@ -218,7 +218,7 @@ impl<'a> Share<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::sim::{ev, layout, Sim, T0};
+    use crate::core::sim::{ev, layout, type_name, Sim, T0};
 
     fn work(events: Vec<Event>, trail_from: Option<i64>) -> Work {
         Work {
@@ -300,7 +300,7 @@ mod tests {
         assert_eq!(p.types[2].count, 1);
         let trail: Vec<i64> = plan.trail.iter().map(|r| r.ts - T0).collect();
         assert_eq!(trail, [30, 20], "at or past trail_from, in arrival order");
-        assert_eq!(plan.trail[1].type_name, "install");
+        assert_eq!(type_name(&layout, plan.trail[1].type_pos), "install");
     }
 
     #[test]
