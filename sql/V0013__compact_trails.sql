@@ -7,7 +7,8 @@
 --         read back as hex without dashes, the order of the text kept),
 --   ids   NULL when the event carried only the identifier the row is under;
 --         empty (as before) when the list lives in profile_trail_wide.
--- `tidemark.profile_trail_events` shows rows as `tidemark trail` prints them.
+-- `tidemark.profile_trail_events` decodes rows for people (still one per
+-- event under the identifier it counted for).
 --
 -- Existing rows are rewritten in place (one pass per partition, inside the
 -- migration's transaction: time in proportion to the trail kept).
