@@ -20,3 +20,4 @@ mod profiles;
 mod shard;
 mod status;
 mod tls;
+mod trails;

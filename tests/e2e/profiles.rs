@@ -156,66 +156,6 @@ fn one_process_per_database_and_counter_definitions_are_fixed() {
 }
 
 #[test]
-fn a_trail_is_one_index_range_scan_per_identifier_and_day() {
-    let db = TestDb::new("profiles_plan");
-    let mut c = ShardProc::start_profiles(&db, "plan", "tcp://127.0.0.1:1", CONFIG);
-    wait_for("the schema", || {
-        query_i64(&db.url, "SELECT count(*) FROM tidemark.profile_process").filter(|n| *n == 1)
-    });
-    c.stop();
-    // Ten days of partitions with rows, so pruning and index use show.
-    let day0 = (now_ms() / DAY - 10) * DAY;
-    let mut sql = String::new();
-    for d in 0..10 {
-        let day = day0 + d * DAY;
-        sql += &format!(
-            "CREATE TABLE tidemark.profile_trail_{} PARTITION OF tidemark.profile_trail FOR VALUES FROM ({day}) TO ({});
-             INSERT INTO tidemark.profile_trail SELECT 'user:u' || (g % 1000), {day} + g * 17, 1, md5(g::text)::uuid, NULL FROM generate_series(1, 5000) g;",
-            day / DAY,
-            day + DAY
-        );
-    }
-    sql += "INSERT INTO tidemark.profile_ids VALUES ('user:u1', 1, 0), ('device:d1', 1, 0); ANALYZE tidemark.profile_trail;";
-    let url = db.url.clone();
-    let plan = block_on(async move {
-        let c = tidemark_store::connect(&url).await.unwrap();
-        c.batch_execute(&sql).await.unwrap();
-        let from = day0 + 3 * DAY + 1000;
-        let to = day0 + 5 * DAY - 1000;
-        let explain = format!("EXPLAIN {}", tidemark_reader::TRAIL_QUERY);
-        let stmt = c.prepare(&explain).await.unwrap();
-        let types: Option<Vec<&str>> = None;
-        let rows = c
-            .query(&stmt, &[&"user:u1", &from, &to, &types])
-            .await
-            .unwrap();
-        rows.iter()
-            .map(|r| r.get::<_, String>(0))
-            .collect::<Vec<_>>()
-            .join("\n")
-    });
-    // Days 3 and 4 only (pruned at plan time), each one scan of its (id, ts)
-    // index whose condition holds the identifiers and both bounds.
-    let scans: Vec<&str> = plan
-        .lines()
-        .filter(|l| {
-            l.contains("Index Scan")
-                && l.contains("profile_trail_")
-                && !l.contains("profile_trail_wide")
-        })
-        .collect();
-    assert_eq!(scans.len(), 2, "{plan}");
-    for s in &scans {
-        assert!(s.contains("_id_ts_"), "{plan}");
-    }
-    let conditions = plan.lines().filter(|l| {
-        l.contains("Index Cond: ((id = ANY") && l.contains("(ts >= ") && l.contains("(ts < ")
-    });
-    assert_eq!(conditions.count(), 2, "{plan}");
-    assert!(!plan.contains("Seq Scan on profile_trail"), "{plan}");
-}
-
-#[test]
 fn the_synthetic_bidder_reads_profiles_into_its_bids() {
     let db = TestDb::new("profiles_bidder");
     let mut publisher = Publisher::new();
@@ -431,6 +371,7 @@ half_life = "1d"
     wait_for("whole days dropped", || {
         (partitions("profile_trail") == 0 && partitions("profile_seen") == 0).then_some(())
     });
+    assert_eq!(partitions("profile_trail_packed"), 0);
     assert!(trail(&db.url, "user:old", 0, t0 + 4 * DAY, None).is_empty());
     // The profile stays; a late copy of the click is stale, not counted again.
     publisher.event("click", &tx, t0 - 20 * HOUR, r#""user": "old""#);

@@ -379,32 +379,19 @@ pub async fn ingest(
 /// 7 UTC days before today and in today's until now, so ingest writes into a
 /// partition, and an index, already that large.
 async fn prefill_trail(url: &str, per_day: i64, persons: i64) -> anyhow::Result<()> {
-    let c = tidemark_store::connect(url).await?;
-    let day = 86_400_000i64;
+    let mut c = tidemark_store::connect(url).await?;
     let now = tidemark_market::now_ms();
-    let today = now / day * day;
+    let today = now / DAY * DAY;
     crate::store::trail_types(&c).await?;
     let t = Instant::now();
     for d in 0..=7 {
-        let start = today - (7 - d) * day;
-        tidemark_profiles::store::create_partition(
-            &c,
-            tidemark_profiles::store::Daily::Trail,
-            tidemark_profiles::days::Part::Span(start, start + day),
-        )
-        .await?;
+        let start = today - (7 - d) * DAY;
         let span = if start == today {
             (now - today).max(1)
         } else {
-            day
+            DAY
         };
-        let mut done = 0;
-        while done < per_day {
-            let n = 1_000_000.min(per_day - done);
-            let first = d * per_day + done;
-            crate::store::fill_trail(&c, (start, span), first, first + n - 1, persons).await?;
-            done += n;
-        }
+        fill_day(&c, (start, span), d * per_day, per_day, persons).await?;
         println!(
             "  trail prefill: day {} of 8, {per_day} events, {:.0}s",
             d + 1,
@@ -417,6 +404,63 @@ async fn prefill_trail(url: &str, per_day: i64, persons: i64) -> anyhow::Result<
         8 * per_day,
         crate::store::trail_bytes(&c).await? as f64 / 1e6,
         t.elapsed().as_secs_f64()
+    );
+    // The 7 days before today, packed as the process packs them an hour
+    // after each ends.
+    pack_days(&mut c, (1..=7).map(|d| today - d * DAY)).await?;
+    println!(
+        "trail table packed: {:.0} MB",
+        crate::store::trail_bytes(&c).await? as f64 / 1e6
+    );
+    Ok(())
+}
+
+const DAY: i64 = 86_400_000;
+
+/// Makes the trail partition of the day at `start` and fills it with `rows`
+/// events numbered from `first` ([`crate::store::fill_trail`]) over `span`
+/// ms, a million per statement.
+async fn fill_day(
+    c: &tokio_postgres::Client,
+    (start, span): (i64, i64),
+    first: i64,
+    rows: i64,
+    persons: i64,
+) -> anyhow::Result<()> {
+    tidemark_profiles::store::create_partition(
+        c,
+        tidemark_profiles::store::Daily::Trail,
+        tidemark_profiles::days::Part::Span(start, start + DAY),
+    )
+    .await?;
+    let mut done = 0;
+    while done < rows {
+        let n = 1_000_000.min(rows - done);
+        let from = first + done;
+        crate::store::fill_trail(c, (start, span), from, from + n - 1, persons).await?;
+        done += n;
+    }
+    Ok(())
+}
+
+/// Packs the trail days starting at `days` (`tidemark_profiles::store::pack_trail`),
+/// printing the events packed per second.
+async fn pack_days(
+    c: &mut tokio_postgres::Client,
+    days: impl Iterator<Item = i64>,
+) -> anyhow::Result<()> {
+    let t = Instant::now();
+    let mut events = 0;
+    for start in days {
+        let part = tidemark_profiles::days::Part::Span(start, start + DAY);
+        events += tidemark_profiles::store::pack_trail(c, part)
+            .await?
+            .unwrap_or(0);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "trail days packed: {events} events in {secs:.1}s ({:.0} events/s, VACUUM included)",
+        events as f64 / secs
     );
     Ok(())
 }
@@ -560,7 +604,8 @@ fn lag_sampler(
 }
 
 /// A trail table of `rows` events over 7 days, persons with at most ~1,000
-/// events in range; times `tidemark_reader::Reader::trail` of 7 days.
+/// events in range; times `tidemark_reader::Reader::trail` of 7 days with
+/// one row per event, then again once the days are packed (sql/V0014).
 pub async fn trail_bench(
     cluster: &Cluster,
     rows: i64,
@@ -568,52 +613,63 @@ pub async fn trail_bench(
     samples: usize,
 ) -> anyhow::Result<()> {
     let url = fresh_db(cluster, "bench_trail").await?;
-    let c = tidemark_store::connect(&url).await?;
-    let day = 86_400_000i64;
-    let day0 = (tidemark_market::now_ms() / day - 7) * day;
+    let mut c = tidemark_store::connect(&url).await?;
+    let day0 = (tidemark_market::now_ms() / DAY - 7) * DAY;
     let persons = (rows / per_person).max(1);
     let t = Instant::now();
-    for d in 0..8 {
-        let start = day0 + d * day;
-        tidemark_profiles::store::create_partition(
-            &c,
-            tidemark_profiles::store::Daily::Trail,
-            tidemark_profiles::days::Part::Span(start, start + day),
-        )
-        .await?;
-    }
     crate::store::trail_types(&c).await?;
+    tidemark_profiles::store::create_partition(
+        &c,
+        tidemark_profiles::store::Daily::Trail,
+        tidemark_profiles::days::Part::Span(day0 + 7 * DAY, day0 + 8 * DAY),
+    )
+    .await?;
     // Each person gets `per_person` events spread over 7 days.
-    let chunk = 1_000_000i64;
-    let mut done = 0;
-    while done < rows {
-        let n = chunk.min(rows - done);
-        crate::store::fill_trail(&c, (day0, 7 * day), done, done + n - 1, persons).await?;
-        done += n;
+    for d in 0..7 {
+        let (first, last) = (rows * d / 7, rows * (d + 1) / 7);
+        fill_day(&c, (day0 + d * DAY, DAY), first, last - first, persons).await?;
     }
     crate::store::vacuum_trail(&c).await?;
     let size = crate::store::trail_bytes(&c).await?;
     println!(
-        "trail table: {rows} events, {persons} persons (~{} each over 7 days), {:.0} MB, loaded in {:.0}s",
+        "trail table: {rows} events, {persons} persons (~{} each over 7 days), {:.0} MB ({:.1} bytes/event), loaded in {:.0}s",
         rows / persons,
         size as f64 / 1e6,
+        size as f64 / rows as f64,
         t.elapsed().as_secs_f64()
     );
     let reader = Reader::new(&url, 1)?;
-    let mut rng = Rng(7);
-    let mut lat = Vec::with_capacity(samples);
-    let mut events = 0;
-    for _ in 0..samples {
-        let id = format!("user:p{}", rng.next() % persons as u64);
-        let t = Instant::now();
-        let got = reader.trail(&id, day0, day0 + 7 * day + day, None).await?;
-        lat.push(t.elapsed().as_secs_f64() * 1e3);
-        events += got.len();
-    }
+    let read = |label: &'static str| {
+        let reader = reader.clone();
+        async move {
+            let mut rng = Rng(7);
+            let mut lat = Vec::with_capacity(samples);
+            let mut events = 0;
+            for _ in 0..samples {
+                let id = format!("user:p{}", rng.next() % persons as u64);
+                let t = Instant::now();
+                let got = reader.trail(&id, day0, day0 + 8 * DAY, None).await?;
+                lat.push(t.elapsed().as_secs_f64() * 1e3);
+                events += got.len();
+            }
+            println!(
+                "  trail of one person, 7 days (avg {} events), {label}: {}",
+                events / samples,
+                percentiles(lat)
+            );
+            anyhow::Ok(())
+        }
+    };
+    read("one row per event").await?;
+    pack_days(&mut c, (0..7).map(|d| day0 + d * DAY)).await?;
+    c.batch_execute("ANALYZE tidemark.profile_trail_packed")
+        .await?;
+    let size = crate::store::trail_bytes(&c).await?;
     println!(
-        "  trail of one person, 7 days (avg {} events): {}",
-        events / samples,
-        percentiles(lat)
+        "packed: {:.0} MB ({:.1} bytes/event)",
+        size as f64 / 1e6,
+        size as f64 / rows as f64
     );
+    read("packed days").await?;
     Ok(())
 }

@@ -180,11 +180,13 @@ pub async fn vacuum_trail(c: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Bytes on disk of every trail partition, indexes included.
+/// Bytes on disk of every trail partition, packed ones included, with
+/// their indexes and TOAST.
 pub async fn trail_bytes(c: &Client) -> anyhow::Result<i64> {
     Ok(c
         .query_one(
-            "SELECT sum(pg_total_relation_size(inhrelid))::bigint FROM pg_inherits WHERE inhparent = 'tidemark.profile_trail'::regclass",
+            "SELECT sum(pg_total_relation_size(inhrelid))::bigint FROM pg_inherits
+             WHERE inhparent IN ('tidemark.profile_trail'::regclass, 'tidemark.profile_trail_packed'::regclass)",
             &[],
         )
         .await?

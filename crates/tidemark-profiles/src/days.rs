@@ -142,6 +142,24 @@ impl Spans {
             .collect()
     }
 
+    /// The oldest span ended at least `after` before `clock`, not yet
+    /// wholly behind `horizon` (about to go) and not among `packed` (their
+    /// starts): the next trail day to pack. Catch-alls are never packed.
+    pub fn to_pack(
+        &self,
+        clock: i64,
+        after: i64,
+        horizon: i64,
+        packed: &BTreeSet<i64>,
+    ) -> Option<Part> {
+        self.parts
+            .iter()
+            .find(|(from, to)| {
+                **to > horizon && to.saturating_add(after) <= clock && !packed.contains(from)
+            })
+            .map(|(from, to)| Part::Span(*from, *to))
+    }
+
     /// A partition was dropped.
     pub fn dropped(&mut self, p: Part) {
         match p {
@@ -185,6 +203,29 @@ mod tests {
         // With no day partition yet, the floor bounds the catch-all.
         let plan = Spans::new(DAY_MS).plan(&days(&[1, 2, 50]), 40 * DAY_MS);
         assert_eq!(plan, [Part::Before(40 * DAY_MS), day(50)]);
+    }
+
+    #[test]
+    fn days_are_packed_oldest_first_once_ended_and_never_when_about_to_go() {
+        let d = Spans::from_parts(
+            DAY_MS,
+            [Part::Before(10 * DAY_MS), day(10), day(11), day(12)],
+        );
+        let none = BTreeSet::new();
+        // Day 11 ends at 12d; an hour later it may be packed, day 10 first.
+        assert_eq!(d.to_pack(12 * DAY_MS, HOUR_MS, 0, &none), Some(day(10)));
+        assert_eq!(d.to_pack(12 * DAY_MS, HOUR_MS, 0, &days(&[10])), None);
+        assert_eq!(
+            d.to_pack(12 * DAY_MS + HOUR_MS, HOUR_MS, 0, &days(&[10])),
+            Some(day(11))
+        );
+        // Day 10 about to be dropped: skipped.
+        assert_eq!(
+            d.to_pack(12 * DAY_MS + HOUR_MS, HOUR_MS, 11 * DAY_MS, &none),
+            Some(day(11))
+        );
+        // The open day never.
+        assert_eq!(d.to_pack(12 * DAY_MS + 5, 0, 0, &days(&[10, 11])), None);
     }
 
     #[test]

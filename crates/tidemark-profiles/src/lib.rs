@@ -97,6 +97,9 @@ const LINK_MAX: usize = 5_000;
 /// most is a batch).
 const WORK_START: usize = 2_000;
 const PACE_MIN: usize = 100;
+/// A trail day is packed this long after it ends (sql/V0014): late events
+/// after that stay one row each.
+const PACK_AFTER: i64 = days::HOUR_MS;
 /// An error of no known class that repeats this many times on a healthy
 /// connection is taken as the batch's own, as a shard takes it.
 const UNKNOWN_REPEATS: u32 = 3;
@@ -155,6 +158,7 @@ pub async fn run(
     };
     let shutdown_timeout = config.shutdown_timeout;
     let (marks, trail_days) = found(&config, &layout, store::partitions(&main).await?);
+    let packed = store::packed_parts(&main).await?.into_iter().collect();
     let mut p = Process {
         marks,
         trail_days,
@@ -182,8 +186,16 @@ pub async fn run(
         unknown_failures: 0,
         lock_waits: Default::default(),
         newest_created: None,
+        packed,
+        packing: None,
+        next_pack: Instant::now(),
     };
-    drive(&mut p, intake, stop, rx, shutdown, shutdown_timeout).await?;
+    let driven = drive(&mut p, intake, stop, rx, shutdown, shutdown_timeout).await;
+    // A packing cut short rolls back whole; the next run packs that day.
+    if let Some((_, h)) = p.packing.take() {
+        h.abort();
+    }
+    driven?;
     tracing::info!(counts = ?p.run_counts, "profile process stopped cleanly");
     Ok(Summary {
         counts: p.run_counts,
@@ -642,7 +654,16 @@ struct Process<'a> {
     /// The newest txid creation time accepted, standing in for the clock
     /// until there is one (see [`Process::now_ms`]).
     newest_created: Option<i64>,
+    /// The starts of the trail partitions packed (sql/V0014).
+    packed: BTreeSet<i64>,
+    /// The packing under way, of this partition, on a connection of its own.
+    packing: Option<(days::Part, tokio::task::JoinHandle<Packed>)>,
+    /// No packing starts before this (a back-off after a failed one).
+    next_pack: Instant,
 }
+
+/// A packing's outcome and duration.
+type Packed = (Result<Option<i64>, StoreError>, Duration);
 
 impl Process<'_> {
     /// Enough pending for a whole batch, by count or by bytes.
@@ -872,9 +893,20 @@ impl Process<'_> {
             }
         }
         if let Some(trail) = self.config.trail {
-            for p in self.trail_days.retired(clock - trail.as_millis() as i64) {
+            let horizon = clock - trail.as_millis() as i64;
+            for p in self.trail_days.retired(horizon) {
+                // Dropped once its packing ends (which would fail, or make
+                // the packed partition again).
+                if self.packing.as_ref().is_some_and(|(q, _)| *q == p) {
+                    continue;
+                }
                 match store::drop_partition(main, Daily::Trail, p).await {
-                    Ok(()) => self.trail_days.dropped(p),
+                    Ok(()) => {
+                        self.trail_days.dropped(p);
+                        if let days::Part::Span(from, _) = p {
+                            self.packed.remove(&from);
+                        }
+                    }
                     Err(e) if e.is_lock_timeout() => {
                         self.lock_waits.put_off("dropping a day of trails");
                         return Ok(());
@@ -882,9 +914,53 @@ impl Process<'_> {
                     Err(e) => return Err(e.into()),
                 };
             }
+            self.pack(clock, horizon).await;
         }
         self.lock_waits.done();
         Ok(())
+    }
+
+    /// Hears how the packing under way ended, and starts the next: the
+    /// oldest trail day `PACK_AFTER` past its end (late events written after
+    /// it stay unpacked, and are read all the same). One at a time, on its
+    /// own connection, so batches never wait for it.
+    async fn pack(&mut self, clock: i64, horizon: i64) {
+        if self.packing.as_ref().is_some_and(|(_, h)| h.is_finished()) {
+            let (p, h) = self.packing.take().expect("checked");
+            match h.await {
+                Ok((Ok(events), took)) => {
+                    if let days::Part::Span(from, to) = p {
+                        self.packed.insert(from);
+                        tracing::info!(from, to, ?events, ?took, "trail day packed");
+                    }
+                }
+                Ok((Err(e), _)) => {
+                    tracing::warn!(part = ?p, error = %e, "packing a trail day failed; retried in a minute");
+                    self.next_pack = Instant::now() + Duration::from_secs(60);
+                }
+                Err(e) => tracing::warn!(error = %e, "the packing task ended abnormally"),
+            }
+        }
+        if self.packing.is_some() || Instant::now() < self.next_pack {
+            return;
+        }
+        let Some(p) = self
+            .trail_days
+            .to_pack(clock, PACK_AFTER, horizon, &self.packed)
+        else {
+            return;
+        };
+        let url = self.url.to_owned();
+        let name = format!("tidemark profiles {}: packer", self.config.name);
+        let task = tokio::spawn(async move {
+            let started = Instant::now();
+            let r = async {
+                let mut c = tidemark_store::connect_as(&url, &name).await?;
+                store::pack_trail(&mut c, p).await
+            };
+            (r.await, started.elapsed())
+        });
+        self.packing = Some((p, task));
     }
 
     /// What the metrics endpoint shows: this run's counts by reason

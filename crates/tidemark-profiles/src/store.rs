@@ -352,10 +352,13 @@ pub async fn create_partition(c: &Client, which: Daily, p: Part) -> Result<(), S
     .await
 }
 
-/// Drops a partition (idempotent), and for trails those days' wide
-/// identifier lists.
+/// Drops a partition (idempotent), and for trails its packed rows and
+/// those days' wide identifier lists.
 pub async fn drop_partition(c: &Client, which: Daily, p: Part) -> Result<(), StoreError> {
-    let sql = format!("DROP TABLE IF EXISTS tidemark.{}", which.name(p));
+    let mut sql = format!("DROP TABLE IF EXISTS tidemark.{}", which.name(p));
+    if which == Daily::Trail {
+        sql += &format!("; DROP TABLE IF EXISTS tidemark.{}", packed_name(p));
+    }
     tidemark_store::ddl(c, &sql).await?;
     if which == Daily::Trail {
         let (from, to) = match p {
@@ -367,8 +370,104 @@ pub async fn drop_partition(c: &Client, which: Daily, p: Part) -> Result<(), Sto
             &[&from, &to],
         )
         .await?;
+        c.execute(
+            "DELETE FROM tidemark.profile_trail_packed_parts WHERE base >= $1 AND base < $2",
+            &[&from, &to],
+        )
+        .await?;
     }
     Ok(())
+}
+
+/// The `profile_trail_packed` partition holding a trail partition's packed
+/// rows: `profile_trail_packed_<day>`, or by its bounds in ms.
+fn packed_name(p: Part) -> String {
+    Daily::Trail
+        .name(p)
+        .replacen("profile_trail", "profile_trail_packed", 1)
+}
+
+/// The starts of the trail partitions already packed.
+pub async fn packed_parts(c: &Client) -> Result<Vec<i64>, StoreError> {
+    let rows = c
+        .query("SELECT base FROM tidemark.profile_trail_packed_parts", &[])
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Packs a trail partition (sql/V0014): the rows of events that carried
+/// only the identifier they are under become one row per identifier, in one
+/// transaction whose snapshot both copies and deletes, so a late event
+/// written meanwhile stays as it is and nothing is moved twice or lost.
+/// Writers are never blocked; readers see the rows before or after, whole.
+/// Returns the events packed (`None`: already packed). The space the rows
+/// held is returned after the commit, by a `VACUUM` and a concurrent
+/// `REINDEX`.
+pub async fn pack_trail(c: &mut Client, p: Part) -> Result<Option<i64>, StoreError> {
+    let Part::Span(from, to) = p else {
+        return Ok(None);
+    };
+    let (rows, packed) = (
+        format!("tidemark.{}", Daily::Trail.name(p)),
+        format!("tidemark.{}", packed_name(p)),
+    );
+    tidemark_store::create_partition(
+        c,
+        "CREATE TABLE",
+        "tidemark.profile_trail_packed",
+        &packed,
+        // Every row's base is the partition's start: bounds that hold that
+        // value alone let a read prune to the days it asks for exactly.
+        &format!("FOR VALUES FROM ({from}) TO ({})", from + 1),
+        "",
+        "SELECT 1",
+    )
+    .await?;
+    let tx = c
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await?;
+    tx.batch_execute(&format!(
+        "SET LOCAL lock_timeout = '{}'",
+        tidemark_store::DDL_LOCK_TIMEOUT
+    ))
+    .await?;
+    let done = tx
+        .query_opt(
+            "SELECT 1 FROM tidemark.profile_trail_packed_parts WHERE base = $1",
+            &[&from],
+        )
+        .await?;
+    if done.is_some() {
+        return Ok(None);
+    }
+    // Offsets fit an integer: a partition spans at most a day.
+    tx.execute(
+        &format!(
+            "INSERT INTO {packed}
+             SELECT id, $1, array_agg((ts - $1)::integer ORDER BY ts, type, txid),
+                    array_agg(type ORDER BY ts, type, txid), array_agg(txid ORDER BY ts, type, txid)
+             FROM {rows} WHERE ids IS NULL GROUP BY id"
+        ),
+        &[&from],
+    )
+    .await?;
+    let events = tx
+        .execute(&format!("DELETE FROM {rows} WHERE ids IS NULL"), &[])
+        .await? as i64;
+    tx.execute(
+        "INSERT INTO tidemark.profile_trail_packed_parts (base, until, events) VALUES ($1, $2, $3)",
+        &[&from, &to, &events],
+    )
+    .await?;
+    tx.commit().await?;
+    // VACUUM returns the heap's pages but not its index's; the index is
+    // built again, small, without stopping readers or late writers.
+    c.batch_execute(&format!("VACUUM {rows}")).await?;
+    c.batch_execute(&format!("REINDEX TABLE CONCURRENTLY {rows}"))
+        .await?;
+    Ok(Some(events))
 }
 
 /// Records `(key, type position)` pairs, each once; returns, per pair, whether

@@ -43,6 +43,9 @@ pub enum ReadError {
     /// The server refused or the connection broke.
     #[error("database: {0}")]
     Db(#[from] tokio_postgres::Error),
+    /// The database holds what its schema does not define.
+    #[error("database schema: {0}")]
+    Schema(String),
 }
 
 impl From<deadpool_postgres::PoolError> for ReadError {
@@ -298,9 +301,13 @@ impl Reader {
         if !refresh && !current.types.is_empty() {
             return Ok(current);
         }
-        let (types, counters) = self
-            .run(|c| async move { Ok(store::definitions(&**c).await?) })
-            .await?;
+        self.run(|c| async move { self.load_definitions(&c).await })
+            .await
+    }
+
+    /// Reads the definitions on `c` into the cache.
+    async fn load_definitions(&self, c: &Object) -> Result<Arc<Definitions>, ReadError> {
+        let (types, counters) = store::definitions(&***c).await?;
         let counters = counters.into_iter().map(|(_, n, _, h)| (n, h)).collect();
         let types = types.into_iter().map(|(_, n)| n).collect();
         let d = Arc::new(Definitions { counters, types });
@@ -354,13 +361,12 @@ impl Reader {
         to: i64,
         types: Option<&[String]>,
     ) -> Result<Vec<TrailEvent>, ReadError> {
-        let types: Option<Vec<&str>> = types.map(|t| t.iter().map(String::as_str).collect());
         let mut events = self
-            .run(|c| {
-                let types = &types;
-                async move { trail(&c, id, from, to, types).await }
-            })
+            .run(|c| async move { trail(self, c, id, from, to).await })
             .await?;
+        if let Some(types) = types {
+            events.retain(|e| types.contains(&e.type_name));
+        }
         events.sort_by(|a, b| (a.ts, &a.type_name, &a.txid).cmp(&(b.ts, &b.type_name, &b.txid)));
         Ok(events)
     }
@@ -372,63 +378,107 @@ impl Reader {
     }
 }
 
-/// A trail read on one connection (both of its queries on the same server),
-/// unordered.
+/// A trail read on one connection (its queries, and the type names if new
+/// to the reader, from the same server), unordered and unfiltered by type.
 async fn trail(
-    c: &Object,
+    reader: &Reader,
+    c: Object,
     id: &str,
     from: i64,
     to: i64,
-    types: &Option<Vec<&str>>,
 ) -> Result<Vec<TrailEvent>, ReadError> {
     let stmt = c.prepare_cached(TRAIL_QUERY).await?;
-    let rows = c.query(&stmt, &[&id, &from, &to, types]).await?;
-    let mut events = Vec::with_capacity(rows.len());
-    // (index in `events`, identifier the row is under, type position)
-    let mut wide: Vec<(usize, String, i16)> = Vec::new();
+    let rows = c.query(&stmt, &[&id, &from, &to]).await?;
+    // (type position, event with its name still to come)
+    let mut events: Vec<(i16, TrailEvent)> = Vec::with_capacity(rows.len());
+    // (index in `events`, identifier the row is under)
+    let mut wide: Vec<(usize, String)> = Vec::new();
     for r in &rows {
-        let under: String = r.get(4);
-        let ids = match r.get::<_, Option<Vec<String>>>(3) {
+        let under: String = r.get(0);
+        let ts: i64 = r.get(1);
+        if let Some(offsets) = r.get::<_, Option<Vec<i32>>>(5) {
+            let types: Vec<i16> = r.get(6);
+            let txids: Vec<store::Txid> = r.get(7);
+            for ((off, ty), txid) in offsets.into_iter().zip(types).zip(txids) {
+                let ts = ts + i64::from(off);
+                if (from..to).contains(&ts) {
+                    let ids = vec![under.clone()];
+                    events.push((ty, event(txid.0, ts, ids)));
+                }
+            }
+            continue;
+        }
+        let ids = match r.get::<_, Option<Vec<String>>>(4) {
             None => vec![under],
             Some(ids) if ids.is_empty() => {
-                wide.push((events.len(), under, r.get(5)));
+                wide.push((events.len(), under));
                 ids
             }
             Some(ids) => ids,
         };
-        events.push(TrailEvent {
-            type_name: r.get(0),
-            txid: r.get::<_, store::Txid>(1).0,
-            ts: r.get(2),
-            ids,
-        });
+        events.push((r.get(2), event(r.get::<_, store::Txid>(3).0, ts, ids)));
     }
     if !wide.is_empty() {
-        let under: Vec<&str> = wide.iter().map(|(_, u, _)| u.as_str()).collect();
-        let ts: Vec<i64> = wide.iter().map(|(i, _, _)| events[*i].ts).collect();
-        let ty: Vec<i16> = wide.iter().map(|(_, _, t)| *t).collect();
-        let tx: Vec<&str> = wide
-            .iter()
-            .map(|(i, _, _)| events[*i].txid.as_str())
-            .collect();
-        let lists = c.query(store::WIDE_QUERY, &[&under, &ts, &ty, &tx]).await?;
-        let mut by_key: std::collections::HashMap<(String, i64, i16, String), Vec<String>> = lists
-            .iter()
-            .map(|r| {
-                (
-                    (r.get(0), r.get(1), r.get(2), r.get::<_, store::Txid>(3).0),
-                    r.get(4),
-                )
-            })
-            .collect();
-        for (i, under, ty) in wide {
-            let e = &mut events[i];
-            e.ids = by_key
-                .remove(&(under, e.ts, ty, e.txid.clone()))
-                .unwrap_or_default();
-        }
+        fill_wide(&c, &mut events, wide).await?;
     }
-    Ok(events)
+    let mut defs = reader.defs.read().expect("defs lock").clone();
+    let newest = events.iter().map(|(t, _)| *t).max().unwrap_or(0);
+    if newest as usize > defs.types.len() {
+        defs = reader.load_definitions(&c).await?;
+    }
+    events
+        .into_iter()
+        .map(|(t, mut e)| {
+            let name = usize::try_from(t - 1).ok().and_then(|i| defs.types.get(i));
+            e.type_name = name
+                .ok_or_else(|| {
+                    ReadError::Schema(format!("trail type position {t} is not defined"))
+                })?
+                .clone();
+            Ok(e)
+        })
+        .collect()
+}
+
+fn event(txid: String, ts: i64, ids: Vec<String>) -> TrailEvent {
+    TrailEvent {
+        type_name: String::new(),
+        txid,
+        ts,
+        ids,
+    }
+}
+
+/// Fetches the identifier lists that live in `profile_trail_wide`.
+async fn fill_wide(
+    c: &Object,
+    events: &mut [(i16, TrailEvent)],
+    wide: Vec<(usize, String)>,
+) -> Result<(), ReadError> {
+    let under: Vec<&str> = wide.iter().map(|(_, u)| u.as_str()).collect();
+    let ts: Vec<i64> = wide.iter().map(|(i, _)| events[*i].1.ts).collect();
+    let ty: Vec<i16> = wide.iter().map(|(i, _)| events[*i].0).collect();
+    let tx: Vec<&str> = wide
+        .iter()
+        .map(|(i, _)| events[*i].1.txid.as_str())
+        .collect();
+    let lists = c.query(store::WIDE_QUERY, &[&under, &ts, &ty, &tx]).await?;
+    let mut by_key: std::collections::HashMap<(String, i64, i16, String), Vec<String>> = lists
+        .iter()
+        .map(|r| {
+            (
+                (r.get(0), r.get(1), r.get(2), r.get::<_, store::Txid>(3).0),
+                r.get(4),
+            )
+        })
+        .collect();
+    for (i, under) in wide {
+        let (ty, e) = &mut events[i];
+        e.ids = by_key
+            .remove(&(under, e.ts, *ty, e.txid.clone()))
+            .unwrap_or_default();
+    }
+    Ok(())
 }
 
 fn profile(

@@ -30,7 +30,7 @@ pub enum Served {
 /// replay), so the primary may answer it, rather than for the query's.
 pub(crate) fn server_trouble(e: &ReadError) -> bool {
     match e {
-        ReadError::Url(_) => false,
+        ReadError::Url(_) | ReadError::Schema(_) => false,
         ReadError::Pool(_) => true,
         ReadError::Db(e) => e.code().is_none_or(|c| {
             let c = c.code();

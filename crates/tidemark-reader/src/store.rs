@@ -101,21 +101,32 @@ pub fn is_wide(ids: &[String]) -> bool {
 }
 
 /// The identifiers of the person holding `$1` (or `$1` alone), then the
-/// trail: `id = ANY(...)` on the `(id, ts)` index is one range scan per
-/// identifier, in each day's partition the `ts` range keeps. Rows are
-/// compact (sql/V0013): `type` a position, named here by the same server
-/// that holds the rows (a replica may not know a type its peer does),
-/// `txid` a uuid, `ids` NULL for "just `id`", empty when the list is in
-/// `profile_trail_wide`, which costs one more query. Unordered: the caller
-/// orders by (ts, type, txid).
+/// trail rows in `[$2, $3)`, in one statement so a day packed meanwhile is
+/// read wholly before or wholly after: `id = ANY(...)` on the `(id, ts)`
+/// index of each day's `profile_trail` partition, one range scan per
+/// identifier; and on `(id, base)` of `profile_trail_packed`, one row per
+/// identifier and packed day (sql/V0014), whose events the caller filters
+/// by time. Columns: id, ts (a packed row's base), then a row's type
+/// position, txid and `ids` (NULL for "just `id`", empty when the list is
+/// in `profile_trail_wide`, one more query), or a packed row's offsets,
+/// type positions and txids. Unordered: the caller orders by (ts, type,
+/// txid) and names types.
 pub const TRAIL_QUERY: &str =
-    "SELECT y.name, t.txid, t.ts, t.ids, t.id, t.type FROM tidemark.profile_trail t
-     JOIN tidemark.profile_types y ON y.position = t.type
+    "SELECT t.id, t.ts, t.type, t.txid, t.ids, NULL::integer[], NULL::smallint[], NULL::uuid[]
+     FROM tidemark.profile_trail t
      WHERE t.id = ANY(coalesce(
                (SELECT array_agg(o.id) FROM tidemark.profile_ids me
                 JOIN tidemark.profile_ids o ON o.person = me.person WHERE me.id = $1),
                ARRAY[$1]))
-       AND t.ts >= $2 AND t.ts < $3 AND ($4::text[] IS NULL OR y.name = ANY($4))";
+       AND t.ts >= $2 AND t.ts < $3
+     UNION ALL
+     SELECT p.id, p.base, NULL, NULL, NULL, p.off, p.type, p.txid
+     FROM tidemark.profile_trail_packed p
+     WHERE p.id = ANY(coalesce(
+               (SELECT array_agg(o.id) FROM tidemark.profile_ids me
+                JOIN tidemark.profile_ids o ON o.person = me.person WHERE me.id = $1),
+               ARRAY[$1]))
+       AND p.base > $2 - 86400000 AND p.base < $3";
 
 /// The identifier lists too long for the trail index, by (id, ts, type, txid).
 pub(crate) const WIDE_QUERY: &str =

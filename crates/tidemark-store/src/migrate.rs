@@ -68,6 +68,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "compact_trails",
         include_str!("../../../sql/V0013__compact_trails.sql"),
     ),
+    (
+        14,
+        "packed_trails",
+        include_str!("../../../sql/V0014__packed_trails.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.

@@ -1,0 +1,216 @@
+//! Trails packed by day (sql/V0014): once a day is an hour behind the
+//! event clock, the profile process moves its one-identifier rows into one
+//! row per identifier, beside ingest. Trails read through `tidemark trail`
+//! are compared row by row with `tidemark_reference::profiles`, across a
+//! `kill -9`, a replay and late events written into packed days.
+
+use serde_json::Value;
+use tidemark_testkit::profiles::*;
+use tidemark_testkit::*;
+
+const PACKED: &str = r#"
+clock = "event"
+lateness = "0s"
+dedup = "8d"
+trail = "7d"
+batch_delay = "50ms"
+batch_events = 700
+transaction_events = 60
+workers = 2
+[[counters]]
+name = "imp_1h"
+event = "impression"
+half_life = "1h"
+[[counters]]
+name = "clk_1d"
+event = "click"
+half_life = "1d"
+"#;
+
+/// Trail partitions an hour past their day's end at `now`, and how many of
+/// them are packed.
+fn packable_and_packed(url: &str, now: i64) -> (i64, i64) {
+    let packable = query_i64(
+        url,
+        &format!(
+            "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+             WHERE i.inhparent = 'tidemark.profile_trail'::regclass
+               AND c.relname ~ '^profile_trail_[0-9]+$'
+               AND (substring(c.relname from 15)::bigint + 1) * {DAY} + {HOUR} <= {now}"
+        ),
+    )
+    .unwrap();
+    let packed = query_i64(
+        url,
+        "SELECT count(*) FROM tidemark.profile_trail_packed_parts",
+    )
+    .unwrap();
+    (packable, packed)
+}
+
+#[test]
+fn packed_days_read_as_the_reference_across_kill_9_replay_and_late_events() {
+    let db = TestDb::new("trails_packed");
+    let mut publisher = Publisher::new();
+    let mut proc = ShardProc::start_profiles(&db, "packed", &publisher.endpoint, PACKED);
+    publisher.wait_subscribed("tick", 2);
+    let now = now_ms();
+    publisher.tick(now);
+    wait_for("the clock", || {
+        query_i64(&db.url, "SELECT clock_ms FROM tidemark.profile_status").filter(|c| *c == now)
+    });
+    // Three days of events: two days back, one day back, the last hours.
+    let mut messages = stream(now as u64 ^ 0x7a11, 1500, now - 2 * DAY);
+    messages.extend(stream(now as u64 ^ 0x7a12, 1500, now - DAY));
+    messages.extend(stream(now as u64 ^ 0x7a13, 1500, now));
+    // Late: more events of two days back, sent after their day is packed.
+    let late = stream(now as u64 ^ 0x7a14, 300, now - 2 * DAY + 3 * HOUR);
+    let all: Vec<(String, String)> = messages.iter().chain(&late).cloned().collect();
+    let oracle = oracle(PACKED, &all, now);
+
+    // Killed somewhere between intake and packing; everything replayed.
+    let cut = messages.len() / 2 + (now as usize % (messages.len() / 2));
+    publish(&mut publisher, &messages[..cut]);
+    std::thread::sleep(std::time::Duration::from_millis(500 + now as u64 % 1500));
+    proc.kill9();
+    proc.restart();
+    publisher.wait_subscribed("tick", 4);
+    publisher.tick(now);
+    publish(&mut publisher, &messages);
+    fence(&mut publisher, &db.url, "fence", now);
+    let (packable, _) = packable_and_packed(&db.url, now);
+    assert!(
+        packable >= 1,
+        "two days back is always an hour past its end"
+    );
+    wait_for("every ended day packed", || {
+        let (a, b) = packable_and_packed(&db.url, now);
+        (a == b).then_some(())
+    });
+    publish(&mut publisher, &late);
+    // (A fence's txids follow its name's length.)
+    fence(&mut publisher, &db.url, "late fence", now);
+
+    // Packing happened, and the late events stayed rows of their own.
+    let packed_events = query_i64(
+        &db.url,
+        "SELECT coalesce(sum(cardinality(off)), 0) FROM tidemark.profile_trail_packed",
+    )
+    .unwrap();
+    assert!(packed_events > 1000, "{packed_events} events packed");
+    let late_rows = query_i64(
+        &db.url,
+        "SELECT count(*) FROM tidemark.profile_trail t
+         JOIN tidemark.profile_trail_packed_parts p ON t.ts >= p.base AND t.ts < p.until
+         WHERE t.ids IS NULL",
+    )
+    .unwrap();
+    assert!(late_rows > 0, "late events written after packing");
+    compare(&db.url, &oracle, &all, now);
+    // Windows cutting into packed days, and the view people read.
+    let ids: Vec<String> = (0..120).step_by(9).map(|p| format!("user:u{p}")).collect();
+    for id in &ids {
+        for (from, to) in [
+            (now - 2 * DAY - 3 * HOUR, now - 2 * DAY + 2 * HOUR),
+            (now - DAY - 30 * 60_000, now - DAY + 30 * 60_000),
+        ] {
+            assert_eq!(
+                trail(&db.url, id, from, to, None),
+                oracle.trail(id, from, to, None),
+                "trail of {id} in [{from}, {to})"
+            );
+        }
+        let viewed = query_i64(
+            &db.url,
+            &format!("SELECT count(*) FROM tidemark.profile_trail_events WHERE id = '{id}'"),
+        )
+        .unwrap();
+        let whole = trail(&db.url, id, 0, now + DAY, None);
+        let under_id = whole
+            .iter()
+            .filter(|e| {
+                e["ids"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|i| i == &Value::from(id.as_str()))
+            })
+            .count();
+        assert_eq!(viewed as usize, under_id, "view rows of {id}");
+    }
+    proc.stop();
+}
+
+#[test]
+fn a_trail_is_one_index_range_scan_per_identifier_and_day_packed_or_not() {
+    let db = TestDb::new("profiles_plan");
+    let mut c = ShardProc::start_profiles(&db, "plan", "tcp://127.0.0.1:1", PACKED);
+    wait_for("the schema", || {
+        query_i64(&db.url, "SELECT count(*) FROM tidemark.profile_process").filter(|n| *n == 1)
+    });
+    c.stop();
+    // Ten days of partitions with rows, packed and not, so pruning and
+    // index use show.
+    let day0 = (now_ms() / DAY - 10) * DAY;
+    let mut sql = String::new();
+    for d in 0..10 {
+        let day = day0 + d * DAY;
+        sql += &format!(
+            "CREATE TABLE tidemark.profile_trail_{} PARTITION OF tidemark.profile_trail FOR VALUES FROM ({day}) TO ({});
+             INSERT INTO tidemark.profile_trail SELECT 'user:u' || (g % 1000), {day} + g * 17, 1, md5(g::text)::uuid, NULL FROM generate_series(1, 5000) g;
+             CREATE TABLE tidemark.profile_trail_packed_{0} PARTITION OF tidemark.profile_trail_packed FOR VALUES FROM ({day}) TO ({day} + 1);
+             INSERT INTO tidemark.profile_trail_packed SELECT 'user:u' || g, {day}, ARRAY[g], ARRAY[1::smallint], ARRAY[md5(g::text)::uuid] FROM generate_series(1, 5000) g;",
+            day / DAY,
+            day + DAY
+        );
+    }
+    sql += "INSERT INTO tidemark.profile_ids VALUES ('user:u1', 1, 0), ('device:d1', 1, 0); ANALYZE tidemark.profile_trail; ANALYZE tidemark.profile_trail_packed;";
+    let url = db.url.clone();
+    let plan = block_on(async move {
+        let c = tidemark_store::connect(&url).await.unwrap();
+        c.batch_execute(&sql).await.unwrap();
+        let from = day0 + 3 * DAY + 1000;
+        let to = day0 + 5 * DAY - 1000;
+        let explain = format!("EXPLAIN {}", tidemark_reader::TRAIL_QUERY);
+        let stmt = c.prepare(&explain).await.unwrap();
+        let rows = c.query(&stmt, &[&"user:u1", &from, &to]).await.unwrap();
+        rows.iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    // Days 3 and 4 only (pruned at plan time), each one scan of its (id, ts)
+    // index whose condition holds the identifiers and both bounds.
+    let scans: Vec<&str> = plan
+        .lines()
+        .filter(|l| {
+            l.contains("Index Scan")
+                && l.contains("profile_trail_")
+                && !l.contains("profile_trail_wide")
+                && !l.contains("profile_trail_packed")
+        })
+        .collect();
+    assert_eq!(scans.len(), 2, "{plan}");
+    for s in &scans {
+        assert!(s.contains("_id_ts_"), "{plan}");
+    }
+    let conditions = plan.lines().filter(|l| {
+        l.contains("Index Cond: ((id = ANY") && l.contains("(ts >= ") && l.contains("(ts < ")
+    });
+    assert_eq!(conditions.count(), 2, "{plan}");
+    assert!(!plan.contains("Seq Scan on profile_trail"), "{plan}");
+    // Packed: the rows of days 3 and 4 (bases within a day of the range),
+    // each one scan of its (id, base) index.
+    let packed: Vec<&str> = plan
+        .lines()
+        .filter(|l| l.contains("Index Scan") && l.contains("profile_trail_packed_"))
+        .collect();
+    assert_eq!(packed.len(), 2, "{plan}");
+    for s in &packed {
+        assert!(
+            s.contains("Index Scan") && s.contains("_id_base_"),
+            "{plan}"
+        );
+    }
+    assert!(!plan.contains("Seq Scan on profile_trail_packed"), "{plan}");
+}
