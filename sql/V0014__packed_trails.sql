@@ -18,12 +18,14 @@ CREATE TABLE tidemark.profile_trail_packed (
 CREATE INDEX profile_trail_packed_id_base ON tidemark.profile_trail_packed (id, base);
 
 -- Which `profile_trail` partitions were packed, committed with the packing;
--- a row leaves with its day.
+-- `tidied` once the day's freed space was returned (VACUUM, and its index
+-- built again). A row leaves with its day.
 CREATE TABLE tidemark.profile_trail_packed_parts (
     base      bigint      PRIMARY KEY,
     until     bigint      NOT NULL,
     events    bigint      NOT NULL,
-    packed_at timestamptz NOT NULL DEFAULT now()
+    packed_at timestamptz NOT NULL DEFAULT now(),
+    tidied    boolean     NOT NULL DEFAULT false
 );
 
 CREATE OR REPLACE VIEW tidemark.profile_trail_events AS

@@ -456,10 +456,11 @@ async fn pack_days(
         events += tidemark_profiles::store::pack_trail(c, part)
             .await?
             .unwrap_or(0);
+        tidemark_profiles::store::tidy_trail(c, part).await?;
     }
     let secs = t.elapsed().as_secs_f64();
     println!(
-        "trail days packed: {events} events in {secs:.1}s ({:.0} events/s, VACUUM included)",
+        "trail days packed: {events} events in {secs:.1}s ({:.0} events/s, VACUUM and REINDEX included)",
         events as f64 / secs
     );
     Ok(())

@@ -143,20 +143,19 @@ impl Spans {
     }
 
     /// The oldest span ended at least `after` before `clock`, not yet
-    /// wholly behind `horizon` (about to go) and not among `packed` (their
-    /// starts): the next trail day to pack. Catch-alls are never packed.
+    /// wholly behind `horizon` (about to go) and not `skip`ped (by its
+    /// start: done, or waiting to be tried again): the next trail day to
+    /// pack. Catch-alls are never packed.
     pub fn to_pack(
         &self,
         clock: i64,
         after: i64,
         horizon: i64,
-        packed: &BTreeSet<i64>,
+        skip: impl Fn(i64) -> bool,
     ) -> Option<Part> {
         self.parts
             .iter()
-            .find(|(from, to)| {
-                **to > horizon && to.saturating_add(after) <= clock && !packed.contains(from)
-            })
+            .find(|(from, to)| **to > horizon && to.saturating_add(after) <= clock && !skip(**from))
             .map(|(from, to)| Part::Span(*from, *to))
     }
 
@@ -211,21 +210,27 @@ mod tests {
             DAY_MS,
             [Part::Before(10 * DAY_MS), day(10), day(11), day(12)],
         );
-        let none = BTreeSet::new();
+        let (none, ten, both) = (days(&[]), days(&[10]), days(&[10, 11]));
+        fn skip(s: &BTreeSet<i64>) -> impl Fn(i64) -> bool + '_ {
+            move |from| s.contains(&from)
+        }
         // Day 11 ends at 12d; an hour later it may be packed, day 10 first.
-        assert_eq!(d.to_pack(12 * DAY_MS, HOUR_MS, 0, &none), Some(day(10)));
-        assert_eq!(d.to_pack(12 * DAY_MS, HOUR_MS, 0, &days(&[10])), None);
         assert_eq!(
-            d.to_pack(12 * DAY_MS + HOUR_MS, HOUR_MS, 0, &days(&[10])),
+            d.to_pack(12 * DAY_MS, HOUR_MS, 0, skip(&none)),
+            Some(day(10))
+        );
+        assert_eq!(d.to_pack(12 * DAY_MS, HOUR_MS, 0, skip(&ten)), None);
+        assert_eq!(
+            d.to_pack(12 * DAY_MS + HOUR_MS, HOUR_MS, 0, skip(&ten)),
             Some(day(11))
         );
         // Day 10 about to be dropped: skipped.
         assert_eq!(
-            d.to_pack(12 * DAY_MS + HOUR_MS, HOUR_MS, 11 * DAY_MS, &none),
+            d.to_pack(12 * DAY_MS + HOUR_MS, HOUR_MS, 11 * DAY_MS, skip(&none)),
             Some(day(11))
         );
         // The open day never.
-        assert_eq!(d.to_pack(12 * DAY_MS + 5, 0, 0, &days(&[10, 11])), None);
+        assert_eq!(d.to_pack(12 * DAY_MS + 5, 0, 0, skip(&both)), None);
     }
 
     #[test]

@@ -100,6 +100,9 @@ const PACE_MIN: usize = 100;
 /// A trail day is packed this long after it ends (sql/V0014): late events
 /// after that stay one row each.
 const PACK_AFTER: i64 = days::HOUR_MS;
+/// The first and the longest wait before a failed packing is tried again.
+const PACK_RETRY: Duration = Duration::from_secs(5);
+const PACK_RETRY_MAX: Duration = Duration::from_secs(600);
 /// An error of no known class that repeats this many times on a healthy
 /// connection is taken as the batch's own, as a shard takes it.
 const UNKNOWN_REPEATS: u32 = 3;
@@ -188,7 +191,7 @@ pub async fn run(
         newest_created: None,
         packed,
         packing: None,
-        next_pack: Instant::now(),
+        pack_retry: BTreeMap::new(),
     };
     let driven = drive(&mut p, intake, stop, rx, shutdown, shutdown_timeout).await;
     // A packing cut short rolls back whole; the next run packs that day.
@@ -654,12 +657,12 @@ struct Process<'a> {
     /// The newest txid creation time accepted, standing in for the clock
     /// until there is one (see [`Process::now_ms`]).
     newest_created: Option<i64>,
-    /// The starts of the trail partitions packed (sql/V0014).
+    /// The starts of the trail partitions packed and tidied (sql/V0014).
     packed: BTreeSet<i64>,
     /// The packing under way, of this partition, on a connection of its own.
     packing: Option<(days::Part, tokio::task::JoinHandle<Packed>)>,
-    /// No packing starts before this (a back-off after a failed one).
-    next_pack: Instant,
+    /// Days whose packing failed: when to try again, and the back-off.
+    pack_retry: BTreeMap<i64, (Instant, Duration)>,
 }
 
 /// A packing's outcome and duration.
@@ -905,6 +908,7 @@ impl Process<'_> {
                         self.trail_days.dropped(p);
                         if let days::Part::Span(from, _) = p {
                             self.packed.remove(&from);
+                            self.pack_retry.remove(&from);
                         }
                     }
                     Err(e) if e.is_lock_timeout() => {
@@ -922,32 +926,50 @@ impl Process<'_> {
 
     /// Hears how the packing under way ended, and starts the next: the
     /// oldest trail day `PACK_AFTER` past its end (late events written after
-    /// it stay unpacked, and are read all the same). One at a time, on its
-    /// own connection, so batches never wait for it.
+    /// it stay unpacked, and are read all the same), while no batch is
+    /// waiting. One at a time, on its own connection, so batches never wait
+    /// for it; a day that fails is tried again after a back-off (5 s,
+    /// doubling to 10 min) while later days go on.
     async fn pack(&mut self, clock: i64, horizon: i64) {
         if self.packing.as_ref().is_some_and(|(_, h)| h.is_finished()) {
             let (p, h) = self.packing.take().expect("checked");
-            match h.await {
+            let days::Part::Span(from, to) = p else {
+                return;
+            };
+            let failed = match h.await {
                 Ok((Ok(events), took)) => {
-                    if let days::Part::Span(from, to) = p {
-                        self.packed.insert(from);
-                        tracing::info!(from, to, ?events, ?took, "trail day packed");
-                    }
+                    self.packed.insert(from);
+                    self.pack_retry.remove(&from);
+                    tracing::info!(from, to, ?events, ?took, "trail day packed");
+                    None
                 }
-                Ok((Err(e), _)) => {
-                    tracing::warn!(part = ?p, error = %e, "packing a trail day failed; retried in a minute");
-                    self.next_pack = Instant::now() + Duration::from_secs(60);
-                }
-                Err(e) => tracing::warn!(error = %e, "the packing task ended abnormally"),
+                Ok((Err(e), _)) => Some(e.to_string()),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(error) = failed {
+                let now = Instant::now();
+                let wait = self
+                    .pack_retry
+                    .get(&from)
+                    .map_or(PACK_RETRY, |(_, w)| (*w * 2).min(PACK_RETRY_MAX));
+                self.pack_retry.insert(from, (now + wait, wait));
+                tracing::warn!(
+                    from,
+                    to,
+                    error,
+                    ?wait,
+                    "packing a trail day failed; tried again later"
+                );
             }
         }
-        if self.packing.is_some() || Instant::now() < self.next_pack {
+        if self.packing.is_some() || self.batch_full() {
             return;
         }
-        let Some(p) = self
-            .trail_days
-            .to_pack(clock, PACK_AFTER, horizon, &self.packed)
-        else {
+        let now = Instant::now();
+        let (packed, retry) = (&self.packed, &self.pack_retry);
+        let skip =
+            |from: i64| packed.contains(&from) || retry.get(&from).is_some_and(|(at, _)| *at > now);
+        let Some(p) = self.trail_days.to_pack(clock, PACK_AFTER, horizon, skip) else {
             return;
         };
         let url = self.url.to_owned();
@@ -955,8 +977,10 @@ impl Process<'_> {
         let task = tokio::spawn(async move {
             let started = Instant::now();
             let r = async {
-                let mut c = tidemark_store::connect_as(&url, &name).await?;
-                store::pack_trail(&mut c, p).await
+                let mut c = store::packer(&url, &name).await?;
+                let events = store::pack_trail(&mut c, p).await?;
+                store::tidy_trail(&c, p).await?;
+                Ok(events)
             };
             (r.await, started.elapsed())
         });

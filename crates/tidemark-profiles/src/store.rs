@@ -387,12 +387,29 @@ fn packed_name(p: Part) -> String {
         .replacen("profile_trail", "profile_trail_packed", 1)
 }
 
-/// The starts of the trail partitions already packed.
+/// The starts of the trail partitions packed and tidied: nothing left to do.
 pub async fn packed_parts(c: &Client) -> Result<Vec<i64>, StoreError> {
     let rows = c
-        .query("SELECT base FROM tidemark.profile_trail_packed_parts", &[])
+        .query(
+            "SELECT base FROM tidemark.profile_trail_packed_parts WHERE tidied",
+            &[],
+        )
         .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// A connection for packing: its waits for locks (and for older snapshots,
+/// `REINDEX CONCURRENTLY`'s) end after [`tidemark_store::DDL_LOCK_TIMEOUT`],
+/// to be tried again later, and its server session ends within a second of
+/// the connection closing (a process stopped or killed mid-statement).
+pub async fn packer(url: &str, name: &str) -> Result<Client, StoreError> {
+    let c = tidemark_store::connect_as(url, name).await?;
+    c.batch_execute(&format!(
+        "SET lock_timeout = '{}'; SET client_connection_check_interval = '1s'",
+        tidemark_store::DDL_LOCK_TIMEOUT
+    ))
+    .await?;
+    Ok(c)
 }
 
 /// Packs a trail partition (sql/V0014): the rows of events that carried
@@ -400,9 +417,8 @@ pub async fn packed_parts(c: &Client) -> Result<Vec<i64>, StoreError> {
 /// transaction whose snapshot both copies and deletes, so a late event
 /// written meanwhile stays as it is and nothing is moved twice or lost.
 /// Writers are never blocked; readers see the rows before or after, whole.
-/// Returns the events packed (`None`: already packed). The space the rows
-/// held is returned after the commit, by a `VACUUM` and a concurrent
-/// `REINDEX`.
+/// Returns the events packed (`None`: packed before). [`tidy_trail`] then
+/// returns the space.
 pub async fn pack_trail(c: &mut Client, p: Part) -> Result<Option<i64>, StoreError> {
     let Part::Span(from, to) = p else {
         return Ok(None);
@@ -428,11 +444,6 @@ pub async fn pack_trail(c: &mut Client, p: Part) -> Result<Option<i64>, StoreErr
         .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
         .start()
         .await?;
-    tx.batch_execute(&format!(
-        "SET LOCAL lock_timeout = '{}'",
-        tidemark_store::DDL_LOCK_TIMEOUT
-    ))
-    .await?;
     let done = tx
         .query_opt(
             "SELECT 1 FROM tidemark.profile_trail_packed_parts WHERE base = $1",
@@ -462,12 +473,45 @@ pub async fn pack_trail(c: &mut Client, p: Part) -> Result<Option<i64>, StoreErr
     )
     .await?;
     tx.commit().await?;
-    // VACUUM returns the heap's pages but not its index's; the index is
-    // built again, small, without stopping readers or late writers.
+    Ok(Some(events))
+}
+
+/// Returns a packed day's freed space: `VACUUM` frees the heap's pages (and
+/// gives the empty ones at its end back), and the index, which `VACUUM`
+/// never shrinks, is built again concurrently (readers and late writers go
+/// on). An index an interrupted rebuild left invalid is dropped first.
+/// Marks the day tidied.
+pub async fn tidy_trail(c: &Client, p: Part) -> Result<(), StoreError> {
+    let Part::Span(from, _) = p else {
+        return Ok(());
+    };
+    let rows = format!("tidemark.{}", Daily::Trail.name(p));
+    let invalid = c
+        .query(
+            "SELECT i.indexrelid::regclass::text FROM pg_index i
+             WHERE i.indrelid = $1::text::regclass AND NOT i.indisvalid",
+            &[&rows],
+        )
+        .await?;
+    for r in &invalid {
+        let name: String = r.get(0);
+        let name = if name.contains('.') {
+            name
+        } else {
+            format!("tidemark.{name}")
+        };
+        c.batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+            .await?;
+    }
     c.batch_execute(&format!("VACUUM {rows}")).await?;
     c.batch_execute(&format!("REINDEX TABLE CONCURRENTLY {rows}"))
         .await?;
-    Ok(Some(events))
+    c.execute(
+        "UPDATE tidemark.profile_trail_packed_parts SET tidied = true WHERE base = $1",
+        &[&from],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Records `(key, type position)` pairs, each once; returns, per pair, whether

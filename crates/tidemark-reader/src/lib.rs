@@ -388,7 +388,9 @@ async fn trail(
     to: i64,
 ) -> Result<Vec<TrailEvent>, ReadError> {
     let stmt = c.prepare_cached(TRAIL_QUERY).await?;
-    let rows = c.query(&stmt, &[&id, &from, &to]).await?;
+    // A packed day starts less than a day before the events it holds.
+    let packed_from = from.saturating_sub(86_400_000);
+    let rows = c.query(&stmt, &[&id, &from, &to, &packed_from]).await?;
     // (type position, event with its name still to come)
     let mut events: Vec<(i16, TrailEvent)> = Vec::with_capacity(rows.len());
     // (index in `events`, identifier the row is under)

@@ -105,8 +105,8 @@ pub fn is_wide(ids: &[String]) -> bool {
 /// read wholly before or wholly after: `id = ANY(...)` on the `(id, ts)`
 /// index of each day's `profile_trail` partition, one range scan per
 /// identifier; and on `(id, base)` of `profile_trail_packed`, one row per
-/// identifier and packed day (sql/V0014), whose events the caller filters
-/// by time. Columns: id, ts (a packed row's base), then a row's type
+/// identifier and packed day (sql/V0014) that may hold times in range
+/// (`$4`: a day before `$2`), whose events the caller filters by time. Columns: id, ts (a packed row's base), then a row's type
 /// position, txid and `ids` (NULL for "just `id`", empty when the list is
 /// in `profile_trail_wide`, one more query), or a packed row's offsets,
 /// type positions and txids. Unordered: the caller orders by (ts, type,
@@ -126,7 +126,7 @@ pub const TRAIL_QUERY: &str =
                (SELECT array_agg(o.id) FROM tidemark.profile_ids me
                 JOIN tidemark.profile_ids o ON o.person = me.person WHERE me.id = $1),
                ARRAY[$1]))
-       AND p.base > $2 - 86400000 AND p.base < $3";
+       AND p.base > $4 AND p.base < $3";
 
 /// The identifier lists too long for the trail index, by (id, ts, type, txid).
 pub(crate) const WIDE_QUERY: &str =
