@@ -141,29 +141,26 @@ fn packed_days_read_as_the_reference_across_kill_9_replay_and_late_events() {
     proc.stop();
 }
 
-/// Waits up to two minutes (packing two million rows on a slow machine).
-fn wait_long<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+/// Waits up to two minutes (packing two million rows on a slow machine),
+/// looking often enough to catch the packer mid-statement.
+fn wait_long<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    use std::time::Duration;
+    wait_until(what, Duration::from_secs(120), Duration::from_millis(20), f)
+}
+
+/// A database migrated by a profile process that then stopped.
+fn migrated(db: &TestDb, name: &str) {
+    let mut p = ShardProc::start_profiles(db, name, "tcp://127.0.0.1:1", PACKED);
+    wait_for("the schema", || {
+        query_i64(&db.url, "SELECT count(*) FROM tidemark.profile_process").filter(|n| *n == 1)
+    });
+    p.stop();
 }
 
 #[test]
 fn a_kill_9_while_packing_a_day_moves_every_event_exactly_once() {
     let db = TestDb::new("trails_kill_pack");
-    let mut schema = ShardProc::start_profiles(&db, "kp", "tcp://127.0.0.1:1", PACKED);
-    wait_for("the schema", || {
-        query_i64(&db.url, "SELECT count(*) FROM tidemark.profile_process").filter(|n| *n == 1)
-    });
-    schema.stop();
+    migrated(&db, "kp");
     // A day of 2M events two days back, of 20,000 identifiers; every 7th
     // carries a second identifier, so it stays a row.
     let now = now_ms();
@@ -278,11 +275,7 @@ fn a_kill_9_while_packing_a_day_moves_every_event_exactly_once() {
 #[test]
 fn a_trail_is_one_index_range_scan_per_identifier_and_day_packed_or_not() {
     let db = TestDb::new("profiles_plan");
-    let mut c = ShardProc::start_profiles(&db, "plan", "tcp://127.0.0.1:1", PACKED);
-    wait_for("the schema", || {
-        query_i64(&db.url, "SELECT count(*) FROM tidemark.profile_process").filter(|n| *n == 1)
-    });
-    c.stop();
+    migrated(&db, "plan");
     // Ten days of partitions with rows, packed and not, so pruning and
     // index use show.
     let day0 = (now_ms() / DAY - 10) * DAY;

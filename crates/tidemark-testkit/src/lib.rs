@@ -137,8 +137,19 @@ where
 }
 
 /// Polls `f` every 50 ms until it returns `Some`, for at most 30 s.
-pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+pub fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    use std::time::Duration;
+    wait_until(what, Duration::from_secs(30), Duration::from_millis(50), f)
+}
+
+/// Polls `f` every `every` until it returns `Some`, for at most `limit`.
+pub fn wait_until<T>(
+    what: &str,
+    limit: std::time::Duration,
+    every: std::time::Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + limit;
     loop {
         if let Some(v) = f() {
             return v;
@@ -147,7 +158,7 @@ pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
             std::time::Instant::now() < deadline,
             "timed out waiting for {what}"
         );
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::thread::sleep(every);
     }
 }
 
