@@ -443,7 +443,8 @@ fn marks_kept_before_the_split_by_type_move_to_a_catch_all_per_type() {
 /// partition made as the profile process makes them, and every event still
 /// reads back as it was written: through the reader (a list of one, of
 /// several, one kept in `profile_trail_wide`, and a row written after the
-/// migration into the old partition), filtered by type, and through the
+/// migration into the old partition, a chunk since migration 15, which
+/// made the partition's chunks), filtered by type, and through the
 /// `profile_trail_events` view.
 #[test]
 fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
@@ -461,7 +462,7 @@ fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
         tx4.clone(),
         many.clone(),
     );
-    let (applied, stored, viewed, read, filtered) = block_on(async move {
+    let (applied, stored, chunk, viewed, read, filtered) = block_on(async move {
         let mut c = tidemark_store::connect(&url).await.unwrap();
         c.batch_execute(
             "DROP VIEW IF EXISTS tidemark.profile_trail_events;
@@ -475,9 +476,18 @@ fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
         )
         .await
         .unwrap();
-        store::create_partition(&c, store::Daily::Trail, Part::Span(day, day + 86_400_000))
-            .await
-            .unwrap();
+        for p in [Part::Span(day, day + 86_400_000), Part::Before(day)] {
+            store::create_partition(&c, store::Daily::Trail, p)
+                .await
+                .unwrap();
+        }
+        // Before migration 15: no chunks (it makes the partition's).
+        c.batch_execute(
+            "DROP TABLE tidemark.profile_trail_chunks;
+             DELETE FROM tidemark.schema_migrations WHERE version = 15;",
+        )
+        .await
+        .unwrap();
         let old = format!(
             "INSERT INTO tidemark.profile_types VALUES (1, 'impression'), (2, 'click'), (3, 'install');
              INSERT INTO tidemark.profile_ids VALUES ('user:u1', 1, 0), ('device:d1', 1, 0);
@@ -499,10 +509,34 @@ fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
             txid: t4,
             ids: vec!["device:d1".into()],
         };
+        let chunk_parts: String = c
+            .query_one(
+                "SELECT string_agg(pg_get_expr(c.relpartbound, c.oid), '; ' ORDER BY c.relname)
+                 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                 WHERE i.inhparent = 'tidemark.profile_trail_chunks'::regclass",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            chunk_parts,
+            format!(
+                "FOR VALUES FROM ('{day}') TO ('{}'); FOR VALUES FROM (MINVALUE) TO ('{day}')",
+                day + 1
+            )
+        );
         let w = c.transaction().await.unwrap();
         store::insert_trail(&w, &[after]).await.unwrap();
         w.commit().await.unwrap();
         let rows = async |sql: &str| c.query(sql, &[]).await.unwrap();
+        // Written after: a one-identifier event is a chunk (sql/V0015).
+        let chunk =
+            rows("SELECT id, base, off, type, txid::text[] FROM tidemark.profile_trail_chunks")
+                .await
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+                .collect::<Vec<(String, i64, Vec<i32>, Vec<i16>, Vec<String>)>>();
         let stored: Vec<(i16, String, Option<Vec<String>>)> = rows(
             "SELECT type, txid::text, ids FROM tidemark.profile_trail_20000 ORDER BY ts, type",
         )
@@ -523,9 +557,9 @@ fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
             .trail("device:d1", day, day + 100, Some(&types))
             .await
             .unwrap();
-        (applied, stored, viewed, read, filtered)
+        (applied, stored, chunk, viewed, read, filtered)
     });
-    assert_eq!(applied, [13]);
+    assert_eq!(applied, [13, 15]);
     let dashed = |t: &str| {
         format!(
             "{}-{}-{}-{}-{}",
@@ -543,9 +577,12 @@ fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
             (1, dashed(&tx1), None),
             (2, dashed(&tx2), Some(both.clone())),
             (3, dashed(&tx3), Some(vec![])),
-            (2, dashed(&tx4), None)
         ]
     );
+    let chunk_of = |id: &str, off: i32, ty: i16, tx: &str| {
+        (id.to_string(), day, vec![off], vec![ty], vec![dashed(tx)])
+    };
+    assert_eq!(chunk, [chunk_of("device:d1", 30, 2, &tx4)]);
     let want = [
         ("impression", tx1, vec!["user:u1".to_string()]),
         ("click", tx2, both),

@@ -438,12 +438,14 @@ fn a_first_run_over_txids_spread_across_years_makes_few_partitions() {
     let (seen, trail) = (partitions("profile_seen"), partitions("profile_trail"));
     eprintln!("partitions after 2,000 txids over 22 years: marks {seen}, trail {trail}");
     assert!(seen <= 8 && trail <= 8, "marks {seen}, trail {trail}");
-    let trail_rows =
-        tidemark_testkit::query_i64(&db.url, "SELECT count(*) FROM tidemark.profile_trail");
+    let trail_rows = tidemark_testkit::query_i64(
+        &db.url,
+        "SELECT count(*) FROM tidemark.profile_trail_events",
+    );
     assert_eq!(
         trail_rows,
         Some(events),
-        "every event counted keeps its trail row"
+        "every event counted keeps its trail entry"
     );
     let stale = profile_count(&db, "stale").unwrap_or(0);
     assert_eq!(stale, 0, "nothing stale before the first tick");

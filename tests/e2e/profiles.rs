@@ -347,6 +347,10 @@ half_life = "1d"
     });
     // Marks by type: the click's day, the impression's hour.
     assert!(partitions("profile_trail") >= 1 && partitions("profile_seen") == 2);
+    assert_eq!(
+        partitions("profile_trail_chunks"),
+        partitions("profile_trail")
+    );
     assert_eq!(trail(&db.url, "user:old", 0, t0 + DAY, None).len(), 2);
     let stale = || {
         query_i64(
@@ -372,6 +376,7 @@ half_life = "1d"
         (partitions("profile_trail") == 0 && partitions("profile_seen") == 0).then_some(())
     });
     assert_eq!(partitions("profile_trail_packed"), 0);
+    assert_eq!(partitions("profile_trail_chunks"), 0);
     assert!(trail(&db.url, "user:old", 0, t0 + 4 * DAY, None).is_empty());
     // The profile stays; a late copy of the click is stale, not counted again.
     publisher.event("click", &tx, t0 - 20 * HOUR, r#""user": "old""#);

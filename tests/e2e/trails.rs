@@ -91,21 +91,20 @@ fn packed_days_read_as_the_reference_across_kill_9_replay_and_late_events() {
     // (A fence's txids follow its name's length.)
     fence(&mut publisher, &db.url, "late fence", now);
 
-    // Packing happened, and the late events stayed rows of their own.
+    // Packing happened, and the late events stayed chunks of their own.
     let packed_events = query_i64(
         &db.url,
         "SELECT coalesce(sum(cardinality(off)), 0) FROM tidemark.profile_trail_packed",
     )
     .unwrap();
     assert!(packed_events > 0, "{packed_events} events packed");
-    let late_rows = query_i64(
+    let late_chunks = query_i64(
         &db.url,
-        "SELECT count(*) FROM tidemark.profile_trail t
-         JOIN tidemark.profile_trail_packed_parts p ON t.ts >= p.base AND t.ts < p.until
-         WHERE t.ids IS NULL",
+        "SELECT count(*) FROM tidemark.profile_trail_chunks k
+         JOIN tidemark.profile_trail_packed_parts p ON k.base = p.base",
     )
     .unwrap();
-    assert!(late_rows > 0, "late events written after packing");
+    assert!(late_chunks > 0, "late events written after packing");
     compare(&db.url, &oracle, &all, now);
     // Windows cutting into packed days, and the view people read.
     let ids: Vec<String> = (0..120).step_by(9).map(|p| format!("user:u{p}")).collect();
@@ -273,7 +272,7 @@ fn a_kill_9_while_packing_a_day_moves_every_event_exactly_once() {
 }
 
 #[test]
-fn a_trail_is_one_index_range_scan_per_identifier_and_day_packed_or_not() {
+fn a_trail_is_one_index_range_scan_per_identifier_and_day_row_chunk_or_packed() {
     let db = TestDb::new("profiles_plan");
     migrated(&db, "plan");
     // Ten days of partitions with rows, packed and not, so pruning and
@@ -286,12 +285,14 @@ fn a_trail_is_one_index_range_scan_per_identifier_and_day_packed_or_not() {
             "CREATE TABLE tidemark.profile_trail_{} PARTITION OF tidemark.profile_trail FOR VALUES FROM ({day}) TO ({});
              INSERT INTO tidemark.profile_trail SELECT 'user:u' || (g % 1000), {day} + g * 17, 1, md5(g::text)::uuid, NULL FROM generate_series(1, 5000) g;
              CREATE TABLE tidemark.profile_trail_packed_{0} PARTITION OF tidemark.profile_trail_packed FOR VALUES FROM ({day}) TO ({day} + 1);
-             INSERT INTO tidemark.profile_trail_packed SELECT 'user:u' || g, {day}, ARRAY[g], ARRAY[1::smallint], ARRAY[md5(g::text)::uuid] FROM generate_series(1, 5000) g;",
+             INSERT INTO tidemark.profile_trail_packed SELECT 'user:u' || g, {day}, ARRAY[g], ARRAY[1::smallint], ARRAY[md5(g::text)::uuid] FROM generate_series(1, 5000) g;
+             CREATE TABLE tidemark.profile_trail_chunks_{0} PARTITION OF tidemark.profile_trail_chunks FOR VALUES FROM ({day}) TO ({day} + 1);
+             INSERT INTO tidemark.profile_trail_chunks SELECT 'user:u' || (g % 1000), {day}, ARRAY[g], ARRAY[1::smallint], ARRAY[md5(g::text)::uuid] FROM generate_series(1, 5000) g;",
             day / DAY,
             day + DAY
         );
     }
-    sql += "INSERT INTO tidemark.profile_ids VALUES ('user:u1', 1, 0), ('device:d1', 1, 0); ANALYZE tidemark.profile_trail; ANALYZE tidemark.profile_trail_packed;";
+    sql += "INSERT INTO tidemark.profile_ids VALUES ('user:u1', 1, 0), ('device:d1', 1, 0); ANALYZE tidemark.profile_trail; ANALYZE tidemark.profile_trail_packed; ANALYZE tidemark.profile_trail_chunks;";
     let url = db.url.clone();
     let plan = block_on(async move {
         let c = tidemark_store::connect(&url).await.unwrap();
@@ -318,6 +319,7 @@ fn a_trail_is_one_index_range_scan_per_identifier_and_day_packed_or_not() {
                 && l.contains("profile_trail_")
                 && !l.contains("profile_trail_wide")
                 && !l.contains("profile_trail_packed")
+                && !l.contains("profile_trail_chunks")
         })
         .collect();
     assert_eq!(scans.len(), 2, "{plan}");
@@ -343,4 +345,12 @@ fn a_trail_is_one_index_range_scan_per_identifier_and_day_packed_or_not() {
         );
     }
     assert!(!plan.contains("Seq Scan on profile_trail_packed"), "{plan}");
+    // Chunks alike (sql/V0015).
+    let chunks: Vec<&str> = plan
+        .lines()
+        .filter(|l| l.contains("Index Scan") && l.contains("profile_trail_chunks_"))
+        .collect();
+    assert_eq!(chunks.len(), 2, "{plan}");
+    assert!(chunks.iter().all(|s| s.contains("_id_base_")), "{plan}");
+    assert!(!plan.contains("Seq Scan on profile_trail_chunks"), "{plan}");
 }

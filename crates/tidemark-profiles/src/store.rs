@@ -13,15 +13,15 @@
 use tidemark_reader::store::{is_wide, PROFILE_COLUMNS};
 use tokio_postgres::{Client, GenericClient, Transaction};
 
-use tidemark_store::StoreError;
+use tidemark_store::{PgUuid, StoreError};
 
 pub use crate::core::{IdRow, Merge, StoredId, StoredPerson, TrailRow};
 
 /// Advisory-lock key of the profile database's owner ("tdmkprof").
 const PROFILE_LOCK: i64 = 0x7464_6d6b_7072_6f66;
 
-use crate::days::Part;
 pub use crate::days::DAY_MS;
+use crate::days::{day_of, Part};
 
 /// Takes the database's profile lock on this session; `false` if another
 /// session holds it.
@@ -340,6 +340,23 @@ pub async fn create_partition(c: &Client, which: Daily, p: Part) -> Result<(), S
             which.bound(to)
         ),
     };
+    if which == Daily::Trail {
+        // First: a trail partition found on a restart promises its chunks'.
+        let bases = match p {
+            Part::Span(from, _) => format!("FOR VALUES FROM ({from}) TO ({})", from + 1),
+            Part::Before(to) => format!("FOR VALUES FROM (MINVALUE) TO ({to})"),
+        };
+        tidemark_store::create_partition(
+            c,
+            "CREATE TABLE",
+            "tidemark.profile_trail_chunks",
+            &format!("tidemark.{}", chunks_name(p)),
+            &bases,
+            "",
+            "SELECT 1",
+        )
+        .await?;
+    }
     tidemark_store::create_partition(
         c,
         "CREATE TABLE",
@@ -352,12 +369,16 @@ pub async fn create_partition(c: &Client, which: Daily, p: Part) -> Result<(), S
     .await
 }
 
-/// Drops a partition (idempotent), and for trails its packed rows and
-/// those days' wide identifier lists.
+/// Drops a partition (idempotent), and for trails its chunks, its packed
+/// rows and those days' wide identifier lists.
 pub async fn drop_partition(c: &Client, which: Daily, p: Part) -> Result<(), StoreError> {
     let mut sql = format!("DROP TABLE IF EXISTS tidemark.{}", which.name(p));
     if which == Daily::Trail {
-        sql += &format!("; DROP TABLE IF EXISTS tidemark.{}", packed_name(p));
+        sql += &format!(
+            "; DROP TABLE IF EXISTS tidemark.{}; DROP TABLE IF EXISTS tidemark.{}",
+            packed_name(p),
+            chunks_name(p)
+        );
     }
     tidemark_store::ddl(c, &sql).await?;
     if which == Daily::Trail {
@@ -387,6 +408,14 @@ fn packed_name(p: Part) -> String {
         .replacen("profile_trail", "profile_trail_packed", 1)
 }
 
+/// The `profile_trail_chunks` partition (sql/V0015) of a trail partition's
+/// days: `profile_trail_chunks_<day>`, or by its bounds in ms.
+fn chunks_name(p: Part) -> String {
+    Daily::Trail
+        .name(p)
+        .replacen("profile_trail", "profile_trail_chunks", 1)
+}
+
 /// The starts of the trail partitions packed and tidied: nothing left to do.
 pub async fn packed_parts(c: &Client) -> Result<Vec<i64>, StoreError> {
     let rows = c
@@ -412,10 +441,11 @@ pub async fn packer(url: &str, name: &str) -> Result<Client, StoreError> {
     Ok(c)
 }
 
-/// Packs a trail partition (sql/V0014): the rows of events that carried
-/// only the identifier they are under become one row per identifier, in one
-/// transaction whose snapshot both copies and deletes, so a late event
-/// written meanwhile stays as it is and nothing is moved twice or lost.
+/// Packs a trail partition (sql/V0014): the rows and chunks (sql/V0015) of
+/// events that carried only the identifier they are under become one row
+/// per identifier, in one transaction whose snapshot both copies and
+/// deletes, so a late event written meanwhile stays as it is and nothing is
+/// moved twice or lost.
 /// Writers are never blocked; readers see the rows before or after, whole.
 /// Returns the events packed (`None`: packed before). [`tidy_trail`] then
 /// returns the space.
@@ -423,9 +453,10 @@ pub async fn pack_trail(c: &mut Client, p: Part) -> Result<Option<i64>, StoreErr
     let Part::Span(from, to) = p else {
         return Ok(None);
     };
-    let (rows, packed) = (
+    let (rows, packed, chunks) = (
         format!("tidemark.{}", Daily::Trail.name(p)),
         format!("tidemark.{}", packed_name(p)),
+        format!("tidemark.{}", chunks_name(p)),
     );
     tidemark_store::create_partition(
         c,
@@ -434,6 +465,17 @@ pub async fn pack_trail(c: &mut Client, p: Part) -> Result<Option<i64>, StoreErr
         &packed,
         // Every row's base is the partition's start: bounds that hold that
         // value alone let a read prune to the days it asks for exactly.
+        &format!("FOR VALUES FROM ({from}) TO ({})", from + 1),
+        "",
+        "SELECT 1",
+    )
+    .await?;
+    // Made with the day's partition, unless someone else made that.
+    tidemark_store::create_partition(
+        c,
+        "CREATE TABLE",
+        "tidemark.profile_trail_chunks",
+        &chunks,
         &format!("FOR VALUES FROM ({from}) TO ({})", from + 1),
         "",
         "SELECT 1",
@@ -457,16 +499,31 @@ pub async fn pack_trail(c: &mut Client, p: Part) -> Result<Option<i64>, StoreErr
     tx.execute(
         &format!(
             "INSERT INTO {packed}
-             SELECT id, $1, array_agg((ts - $1)::integer ORDER BY ts, type, txid),
-                    array_agg(type ORDER BY ts, type, txid), array_agg(txid ORDER BY ts, type, txid)
-             FROM {rows} WHERE ids IS NULL GROUP BY id"
+             SELECT id, $1, array_agg(off ORDER BY off, type, txid),
+                    array_agg(type ORDER BY off, type, txid), array_agg(txid ORDER BY off, type, txid)
+             FROM (SELECT id, (ts - $1)::integer AS off, type, txid FROM {rows} WHERE ids IS NULL
+                   UNION ALL
+                   SELECT c.id, (c.base - $1)::integer + u.off, u.type, u.txid
+                   FROM {chunks} c CROSS JOIN LATERAL unnest(c.off, c.type, c.txid) AS u(off, type, txid)) e
+             GROUP BY id"
         ),
         &[&from],
     )
     .await?;
-    let events = tx
+    let rows_moved = tx
         .execute(&format!("DELETE FROM {rows} WHERE ids IS NULL"), &[])
         .await? as i64;
+    let chunked: i64 = tx
+        .query_one(
+            &format!(
+                "WITH d AS (DELETE FROM {chunks} RETURNING cardinality(off) AS n)
+                 SELECT coalesce(sum(n), 0)::bigint FROM d"
+            ),
+            &[],
+        )
+        .await?
+        .get(0);
+    let events = rows_moved + chunked;
     tx.execute(
         "INSERT INTO tidemark.profile_trail_packed_parts (base, until, events) VALUES ($1, $2, $3)",
         &[&from, &to, &events],
@@ -485,7 +542,20 @@ pub async fn tidy_trail(c: &Client, p: Part) -> Result<(), StoreError> {
     let Part::Span(from, _) = p else {
         return Ok(());
     };
-    let rows = format!("tidemark.{}", Daily::Trail.name(p));
+    for table in [Daily::Trail.name(p), chunks_name(p)] {
+        tidy(c, &format!("tidemark.{table}")).await?;
+    }
+    c.execute(
+        "UPDATE tidemark.profile_trail_packed_parts SET tidied = true WHERE base = $1",
+        &[&from],
+    )
+    .await?;
+    Ok(())
+}
+
+/// `VACUUM` and `REINDEX CONCURRENTLY` of one emptied table, dropping first
+/// what an interrupted rebuild left invalid.
+async fn tidy(c: &Client, rows: &str) -> Result<(), StoreError> {
     let invalid = c
         .query(
             "SELECT i.indexrelid::regclass::text FROM pg_index i
@@ -506,11 +576,6 @@ pub async fn tidy_trail(c: &Client, p: Part) -> Result<(), StoreError> {
     c.batch_execute(&format!("VACUUM {rows}")).await?;
     c.batch_execute(&format!("REINDEX TABLE CONCURRENTLY {rows}"))
         .await?;
-    c.execute(
-        "UPDATE tidemark.profile_trail_packed_parts SET tidied = true WHERE base = $1",
-        &[&from],
-    )
-    .await?;
     Ok(())
 }
 
@@ -799,11 +864,72 @@ pub async fn upsert_persons(
     Ok(())
 }
 
-/// Appends trail rows (their days' partitions exist), compact as
-/// migration 13 says: the type's position, the txid as a uuid, `ids` NULL
-/// for an event that carried only the row's identifier, empty when the list
-/// is written to `profile_trail_wide`.
+/// Appends trail entries (their days' partitions exist). Events that
+/// carried only the identifier they are under become chunks (sql/V0015):
+/// one row per identifier and day for the whole call. The others are rows,
+/// compact as migration 13 says: the type's position, the txid as a uuid,
+/// `ids` empty when the list is written to `profile_trail_wide`.
 pub async fn insert_trail(tx: &Transaction<'_>, rows: &[TrailRow]) -> Result<(), StoreError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut single: Vec<(&TrailRow, i64, PgUuid)> = Vec::with_capacity(rows.len());
+    let mut other = Vec::new();
+    for r in rows {
+        match PgUuid::from_hex(&r.txid) {
+            Some(u) if r.ids.len() == 1 && r.ids[0] == r.id => single.push((r, day_of(r.ts), u)),
+            _ => other.push(r),
+        }
+    }
+    insert_chunks(tx, &mut single).await?;
+    insert_rows(tx, &other).await
+}
+
+/// Writes events of one identifier each as chunks: sorted by (identifier,
+/// day, ts, type, txid), one row per run of equal (identifier, day), its
+/// arrays sliced server-side from flat ones (elements of fixed width, so a
+/// slice costs what it holds).
+async fn insert_chunks(
+    tx: &Transaction<'_>,
+    events: &mut [(&TrailRow, i64, PgUuid)],
+) -> Result<(), StoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    events.sort_unstable_by(|(a, ad, au), (b, bd, bu)| {
+        (&a.id, ad, a.ts, a.type_pos, au.0).cmp(&(&b.id, bd, b.ts, b.type_pos, bu.0))
+    });
+    let (mut id, mut base, mut lo, mut hi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut off = Vec::with_capacity(events.len());
+    let mut ty = Vec::with_capacity(events.len());
+    let mut txid = Vec::with_capacity(events.len());
+    for (i, (r, day, u)) in events.iter().enumerate() {
+        if id.last() != Some(&r.id.as_str()) || base.last() != Some(day) {
+            id.push(r.id.as_str());
+            base.push(*day);
+            // 1-based, inclusive: PostgreSQL's array slices.
+            lo.push(i as i32 + 1);
+            hi.push(i as i32);
+        }
+        *hi.last_mut().expect("pushed above") += 1;
+        // Within a day: fits an integer.
+        off.push((r.ts - day) as i32);
+        ty.push(r.type_pos);
+        txid.push(*u);
+    }
+    tx.execute(
+        "INSERT INTO tidemark.profile_trail_chunks (id, base, off, type, txid)
+         SELECT g.id, g.base, ($5::integer[])[g.lo:g.hi], ($6::smallint[])[g.lo:g.hi],
+                ($7::uuid[])[g.lo:g.hi]
+         FROM unnest($1::text[], $2::bigint[], $3::integer[], $4::integer[]) AS g(id, base, lo, hi)",
+        &[&id, &base, &lo, &hi, &off, &ty, &txid],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Writes trail rows (events that carried other identifiers).
+async fn insert_rows(tx: &Transaction<'_>, rows: &[&TrailRow]) -> Result<(), StoreError> {
     if rows.is_empty() {
         return Ok(());
     }
@@ -816,7 +942,7 @@ pub async fn insert_trail(tx: &Transaction<'_>, rows: &[TrailRow]) -> Result<(),
     let mut txid = Vec::with_capacity(rows.len());
     let mut ids: Vec<Option<String>> = Vec::with_capacity(rows.len());
     let mut wide = Vec::new();
-    for r in rows {
+    for &r in rows {
         id.push(r.id.as_str());
         ts.push(r.ts);
         ty.push(r.type_pos);

@@ -104,12 +104,14 @@ pub fn is_wide(ids: &[String]) -> bool {
 /// trail rows in `[$2, $3)`, in one statement so a day packed meanwhile is
 /// read wholly before or wholly after: `id = ANY(...)` on the `(id, ts)`
 /// index of each day's `profile_trail` partition, one range scan per
-/// identifier; and on `(id, base)` of `profile_trail_packed`, one row per
-/// identifier and packed day (sql/V0014) that may hold times in range
-/// (`$4`: a day before `$2`), whose events the caller filters by time. Columns: id, ts (a packed row's base), then a row's type
-/// position, txid and `ids` (NULL for "just `id`", empty when the list is
-/// in `profile_trail_wide`, one more query), or a packed row's offsets,
-/// type positions and txids. Unordered: the caller orders by (ts, type,
+/// identifier; and on `(id, base)` of `profile_trail_packed` (one row per
+/// identifier and packed day, sql/V0014) and of `profile_trail_chunks`
+/// (rows per identifier and day as workers wrote them, sql/V0015), for the
+/// days that may hold times in range (`$4`: a day before `$2`), whose
+/// events the caller filters by time. Columns: id, ts (a packed row's or
+/// chunk's base), then a row's type position, txid and `ids` (NULL for
+/// "just `id`", empty when the list is in `profile_trail_wide`, one more
+/// query), or a packed row's or chunk's offsets, type positions and txids. Unordered: the caller orders by (ts, type,
 /// txid) and names types.
 pub const TRAIL_QUERY: &str =
     "SELECT t.id, t.ts, t.type, t.txid, t.ids, NULL::integer[], NULL::smallint[], NULL::uuid[]
@@ -126,7 +128,15 @@ pub const TRAIL_QUERY: &str =
                (SELECT array_agg(o.id) FROM tidemark.profile_ids me
                 JOIN tidemark.profile_ids o ON o.person = me.person WHERE me.id = $1),
                ARRAY[$1]))
-       AND p.base > $4 AND p.base < $3";
+       AND p.base > $4 AND p.base < $3
+     UNION ALL
+     SELECT k.id, k.base, NULL, NULL, NULL, k.off, k.type, k.txid
+     FROM tidemark.profile_trail_chunks k
+     WHERE k.id = ANY(coalesce(
+               (SELECT array_agg(o.id) FROM tidemark.profile_ids me
+                JOIN tidemark.profile_ids o ON o.person = me.person WHERE me.id = $1),
+               ARRAY[$1]))
+       AND k.base > $4 AND k.base < $3";
 
 /// The identifier lists too long for the trail index, by (id, ts, type, txid).
 pub(crate) const WIDE_QUERY: &str =

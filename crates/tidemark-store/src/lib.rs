@@ -438,6 +438,39 @@ pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// A uuid sent as its 16 bytes, read from 32 hex digits (a txid, SPEC 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgUuid(pub [u8; 16]);
+
+impl PgUuid {
+    /// The uuid of 32 hex digits (either case), if `hex` is that.
+    pub fn from_hex(hex: &str) -> Option<PgUuid> {
+        let b = hex.as_bytes();
+        if b.len() != 32 {
+            return None;
+        }
+        let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+        let mut out = [0u8; 16];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = digit(b[2 * i])? << 4 | digit(b[2 * i + 1])?;
+        }
+        Some(PgUuid(out))
+    }
+}
+
+impl tokio_postgres::types::ToSql for PgUuid {
+    fn to_sql(
+        &self,
+        _: &tokio_postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        bytes::BufMut::put_slice(out, &self.0);
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+    tokio_postgres::types::accepts!(UUID);
+    tokio_postgres::types::to_sql_checked!();
+}
+
 /// A timestamptz given as milliseconds since the Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PgTime(pub i64);
@@ -456,4 +489,26 @@ impl tokio_postgres::types::ToSql for PgTime {
     }
     tokio_postgres::types::accepts!(TIMESTAMPTZ);
     tokio_postgres::types::to_sql_checked!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PgUuid;
+
+    #[test]
+    fn a_uuid_is_read_from_32_hex_digits_only() {
+        let u = PgUuid::from_hex("00ff10Ab000000000000000000000001").unwrap();
+        assert_eq!(&u.0[..4], &[0x00, 0xff, 0x10, 0xab]);
+        assert_eq!(u.0[15], 1);
+        for bad in [
+            "",
+            "00ff",
+            "0g000000000000000000000000000000",
+            &"0".repeat(33),
+        ] {
+            assert_eq!(PgUuid::from_hex(bad), None, "{bad}");
+        }
+        // Not a byte boundary inside a multi-byte character.
+        assert_eq!(PgUuid::from_hex(&format!("é{}", "0".repeat(30))), None);
+    }
 }

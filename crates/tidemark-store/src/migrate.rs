@@ -73,6 +73,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "packed_trails",
         include_str!("../../../sql/V0014__packed_trails.sql"),
     ),
+    (
+        15,
+        "trail_chunks",
+        include_str!("../../../sql/V0015__trail_chunks.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.
