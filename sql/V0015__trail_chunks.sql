@@ -1,16 +1,19 @@
 -- Trail chunks (issue 24): a worker writes the events of one transaction
--- that carried only the identifier they are under as one row per identifier
--- and UTC day, in the packed layout: parallel arrays of offsets from `base`
--- (the day's start), type positions and txids, ordered by (ts, type, txid).
--- Skewed traffic repeats identifiers within a transaction, so this writes a
--- third of the heap rows and index entries one row per event did (Zipf
--- persons, 25,000 events). Packing (V0014) then merges a day's chunks and
--- rows into one row per identifier in `profile_trail_packed`; chunks written
--- after that (late events) stay where they are. Events with other
--- identifiers are still rows of `profile_trail`.
+-- as one row per identifier they are under, UTC day and identifier list, in
+-- the packed layout: parallel arrays of offsets from `base` (the day's
+-- start), type positions and txids, ordered by (ts, type, txid). `ids` is
+-- the list every event of the chunk carried, NULL when that is the row's
+-- identifier alone (lists too long for an index entry stay rows of
+-- `profile_trail` with `profile_trail_wide`). Skewed traffic repeats
+-- identifiers within a transaction, so this writes a third of the heap rows
+-- and index entries one row per event did (Zipf persons). Packing (V0014)
+-- merges a day's chunks of one identifier alone (and such rows) into one row
+-- per identifier in `profile_trail_packed`; chunks with a list, and chunks
+-- written after the day was packed (late events), stay chunks.
 CREATE TABLE tidemark.profile_trail_chunks (
     id   text       NOT NULL,
     base bigint     NOT NULL,
+    ids  text[],
     off  integer[]  NOT NULL,
     type smallint[] NOT NULL,
     txid uuid[]     NOT NULL
@@ -45,8 +48,8 @@ JOIN tidemark.profile_types y ON y.position = t.type
 LEFT JOIN tidemark.profile_trail_wide w
        ON cardinality(t.ids) = 0 AND (w.id, w.ts, w.type, w.txid) = (t.id, t.ts, t.type, t.txid)
 UNION ALL
-SELECT p.id, p.base + u.off, y.name, replace(u.txid::text, '-', ''), ARRAY[p.id]
-FROM (SELECT * FROM tidemark.profile_trail_packed
-      UNION ALL SELECT * FROM tidemark.profile_trail_chunks) p
+SELECT p.id, p.base + u.off, y.name, replace(u.txid::text, '-', ''), coalesce(p.ids, ARRAY[p.id])
+FROM (SELECT id, base, NULL::text[] AS ids, off, type, txid FROM tidemark.profile_trail_packed
+      UNION ALL SELECT id, base, ids, off, type, txid FROM tidemark.profile_trail_chunks) p
 CROSS JOIN LATERAL unnest(p.off, p.type, p.txid) AS u(off, type, txid)
 JOIN tidemark.profile_types y ON y.position = u.type;

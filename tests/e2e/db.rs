@@ -438,6 +438,16 @@ fn marks_kept_before_the_split_by_type_move_to_a_catch_all_per_type() {
     assert_eq!(rows, want);
 }
 
+/// A `profile_trail_chunks` row: id, base, ids, off, type, txid.
+type Chunk = (
+    String,
+    i64,
+    Option<Vec<String>>,
+    Vec<i32>,
+    Vec<i16>,
+    Vec<String>,
+);
+
 /// Migration 13 rewrites trail rows kept in V0007's layout (type names,
 /// txids as text, the list repeated for every event) compactly, in a
 /// partition made as the profile process makes them, and every event still
@@ -453,13 +463,14 @@ fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
     let url = db.url.clone();
     let day = 20_000 * 86_400_000i64;
     let tx = |n: u64, c: char| format!("{}{:012x}", c.to_string().repeat(20), day as u64 + n);
-    let (tx1, tx2, tx3, tx4) = (tx(1, 'a'), tx(2, '0'), tx(3, 'f'), tx(4, '7'));
+    let (tx1, tx2, tx3, tx4, tx5) = (tx(1, 'a'), tx(2, '0'), tx(3, 'f'), tx(4, '7'), tx(5, 'c'));
     let many: Vec<String> = (0..200).map(|i| format!("device:{i:04}")).collect();
-    let (t1, t2, t3, t4, m) = (
+    let (t1, t2, t3, t4, t5, m) = (
         tx1.clone(),
         tx2.clone(),
         tx3.clone(),
         tx4.clone(),
+        tx5.clone(),
         many.clone(),
     );
     let (applied, stored, chunk, viewed, read, filtered) = block_on(async move {
@@ -527,16 +538,24 @@ fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
             )
         );
         let w = c.transaction().await.unwrap();
-        store::insert_trail(&w, &[after]).await.unwrap();
+        // And one with a list: a chunk that carries it.
+        let listed = store::TrailRow {
+            id: "user:u1".into(),
+            ts: day + 40,
+            type_pos: 2,
+            txid: t5,
+            ids: vec!["device:d1".into(), "user:u1".into()],
+        };
+        store::insert_trail(&w, &[listed, after]).await.unwrap();
         w.commit().await.unwrap();
         let rows = async |sql: &str| c.query(sql, &[]).await.unwrap();
         // Written after: a one-identifier event is a chunk (sql/V0015).
         let chunk =
-            rows("SELECT id, base, off, type, txid::text[] FROM tidemark.profile_trail_chunks")
+            rows("SELECT id, base, ids, off, type, txid::text[] FROM tidemark.profile_trail_chunks ORDER BY id")
                 .await
                 .iter()
-                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
-                .collect::<Vec<(String, i64, Vec<i32>, Vec<i16>, Vec<String>)>>();
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+                .collect::<Vec<Chunk>>();
         let stored: Vec<(i16, String, Option<Vec<String>>)> = rows(
             "SELECT type, txid::text, ids FROM tidemark.profile_trail_20000 ORDER BY ts, type",
         )
@@ -579,15 +598,29 @@ fn trail_rows_kept_before_the_compact_layout_read_back_the_same() {
             (3, dashed(&tx3), Some(vec![])),
         ]
     );
-    let chunk_of = |id: &str, off: i32, ty: i16, tx: &str| {
-        (id.to_string(), day, vec![off], vec![ty], vec![dashed(tx)])
+    let chunk_of = |id: &str, ids: Option<Vec<String>>, off: i32, ty: i16, tx: &str| {
+        (
+            id.to_string(),
+            day,
+            ids,
+            vec![off],
+            vec![ty],
+            vec![dashed(tx)],
+        )
     };
-    assert_eq!(chunk, [chunk_of("device:d1", 30, 2, &tx4)]);
+    assert_eq!(
+        chunk,
+        [
+            chunk_of("device:d1", None, 30, 2, &tx4),
+            chunk_of("user:u1", Some(both.clone()), 40, 2, &tx5)
+        ]
+    );
     let want = [
         ("impression", tx1, vec!["user:u1".to_string()]),
-        ("click", tx2, both),
+        ("click", tx2, both.clone()),
         ("install", tx3, many),
         ("click", tx4, vec!["device:d1".to_string()]),
+        ("click", tx5, both),
     ];
     let want: Vec<(String, String, Vec<String>)> = want
         .into_iter()

@@ -101,7 +101,8 @@ fn packed_days_read_as_the_reference_across_kill_9_replay_and_late_events() {
     let late_chunks = query_i64(
         &db.url,
         "SELECT count(*) FROM tidemark.profile_trail_chunks k
-         JOIN tidemark.profile_trail_packed_parts p ON k.base = p.base",
+         JOIN tidemark.profile_trail_packed_parts p ON k.base = p.base
+         WHERE k.ids IS NULL",
     )
     .unwrap();
     assert!(late_chunks > 0, "late events written after packing");
@@ -287,7 +288,7 @@ fn a_trail_is_one_index_range_scan_per_identifier_and_day_row_chunk_or_packed() 
              CREATE TABLE tidemark.profile_trail_packed_{0} PARTITION OF tidemark.profile_trail_packed FOR VALUES FROM ({day}) TO ({day} + 1);
              INSERT INTO tidemark.profile_trail_packed SELECT 'user:u' || g, {day}, ARRAY[g], ARRAY[1::smallint], ARRAY[md5(g::text)::uuid] FROM generate_series(1, 5000) g;
              CREATE TABLE tidemark.profile_trail_chunks_{0} PARTITION OF tidemark.profile_trail_chunks FOR VALUES FROM ({day}) TO ({day} + 1);
-             INSERT INTO tidemark.profile_trail_chunks SELECT 'user:u' || (g % 1000), {day}, ARRAY[g], ARRAY[1::smallint], ARRAY[md5(g::text)::uuid] FROM generate_series(1, 5000) g;",
+             INSERT INTO tidemark.profile_trail_chunks SELECT 'user:u' || (g % 1000), {day}, NULL, ARRAY[g], ARRAY[1::smallint], ARRAY[md5(g::text)::uuid] FROM generate_series(1, 5000) g;",
             day / DAY,
             day + DAY
         );

@@ -441,7 +441,7 @@ pub async fn packer(url: &str, name: &str) -> Result<Client, StoreError> {
     Ok(c)
 }
 
-/// Packs a trail partition (sql/V0014): the rows and chunks (sql/V0015) of
+/// Packs a trail partition (sql/V0014): the chunks (sql/V0015) and rows of
 /// events that carried only the identifier they are under become one row
 /// per identifier, in one transaction whose snapshot both copies and
 /// deletes, so a late event written meanwhile stays as it is and nothing is
@@ -504,7 +504,8 @@ pub async fn pack_trail(c: &mut Client, p: Part) -> Result<Option<i64>, StoreErr
              FROM (SELECT id, (ts - $1)::integer AS off, type, txid FROM {rows} WHERE ids IS NULL
                    UNION ALL
                    SELECT c.id, (c.base - $1)::integer + u.off, u.type, u.txid
-                   FROM {chunks} c CROSS JOIN LATERAL unnest(c.off, c.type, c.txid) AS u(off, type, txid)) e
+                   FROM {chunks} c CROSS JOIN LATERAL unnest(c.off, c.type, c.txid) AS u(off, type, txid)
+                   WHERE c.ids IS NULL) e
              GROUP BY id"
         ),
         &[&from],
@@ -516,7 +517,7 @@ pub async fn pack_trail(c: &mut Client, p: Part) -> Result<Option<i64>, StoreErr
     let chunked: i64 = tx
         .query_one(
             &format!(
-                "WITH d AS (DELETE FROM {chunks} RETURNING cardinality(off) AS n)
+                "WITH d AS (DELETE FROM {chunks} WHERE ids IS NULL RETURNING cardinality(off) AS n)
                  SELECT coalesce(sum(n), 0)::bigint FROM d"
             ),
             &[],
@@ -864,65 +865,98 @@ pub async fn upsert_persons(
     Ok(())
 }
 
-/// Appends trail entries (their days' partitions exist). Events that
-/// carried only the identifier they are under become chunks (sql/V0015):
-/// one row per identifier and day for the whole call. The others are rows,
+/// Appends trail entries (their days' partitions exist) as chunks
+/// (sql/V0015): one row per identifier, day and identifier list for the
+/// whole call. An event whose list is too long for an index entry (or whose
+/// txid is not 32 hex digits, which intake never lets through) is a row,
 /// compact as migration 13 says: the type's position, the txid as a uuid,
 /// `ids` empty when the list is written to `profile_trail_wide`.
 pub async fn insert_trail(tx: &Transaction<'_>, rows: &[TrailRow]) -> Result<(), StoreError> {
     if rows.is_empty() {
         return Ok(());
     }
-    let mut single: Vec<(&TrailRow, i64, PgUuid)> = Vec::with_capacity(rows.len());
+    let mut chunked: Vec<Chunked> = Vec::with_capacity(rows.len());
     let mut other = Vec::new();
     for r in rows {
         match PgUuid::from_hex(&r.txid) {
-            Some(u) if r.ids.len() == 1 && r.ids[0] == r.id => single.push((r, day_of(r.ts), u)),
+            Some(txid) if !is_wide(&r.ids) => {
+                let alone = r.ids.len() == 1 && r.ids[0] == r.id;
+                let ids = (!alone).then_some(r.ids.as_slice());
+                chunked.push(Chunked {
+                    r,
+                    day: day_of(r.ts),
+                    ids,
+                    txid,
+                });
+            }
             _ => other.push(r),
         }
     }
-    insert_chunks(tx, &mut single).await?;
+    insert_chunks(tx, &mut chunked).await?;
     insert_rows(tx, &other).await
 }
 
-/// Writes events of one identifier each as chunks: sorted by (identifier,
-/// day, ts, type, txid), one row per run of equal (identifier, day), its
-/// arrays sliced server-side from flat ones (elements of fixed width, so a
-/// slice costs what it holds).
-async fn insert_chunks(
-    tx: &Transaction<'_>,
-    events: &mut [(&TrailRow, i64, PgUuid)],
-) -> Result<(), StoreError> {
+/// An event on its way into a chunk.
+struct Chunked<'a> {
+    r: &'a TrailRow,
+    day: i64,
+    /// `None`: the row's identifier alone.
+    ids: Option<&'a [String]>,
+    txid: PgUuid,
+}
+
+impl Chunked<'_> {
+    /// Chunk first (identifier, day, list), then order within it.
+    fn key(&self) -> (&str, i64, Option<&[String]>, i64, i16, [u8; 16]) {
+        (
+            &self.r.id,
+            self.day,
+            self.ids,
+            self.r.ts,
+            self.r.type_pos,
+            self.txid.0,
+        )
+    }
+}
+
+/// Writes chunks: events sorted by [`Chunked::key`], one row per run of
+/// equal (identifier, day, list), its arrays sliced server-side from flat
+/// ones (elements of fixed width, so a slice costs what it holds).
+async fn insert_chunks(tx: &Transaction<'_>, events: &mut [Chunked<'_>]) -> Result<(), StoreError> {
     if events.is_empty() {
         return Ok(());
     }
-    events.sort_unstable_by(|(a, ad, au), (b, bd, bu)| {
-        (&a.id, ad, a.ts, a.type_pos, au.0).cmp(&(&b.id, bd, b.ts, b.type_pos, bu.0))
-    });
-    let (mut id, mut base, mut lo, mut hi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    events.sort_unstable_by(|a, b| a.key().cmp(&b.key()));
+    let (mut id, mut base, mut lists) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut lo, mut hi) = (Vec::new(), Vec::new());
     let mut off = Vec::with_capacity(events.len());
     let mut ty = Vec::with_capacity(events.len());
     let mut txid = Vec::with_capacity(events.len());
-    for (i, (r, day, u)) in events.iter().enumerate() {
-        if id.last() != Some(&r.id.as_str()) || base.last() != Some(day) {
-            id.push(r.id.as_str());
-            base.push(*day);
+    let mut last: Option<(&str, i64, Option<&[String]>)> = None;
+    for (i, e) in events.iter().enumerate() {
+        let chunk = (e.r.id.as_str(), e.day, e.ids);
+        if last != Some(chunk) {
+            last = Some(chunk);
+            id.push(chunk.0);
+            base.push(chunk.1);
+            lists.push(chunk.2.map(array_literal));
             // 1-based, inclusive: PostgreSQL's array slices.
             lo.push(i as i32 + 1);
             hi.push(i as i32);
         }
         *hi.last_mut().expect("pushed above") += 1;
         // Within a day: fits an integer.
-        off.push((r.ts - day) as i32);
-        ty.push(r.type_pos);
-        txid.push(*u);
+        off.push((e.r.ts - e.day) as i32);
+        ty.push(e.r.type_pos);
+        txid.push(e.txid);
     }
     tx.execute(
-        "INSERT INTO tidemark.profile_trail_chunks (id, base, off, type, txid)
-         SELECT g.id, g.base, ($5::integer[])[g.lo:g.hi], ($6::smallint[])[g.lo:g.hi],
-                ($7::uuid[])[g.lo:g.hi]
-         FROM unnest($1::text[], $2::bigint[], $3::integer[], $4::integer[]) AS g(id, base, lo, hi)",
-        &[&id, &base, &lo, &hi, &off, &ty, &txid],
+        "INSERT INTO tidemark.profile_trail_chunks (id, base, ids, off, type, txid)
+         SELECT g.id, g.base, g.ids::text[], ($6::integer[])[g.lo:g.hi],
+                ($7::smallint[])[g.lo:g.hi], ($8::uuid[])[g.lo:g.hi]
+         FROM unnest($1::text[], $2::bigint[], $3::text[], $4::integer[], $5::integer[])
+              AS g(id, base, ids, lo, hi)",
+        &[&id, &base, &lists, &lo, &hi, &off, &ty, &txid],
     )
     .await?;
     Ok(())

@@ -401,11 +401,13 @@ async fn trail(
         if let Some(offsets) = r.get::<_, Option<Vec<i32>>>(5) {
             let types: Vec<i16> = r.get(6);
             let txids: Vec<store::Txid> = r.get(7);
+            let ids = r
+                .get::<_, Option<Vec<String>>>(4)
+                .unwrap_or_else(|| vec![under]);
             for ((off, ty), txid) in offsets.into_iter().zip(types).zip(txids) {
                 let ts = ts + i64::from(off);
                 if (from..to).contains(&ts) {
-                    let ids = vec![under.clone()];
-                    events.push((ty, event(txid.0, ts, ids)));
+                    events.push((ty, event(txid.0, ts, ids.clone())));
                 }
             }
             continue;

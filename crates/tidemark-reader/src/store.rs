@@ -111,7 +111,8 @@ pub fn is_wide(ids: &[String]) -> bool {
 /// events the caller filters by time. Columns: id, ts (a packed row's or
 /// chunk's base), then a row's type position, txid and `ids` (NULL for
 /// "just `id`", empty when the list is in `profile_trail_wide`, one more
-/// query), or a packed row's or chunk's offsets, type positions and txids. Unordered: the caller orders by (ts, type,
+/// query), or a packed row's or chunk's offsets, type positions and txids
+/// (with a chunk's `ids`: NULL for "just `id`", else every event's list). Unordered: the caller orders by (ts, type,
 /// txid) and names types.
 pub const TRAIL_QUERY: &str =
     "SELECT t.id, t.ts, t.type, t.txid, t.ids, NULL::integer[], NULL::smallint[], NULL::uuid[]
@@ -130,7 +131,7 @@ pub const TRAIL_QUERY: &str =
                ARRAY[$1]))
        AND p.base > $4 AND p.base < $3
      UNION ALL
-     SELECT k.id, k.base, NULL, NULL, NULL, k.off, k.type, k.txid
+     SELECT k.id, k.base, NULL, NULL, k.ids, k.off, k.type, k.txid
      FROM tidemark.profile_trail_chunks k
      WHERE k.id = ANY(coalesce(
                (SELECT array_agg(o.id) FROM tidemark.profile_ids me
