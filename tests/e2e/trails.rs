@@ -355,3 +355,71 @@ fn a_trail_is_one_index_range_scan_per_identifier_and_day_row_chunk_or_packed() 
     assert!(chunks.iter().all(|s| s.contains("_id_base_")), "{plan}");
     assert!(!plan.contains("Seq Scan on profile_trail_chunks"), "{plan}");
 }
+
+/// A day an older build made after migration 15 ran (it knows no chunks)
+/// has no chunks' partition: the profile process makes it when it starts,
+/// and that day's events are chunks, read back whole, none refused.
+#[test]
+fn a_trail_day_without_its_chunks_partition_gets_one_at_start() {
+    let db = TestDb::new("trails_no_chunks");
+    migrated(&db, "nc");
+    let now = now_ms();
+    let day = now / DAY * DAY;
+    let sql = format!(
+        "CREATE TABLE tidemark.profile_trail_{} PARTITION OF tidemark.profile_trail FOR VALUES FROM ({day}) TO ({})",
+        day / DAY,
+        day + DAY
+    );
+    let url = db.url.clone();
+    block_on(async move {
+        let c = tidemark_store::connect(&url).await.unwrap();
+        c.batch_execute(&sql).await.unwrap();
+    });
+    let chunk_parts = || {
+        query_i64(
+            &db.url,
+            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'tidemark.profile_trail_chunks'::regclass",
+        )
+        .unwrap()
+    };
+    assert_eq!(chunk_parts(), 0);
+
+    let mut publisher = Publisher::new();
+    let mut proc = ShardProc::start_profiles(&db, "nc", &publisher.endpoint, PACKED);
+    publisher.wait_subscribed("tick", 2);
+    publisher.tick(now);
+    let txids: Vec<tidemark_wire::Txid> = (0..3)
+        .map(|i| tidemark_wire::Txid::new(0x3c0 + i, now as u64))
+        .collect();
+    for (i, tx) in txids.iter().enumerate() {
+        publisher.event("click", tx, now - 1000 + i as i64, r#""user": "nc""#);
+    }
+    wait_for("three events applied", || {
+        query_i64(
+            &db.url,
+            "SELECT events_applied FROM tidemark.profile_status",
+        )
+        .filter(|n| *n == 3)
+    });
+    assert_eq!(chunk_parts(), 1);
+    let chunked = query_i64(
+        &db.url,
+        "SELECT sum(cardinality(off))::bigint FROM tidemark.profile_trail_chunks WHERE id = 'user:nc'",
+    );
+    assert_eq!(chunked, Some(3));
+    let got = trail(&db.url, "user:nc", day, day + DAY, None);
+    let want: Vec<Value> = txids
+        .iter()
+        .enumerate()
+        .map(|(i, tx)| {
+            serde_json::json!({"type": "click", "txid": tx.as_str(), "ts": now - 1000 + i as i64, "ids": ["user:nc"]})
+        })
+        .collect();
+    assert_eq!(got, want);
+    let refused = query_i64(
+        &db.url,
+        "SELECT coalesce(sum(value::bigint), 0)::bigint FROM tidemark.profile_status, jsonb_each_text(counts) WHERE key LIKE 'rejected%' OR key LIKE 'quarantine%'",
+    );
+    assert_eq!(refused, Some(0));
+    proc.stop();
+}

@@ -180,13 +180,14 @@ pub async fn vacuum_trail(c: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Bytes on disk of every trail partition, packed ones included, with
-/// their indexes and TOAST.
+/// Bytes on disk of every trail partition, chunks and packed days
+/// included, with their indexes and TOAST.
 pub async fn trail_bytes(c: &Client) -> anyhow::Result<i64> {
     Ok(c
         .query_one(
             "SELECT sum(pg_total_relation_size(inhrelid))::bigint FROM pg_inherits
-             WHERE inhparent IN ('tidemark.profile_trail'::regclass, 'tidemark.profile_trail_packed'::regclass)",
+             WHERE inhparent IN ('tidemark.profile_trail'::regclass, 'tidemark.profile_trail_packed'::regclass,
+                                 'tidemark.profile_trail_chunks'::regclass)",
             &[],
         )
         .await?
@@ -195,7 +196,8 @@ pub async fn trail_bytes(c: &Client) -> anyhow::Result<i64> {
 
 /// The soak's sample (issue 24): `profile_seen`'s bytes on disk (indexes
 /// included), its rows as the planner estimates them, its partitions,
-/// `profile_trail`'s bytes, and `profiles` with `profile_ids`' bytes.
+/// the trail's bytes (rows, chunks and packed days), and `profiles` with
+/// `profile_ids`' bytes.
 pub async fn soak_sizes(c: &Client) -> anyhow::Result<(i64, i64, i64, i64, i64)> {
     let r = c
         .query_one(
@@ -205,7 +207,8 @@ pub async fn soak_sizes(c: &Client) -> anyhow::Result<(i64, i64, i64, i64, i64)>
                                  FILTER (WHERE p.relname = 'profile_seen' AND c.reltuples > 0), 0)::bigint,
                     count(*) FILTER (WHERE p.relname = 'profile_seen'),
                     coalesce(sum(pg_total_relation_size(i.inhrelid))
-                                 FILTER (WHERE p.relname = 'profile_trail'), 0)::bigint,
+                                 FILTER (WHERE p.relname IN ('profile_trail', 'profile_trail_chunks',
+                                                             'profile_trail_packed')), 0)::bigint,
                     pg_total_relation_size('tidemark.profiles')
                         + pg_total_relation_size('tidemark.profile_ids')
              FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent

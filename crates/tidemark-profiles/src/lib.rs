@@ -160,7 +160,16 @@ pub async fn run(
         None => None,
     };
     let shutdown_timeout = config.shutdown_timeout;
-    let (marks, trail_days) = found(&config, &layout, store::partitions(&main).await?);
+    let parts = store::partitions(&main).await?;
+    // A trail day made by a build before sql/V0015 after that migration ran
+    // (an older process still running meanwhile) has no chunks' partition:
+    // made here, with the day's own if only the chunks' was found.
+    for (which, part) in &parts {
+        if *which == Daily::Trail {
+            store::create_partition(&main, Daily::Trail, *part).await?;
+        }
+    }
+    let (marks, trail_days) = found(&config, &layout, parts);
     let packed = store::packed_parts(&main).await?.into_iter().collect();
     let mut p = Process {
         marks,

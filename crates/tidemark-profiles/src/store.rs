@@ -308,14 +308,17 @@ pub fn seen_key(txid: &str) -> String {
     hyphenate(created, random)
 }
 
-/// The partitions of `profile_seen` (every type's) and `profile_trail`.
+/// The partitions of `profile_seen` (every type's) and `profile_trail`
+/// (a day of `profile_trail_chunks` counts as its day's, so a day whose
+/// trail partition went without its chunks' is still seen and retired).
 pub async fn partitions(c: &Client) -> Result<Vec<(Daily, Part)>, StoreError> {
     let rows = c
         .query(
             "SELECT p.relname, c.relname FROM pg_inherits i
              JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
              WHERE i.inhparent IN ('tidemark.profile_seen'::regclass,
-                                   'tidemark.profile_trail'::regclass)",
+                                   'tidemark.profile_trail'::regclass,
+                                   'tidemark.profile_trail_chunks'::regclass)",
             &[],
         )
         .await?;
