@@ -606,7 +606,8 @@ fn lag_sampler(
 
 /// A trail table of `rows` events over 7 days, persons with at most ~1,000
 /// events in range; times `tidemark_reader::Reader::trail` of 7 days with
-/// one row per event, then again once the days are packed (sql/V0014).
+/// one row per event, then as chunks of 3 events (sql/V0015), then again
+/// once the days are packed (sql/V0014).
 pub async fn trail_bench(
     cluster: &Cluster,
     rows: i64,
@@ -662,6 +663,25 @@ pub async fn trail_bench(
         }
     };
     read("one row per event").await?;
+    // As workers write them (sql/V0015): 3 events of one identifier a chunk,
+    // about what the ingest benchmark's transactions hold (3.4).
+    let t = Instant::now();
+    let mut chunks = 0;
+    for d in 0..7 {
+        chunks += crate::store::chunk_day(&c, day0 + d * DAY, 3).await?;
+    }
+    // The emptied rows' index would count against the chunks.
+    c.batch_execute("REINDEX TABLE tidemark.profile_trail")
+        .await?;
+    crate::store::vacuum_trail(&c).await?;
+    let size = crate::store::trail_bytes(&c).await?;
+    println!(
+        "chunks: {chunks} in {:.0}s, {:.0} MB ({:.1} bytes/event)",
+        t.elapsed().as_secs_f64(),
+        size as f64 / 1e6,
+        size as f64 / rows as f64
+    );
+    read("chunks of 3 events").await?;
     pack_days(&mut c, (0..7).map(|d| day0 + d * DAY)).await?;
     c.batch_execute("ANALYZE tidemark.profile_trail_packed")
         .await?;

@@ -172,10 +172,32 @@ pub async fn fill_trail(
     Ok(())
 }
 
+/// Rewrites the trail rows of the day starting at `day` as chunks
+/// (sql/V0015) of `per` events of one identifier each, consecutive in
+/// time, as workers write them; returns the chunks written.
+pub async fn chunk_day(c: &Client, day: i64, per: i64) -> anyhow::Result<u64> {
+    let n = c
+        .execute(
+            "WITH moved AS (
+                 DELETE FROM tidemark.profile_trail WHERE ts >= $1 AND ts < $1 + 86400000 AND ids IS NULL
+                 RETURNING id, ts, type, txid),
+             ranked AS (
+                 SELECT id, ts, type, txid, (row_number() OVER (PARTITION BY id ORDER BY ts, type, txid) - 1) / $2 AS k
+                 FROM moved)
+             INSERT INTO tidemark.profile_trail_chunks (id, base, ids, off, type, txid)
+             SELECT id, $1, NULL, array_agg((ts - $1)::integer ORDER BY ts, type, txid),
+                    array_agg(type ORDER BY ts, type, txid), array_agg(txid ORDER BY ts, type, txid)
+             FROM ranked GROUP BY id, k",
+            &[&day, &per],
+        )
+        .await?;
+    Ok(n)
+}
+
 /// Sets the trail's visibility map and statistics, as autovacuum would
 /// after a day's partition is written (index-only scans).
 pub async fn vacuum_trail(c: &Client) -> anyhow::Result<()> {
-    c.batch_execute("VACUUM (ANALYZE) tidemark.profile_trail")
+    c.batch_execute("VACUUM (ANALYZE) tidemark.profile_trail, tidemark.profile_trail_chunks")
         .await?;
     Ok(())
 }
