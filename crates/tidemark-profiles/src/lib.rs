@@ -164,9 +164,12 @@ pub async fn run(
     // A trail day made by a build before sql/V0015 after that migration ran
     // (an older process still running meanwhile) has no chunks' partition:
     // made here, with the day's own if only the chunks' was found.
+    let mut made: Vec<days::Part> = Vec::new();
     for (which, part) in &parts {
-        if *which == Daily::Trail {
+        // A day is listed once per parent it has a partition of.
+        if *which == Daily::Trail && !made.contains(part) {
             store::create_partition(&main, Daily::Trail, *part).await?;
+            made.push(*part);
         }
     }
     let (marks, trail_days) = found(&config, &layout, parts);

@@ -461,29 +461,24 @@ pub async fn pack_trail(c: &mut Client, p: Part) -> Result<Option<i64>, StoreErr
         format!("tidemark.{}", packed_name(p)),
         format!("tidemark.{}", chunks_name(p)),
     );
-    tidemark_store::create_partition(
-        c,
-        "CREATE TABLE",
-        "tidemark.profile_trail_packed",
-        &packed,
-        // Every row's base is the partition's start: bounds that hold that
-        // value alone let a read prune to the days it asks for exactly.
-        &format!("FOR VALUES FROM ({from}) TO ({})", from + 1),
-        "",
-        "SELECT 1",
-    )
-    .await?;
-    // Made with the day's partition, unless someone else made that.
-    tidemark_store::create_partition(
-        c,
-        "CREATE TABLE",
-        "tidemark.profile_trail_chunks",
-        &chunks,
-        &format!("FOR VALUES FROM ({from}) TO ({})", from + 1),
-        "",
-        "SELECT 1",
-    )
-    .await?;
+    // Every row's base is the partition's start: bounds that hold that value
+    // alone let a read prune to the days it asks for exactly. The chunks'
+    // is made with the day's partition, unless someone else made that.
+    for (parent, child) in [
+        ("profile_trail_packed", &packed),
+        ("profile_trail_chunks", &chunks),
+    ] {
+        tidemark_store::create_partition(
+            c,
+            "CREATE TABLE",
+            &format!("tidemark.{parent}"),
+            child,
+            &format!("FOR VALUES FROM ({from}) TO ({})", from + 1),
+            "",
+            "SELECT 1",
+        )
+        .await?;
+    }
     let tx = c
         .build_transaction()
         .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
