@@ -16,6 +16,7 @@ mod hostile;
 mod hosts;
 mod keys;
 mod learn;
+mod marks;
 mod profiles;
 mod shard;
 mod status;

@@ -127,6 +127,7 @@ pub async fn run(
                 PACE_MIN.min(config.transaction_events),
                 config.batch_events.min(config.transaction_events),
             ),
+            marking: store::Marking::default(),
         });
     }
     let tally: Tally = Default::default();
@@ -182,6 +183,7 @@ pub async fn run(
             LINK_MIN.min(config.transaction_events),
             LINK_MAX.min(config.transaction_events),
         ),
+        link_marking: store::Marking::default(),
         config,
         layout,
         workers,
@@ -651,6 +653,8 @@ struct Process<'a> {
     run_counts: BTreeMap<String, i64>,
     /// How many entries the next link-stage transaction takes.
     link_pace: Pace,
+    /// How the next link-stage transaction takes first-copy marks.
+    link_marking: store::Marking,
     /// `profile_seen`'s partitions, per type position.
     marks: BTreeMap<i16, Spans>,
     trail_days: Spans,
@@ -737,7 +741,17 @@ impl Process<'_> {
             let n = inflight.links.len().min(limit);
             let chunk = &inflight.links[..n];
             let started = Instant::now();
-            match links::apply(main, &self.layout, caps, chunk, inflight.trail_from, row).await {
+            match links::apply(
+                main,
+                &self.layout,
+                caps,
+                chunk,
+                inflight.trail_from,
+                row,
+                &mut self.link_marking,
+            )
+            .await
+            {
                 Ok(counts) => {
                     self.link_pace.took(n, started.elapsed());
                     self.unknown_failures = 0;

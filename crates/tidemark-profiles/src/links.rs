@@ -27,8 +27,8 @@ pub async fn apply(
     entries: &[Entry],
     trail_from: Option<i64>,
     counts_row: i16,
+    marking: &mut profiles::Marking,
 ) -> Result<BTreeMap<&'static str, i64>, StoreError> {
-    let tx = client.transaction().await?;
     let key = |e: &Event| {
         (
             profiles::seen_key(e.txid.as_str()),
@@ -37,7 +37,13 @@ pub async fn apply(
     };
     let (riders, links): (Vec<&Entry>, Vec<&Entry>) = entries.iter().partition(|e| e.rider);
     let pairs: Vec<(String, i16)> = links.iter().map(|e| key(&e.event)).collect();
-    let first = profiles::record_seen(&tx, &pairs).await?;
+    let (tx, first) = loop {
+        let tx = client.transaction().await?;
+        match profiles::take_marks(&tx, &pairs, marking).await? {
+            Some(first) => break (tx, first),
+            None => tx.rollback().await?,
+        }
+    };
     // A rider that is a later copy changes nothing: looked at, not taken.
     let pairs: Vec<(String, i16)> = riders.iter().map(|e| key(&e.event)).collect();
     let old = profiles::already_seen(&tx, &pairs).await?;

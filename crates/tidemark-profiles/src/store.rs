@@ -603,6 +603,58 @@ pub async fn record_seen(
     Ok(pairs.iter().map(|p| new.contains(p)).collect())
 }
 
+/// Batches whose marks go straight to `ON CONFLICT` after a plain insert
+/// met a copy: copies come in runs (a replay, a publisher's retries), and
+/// each plain insert that meets one is work thrown away.
+pub const CAREFUL_BATCHES: u32 = 16;
+
+/// How the next batch's marks are taken ([`take_marks`]): one per worker and
+/// one for the link stage.
+#[derive(Debug, Default)]
+pub struct Marking {
+    careful: u32,
+}
+
+/// Takes the first-copy marks of `pairs`, as [`record_seen`] does, as the
+/// first statement of `tx`. Most events are first copies, and a plain
+/// `INSERT` costs about half of `INSERT … ON CONFLICT DO NOTHING` (which
+/// probes the index before each speculative insertion and logs its
+/// confirmation; docs/benchmarks.md, "Plain marks"). So the marks are
+/// inserted plainly, unless a copy was met in the last [`CAREFUL_BATCHES`];
+/// the unique index still decides, and waits for a concurrent writer of the
+/// same mark as `ON CONFLICT` would. Returns `None` when a mark was already
+/// taken: `tx` is then aborted, having done nothing else, and the caller
+/// rolls it back and begins again. Copies within `pairs` are all first
+/// copies when the mark is new, as with [`record_seen`].
+pub async fn take_marks(
+    tx: &Transaction<'_>,
+    pairs: &[(String, i16)],
+    how: &mut Marking,
+) -> Result<Option<Vec<bool>>, StoreError> {
+    if how.careful > 0 || pairs.is_empty() {
+        how.careful = how.careful.saturating_sub(1);
+        return record_seen(tx, pairs).await.map(Some);
+    }
+    let distinct: std::collections::BTreeSet<(&str, i16)> =
+        pairs.iter().map(|(k, t)| (k.as_str(), *t)).collect();
+    let (keys, types): (Vec<&str>, Vec<i16>) = distinct.into_iter().unzip();
+    let inserted = tx
+        .execute(
+            "INSERT INTO tidemark.profile_seen (key, type)
+             SELECT k::uuid, t FROM unnest($1::text[], $2::smallint[]) AS u(k, t) ORDER BY 1, 2",
+            &[&keys, &types],
+        )
+        .await;
+    match inserted {
+        Ok(_) => Ok(Some(vec![true; pairs.len()])),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+            how.careful = CAREFUL_BATCHES;
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Which `(key, type)` pairs a first copy already took, without taking any.
 pub async fn already_seen(
     c: &impl GenericClient,

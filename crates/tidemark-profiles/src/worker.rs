@@ -22,6 +22,8 @@ pub struct Worker {
     pub client: Option<Client>,
     /// How many events its next transaction takes.
     pub pace: Pace,
+    /// How its next transaction takes first-copy marks.
+    pub marking: profiles::Marking,
 }
 
 impl Worker {
@@ -80,7 +82,6 @@ impl Worker {
                 return Err(StoreError::Pool("worker connection lost".into()));
             }
         };
-        let tx = client.transaction().await?;
         let pairs: Vec<(String, i16)> = work
             .events
             .iter()
@@ -91,7 +92,13 @@ impl Worker {
                 )
             })
             .collect();
-        let first = profiles::record_seen(&tx, &pairs).await?;
+        let (tx, first) = loop {
+            let tx = client.transaction().await?;
+            match profiles::take_marks(&tx, &pairs, &mut self.marking).await? {
+                Some(first) => break (tx, first),
+                None => tx.rollback().await?,
+            }
+        };
         let share = Share::new(layout, work, first);
         let stored = profiles::load(&tx, &share.identifiers()).await?;
         let plan = share.plan(stored);
