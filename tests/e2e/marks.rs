@@ -52,12 +52,30 @@ fn marks_are_taken_plainly_until_a_copy_then_carefully_for_a_while() {
         assert_eq!(got, Some(vec![true, true, true]));
         // A copy of a taken mark: the plain insert gives the batch back...
         assert_eq!(take(&mut c, &mut how, &[c1.clone(), a.clone()]).await, None);
-        // ...and the next batches go to ON CONFLICT, which says which is first.
+        // ...and the next batches go to ON CONFLICT, which says which is first,
         let got = take(&mut c, &mut how, &[c1.clone(), a.clone()]).await;
         assert_eq!(got, Some(vec![true, false]));
-        for n in 1..CAREFUL_BATCHES {
-            let got = take(&mut c, &mut how, &[key(100 + n as u64), b.clone()]).await;
-            assert_eq!(got, Some(vec![true, false]), "careful batch {n}");
+        // until CAREFUL_BATCHES in a row have met no copy: a copy met
+        // carefully starts the count again.
+        let mut next = 100;
+        let mut taken = vec![1, 2, 3];
+        for (fresh, copy_after) in [(CAREFUL_BATCHES - 1, true), (CAREFUL_BATCHES, false)] {
+            for _ in 0..fresh {
+                next += 1;
+                taken.push(next);
+                let got = take(&mut c, &mut how, &[key(next)]).await;
+                assert_eq!(got, Some(vec![true]), "a careful batch of new marks");
+            }
+            if copy_after {
+                next += 1;
+                taken.push(next);
+                let got = take(&mut c, &mut how, &[key(next), b.clone()]).await;
+                assert_eq!(
+                    got,
+                    Some(vec![true, false]),
+                    "still careful: the copy is told"
+                );
+            }
         }
         // Then plainly again.
         assert_eq!(take(&mut c, &mut how, &[key(99), b.clone()]).await, None);
@@ -72,11 +90,7 @@ fn marks_are_taken_plainly_until_a_copy_then_carefully_for_a_while() {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        let mut want: Vec<String> = [1, 2, 3]
-            .into_iter()
-            .chain((1..CAREFUL_BATCHES as u64).map(|n| 100 + n))
-            .map(|n| key(n).0)
-            .collect();
+        let mut want: Vec<String> = taken.into_iter().map(|n| key(n).0).collect();
         want.sort();
         assert_eq!(rows, want, "each mark once, none from a batch given back");
     });

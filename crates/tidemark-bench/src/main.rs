@@ -86,6 +86,10 @@ enum Bench {
         /// Every event links a device to a member id (issue 11)
         #[arg(long)]
         linked: bool,
+        /// The share of events sent twice, the copy 200,000 events (seconds) later,
+        /// in a later batch
+        #[arg(long, default_value_t = 0.0)]
+        copies: f64,
     },
     /// Storage soak (issue 24): --days of event time in --minutes at --rate,
     /// profile tables' bytes on disk sampled as event time passes
@@ -212,6 +216,7 @@ fn main() -> anyhow::Result<()> {
             trail,
             trail_fill,
             linked,
+            copies,
         } => rt
             .block_on(profiles::ingest(
                 &bin,
@@ -220,6 +225,7 @@ fn main() -> anyhow::Result<()> {
                     rate,
                     persons,
                     linked,
+                    copies,
                 },
                 seconds,
                 warmup,
@@ -257,6 +263,7 @@ fn main() -> anyhow::Result<()> {
                 rate: load_rate,
                 persons,
                 linked,
+                copies: 0.0,
             },
             samples,
             standby,

@@ -37,22 +37,35 @@ half_life = "30d"
 "#;
 
 /// Publishes impressions, clicks and installs (70/20/10) of Zipf persons at
-/// `rate` events/s until `stop`; counts what it sent in `sent`. With `linked`
+/// `offer.rate` events/s until `stop`; counts what it sent in `sent` (copies
+/// not included: each is an event already counted). With `offer.linked`
 /// every event links: its `user` is one of the person's devices (`p<k>` or
 /// `p<k>.<j>`) and it carries `"ids": {"member": "m<k>"}`. With `clock`
 /// (start ms, speed-up) events are created and stamped on an event clock
 /// running that many times faster than the wall, ticked every 50 ms.
+/// With `offer.copies`, that share of the events is sent again
+/// [`COPY_AFTER`] events later, as a publisher's retry would.
+/// How many events after its original a copy is sent: seconds later, so
+/// the copy falls in a later batch and meets the original's first-copy mark
+/// (a copy within one batch is dropped before the database).
+const COPY_AFTER: u64 = 200_000;
+
 pub(crate) fn publisher(
     endpoint: String,
-    rate: f64,
-    persons: usize,
-    linked: bool,
+    offer: Offer,
     clock: Option<(i64, f64)>,
     stop: Arc<AtomicBool>,
     sent: Arc<AtomicU64>,
 ) -> std::thread::JoinHandle<()> {
+    let Offer {
+        rate,
+        persons,
+        linked,
+        copies,
+    } = offer;
     std::thread::spawn(move || {
         let zipf = Zipf::new(persons, 1.1);
+        let mut retries: std::collections::VecDeque<(u64, String, String)> = Default::default();
         let ctx = zmq::Context::new();
         let sock = ctx.socket(zmq::PUB).expect("socket");
         sock.set_sndhwm(0).expect("hwm");
@@ -114,6 +127,14 @@ pub(crate) fn publisher(
                 let topic = format!("{t}-{}", txid.as_str());
                 sock.send_multipart([topic.as_bytes(), payload.as_bytes()], 0)
                     .expect("send");
+                if copies > 0.0 && rng.unit() < copies {
+                    retries.push_back((n + COPY_AFTER, topic, payload.clone()));
+                }
+                while let Some((_, topic, payload)) = retries.front().filter(|r| r.0 <= n) {
+                    sock.send_multipart([topic.as_bytes(), payload.as_bytes()], 0)
+                        .expect("send");
+                    retries.pop_front();
+                }
                 n += 1;
             }
             sent.store(n, Ordering::Relaxed);
@@ -256,8 +277,8 @@ fn postgres_cpu() -> f64 {
     total
 }
 
-/// What the benchmark publisher offers: events/s, Zipf persons, and
-/// whether every event links a device to a member id.
+/// What the benchmark publisher offers: events/s, Zipf persons, whether
+/// every event links a device to a member id, and the share sent twice.
 #[derive(Debug, Clone, Copy)]
 pub struct Offer {
     /// Events per second.
@@ -266,6 +287,8 @@ pub struct Offer {
     pub persons: usize,
     /// Devices linked to member ids.
     pub linked: bool,
+    /// The share of events sent again later (copies).
+    pub copies: f64,
 }
 
 /// Sustained ingest: publishes `offer` for `seconds` (after `warmup`),
@@ -283,6 +306,7 @@ pub async fn ingest(
         rate,
         persons,
         linked,
+        copies,
     } = offer;
     let url = fresh_db(cluster, "bench_profiles").await?;
     if let Some(per_day) = trail.filter(|n| *n > 0) {
@@ -301,22 +325,15 @@ pub async fn ingest(
     let c = tidemark_store::connect(&url).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
-    let publisher = publisher(
-        endpoint,
-        rate,
-        persons,
-        linked,
-        None,
-        stop.clone(),
-        sent.clone(),
-    );
+    let publisher = publisher(endpoint, offer, None, stop.clone(), sent.clone());
     println!(
-        "profile ingest: offered {rate:.0} events/s, {persons} persons (Zipf s=1.1), {}, trail {}, warm-up {warmup}s, measured {seconds}s",
+        "profile ingest: offered {rate:.0} events/s, {persons} persons (Zipf s=1.1), {}, {:.0}% sent twice, trail {}, warm-up {warmup}s, measured {seconds}s",
         if linked {
             "every event links a device (1-3 per person) to a member id"
         } else {
             "one identifier per event"
         },
+        copies * 100.0,
         if trail { "7d" } else { "off" }
     );
     tokio::time::sleep(Duration::from_secs(warmup)).await;
@@ -554,15 +571,7 @@ pub async fn read_bench(
     let mut child = spawn_profiles(bin, &dir, &url, &endpoint, "clock = \"wall\"")?;
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
-    let publisher = publisher(
-        endpoint,
-        offer.rate,
-        offer.persons,
-        offer.linked,
-        None,
-        stop.clone(),
-        sent.clone(),
-    );
+    let publisher = publisher(endpoint, offer, None, stop.clone(), sent.clone());
     tokio::time::sleep(Duration::from_secs(5)).await;
     let lags = standby.then(|| lag_sampler(read_url.clone(), stop.clone()));
     reads(

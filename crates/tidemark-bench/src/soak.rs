@@ -46,11 +46,15 @@ pub async fn run(bin: &std::path::Path, cluster: &Cluster, soak: Soak) -> anyhow
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicU64::new(0)),
     );
+    let offer = crate::profiles::Offer {
+        rate: soak.rate,
+        persons: soak.persons,
+        linked: false,
+        copies: 0.0,
+    };
     let publisher = publisher(
         endpoint,
-        soak.rate,
-        soak.persons,
-        false,
+        offer,
         Some((t0, speed)),
         stop.clone(),
         sent.clone(),

@@ -603,9 +603,9 @@ pub async fn record_seen(
     Ok(pairs.iter().map(|p| new.contains(p)).collect())
 }
 
-/// Batches whose marks go straight to `ON CONFLICT` after a plain insert
-/// met a copy: copies come in runs (a replay, a publisher's retries), and
-/// each plain insert that meets one is work thrown away.
+/// Batches whose marks go straight to `ON CONFLICT` after the last copy
+/// met: copies come in runs (a replay, a publisher's retries), and each
+/// plain insert that meets one is work thrown away.
 pub const CAREFUL_BATCHES: u32 = 16;
 
 /// How the next batch's marks are taken ([`take_marks`]): one per worker and
@@ -620,7 +620,8 @@ pub struct Marking {
 /// `INSERT` costs about half of `INSERT … ON CONFLICT DO NOTHING` (which
 /// probes the index before each speculative insertion and logs its
 /// confirmation; docs/benchmarks.md, "Plain marks"). So the marks are
-/// inserted plainly, unless a copy was met in the last [`CAREFUL_BATCHES`];
+/// inserted plainly, unless a copy was met in the last [`CAREFUL_BATCHES`]
+/// batches (counting the one begun again);
 /// the unique index still decides, and waits for a concurrent writer of the
 /// same mark as `ON CONFLICT` would. Returns `None` when a mark was already
 /// taken: `tx` is then aborted, having done nothing else, and the caller
@@ -631,9 +632,17 @@ pub async fn take_marks(
     pairs: &[(String, i16)],
     how: &mut Marking,
 ) -> Result<Option<Vec<bool>>, StoreError> {
-    if how.careful > 0 || pairs.is_empty() {
-        how.careful = how.careful.saturating_sub(1);
-        return record_seen(tx, pairs).await.map(Some);
+    if pairs.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    if how.careful > 0 {
+        let first = record_seen(tx, pairs).await?;
+        how.careful = if first.contains(&false) {
+            CAREFUL_BATCHES
+        } else {
+            how.careful - 1
+        };
+        return Ok(Some(first));
     }
     let distinct: std::collections::BTreeSet<(&str, i16)> =
         pairs.iter().map(|(k, t)| (k.as_str(), *t)).collect();
