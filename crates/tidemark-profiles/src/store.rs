@@ -694,14 +694,20 @@ fn person_from(r: &tokio_postgres::Row, at: usize) -> StoredPerson {
 }
 
 /// The stored identifiers among `ids`, with their persons, in one round trip.
+/// The master's first `ts` is looked up only when the identifier is not the
+/// master itself (most persons have one identifier): a quarter of the
+/// statement's time (docs/benchmarks.md). Identifier rows are never deleted,
+/// so a master always has one.
 pub async fn load(c: &impl GenericClient, ids: &[&str]) -> Result<Vec<StoredId>, StoreError> {
     let rows = c
         .query(
             &format!(
                 "SELECT i.id, i.first_ts, i.refusals, i.blocklisted_at IS NOT NULL,
-                        p.person, {PROFILE_COLUMNS}, m.first_ts
+                        p.person, {PROFILE_COLUMNS},
+                        CASE WHEN p.master = i.id THEN i.first_ts
+                             ELSE (SELECT m.first_ts FROM tidemark.profile_ids m
+                                   WHERE m.id = p.master) END
                  FROM tidemark.profile_ids i JOIN tidemark.profiles p USING (person)
-                 JOIN tidemark.profile_ids m ON m.id = p.master
                  WHERE i.id = ANY($1)"
             ),
             &[&ids],
