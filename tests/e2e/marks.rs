@@ -16,6 +16,18 @@ async fn connect(url: &str) -> Client {
     tidemark_store::connect(url).await.unwrap()
 }
 
+/// A connection to a database whose `profile_seen` takes type 1's marks.
+async fn marks_db(url: &str) -> Client {
+    let c = connect(url).await;
+    c.batch_execute(
+        "CREATE TABLE tidemark.profile_seen_1_test PARTITION OF tidemark.profile_seen
+         FOR VALUES FROM (1, MINVALUE) TO (2, MINVALUE)",
+    )
+    .await
+    .unwrap();
+    c
+}
+
 /// Takes `pairs` in a transaction of its own, committed when taken; `None`
 /// when the plain insert met a copy (rolled back).
 async fn take(c: &mut Client, how: &mut Marking, pairs: &[(String, i16)]) -> Option<Vec<bool>> {
@@ -37,13 +49,7 @@ fn marks_are_taken_plainly_until_a_copy_then_carefully_for_a_while() {
     let db = TestDb::new("marks_plain");
     let url = db.url.clone();
     block_on(async move {
-        let mut c = connect(&url).await;
-        c.batch_execute(
-            "CREATE TABLE tidemark.profile_seen_1_test PARTITION OF tidemark.profile_seen
-             FOR VALUES FROM (1, MINVALUE) TO (2, MINVALUE)",
-        )
-        .await
-        .unwrap();
+        let mut c = marks_db(&url).await;
         let mut how = Marking::default();
         let (a, b, c1) = (key(1), key(2), key(3));
 
@@ -103,14 +109,7 @@ fn a_plain_mark_waits_for_a_concurrent_copy_and_then_yields() {
     let db = TestDb::new("marks_race");
     let url = db.url.clone();
     block_on(async move {
-        let mut first = connect(&url).await;
-        first
-            .batch_execute(
-                "CREATE TABLE tidemark.profile_seen_1_test PARTITION OF tidemark.profile_seen
-                 FOR VALUES FROM (1, MINVALUE) TO (2, MINVALUE)",
-            )
-            .await
-            .unwrap();
+        let mut first = marks_db(&url).await;
         let e = key(7);
         let tx = first.transaction().await.unwrap();
         let got = take_marks(&tx, std::slice::from_ref(&e), &mut Marking::default()).await;

@@ -36,6 +36,11 @@ event = "install"
 half_life = "30d"
 "#;
 
+/// How many events after its original a copy is sent: seconds later, so
+/// the copy falls in a later batch and meets the original's first-copy mark
+/// (a copy within one batch is dropped before the database).
+const COPY_AFTER: u64 = 200_000;
+
 /// Publishes impressions, clicks and installs (70/20/10) of Zipf persons at
 /// `offer.rate` events/s until `stop`; counts what it sent in `sent` (copies
 /// not included: each is an event already counted). With `offer.linked`
@@ -45,11 +50,6 @@ half_life = "30d"
 /// running that many times faster than the wall, ticked every 50 ms.
 /// With `offer.copies`, that share of the events is sent again
 /// [`COPY_AFTER`] events later, as a publisher's retry would.
-/// How many events after its original a copy is sent: seconds later, so
-/// the copy falls in a later batch and meets the original's first-copy mark
-/// (a copy within one batch is dropped before the database).
-const COPY_AFTER: u64 = 200_000;
-
 pub(crate) fn publisher(
     endpoint: String,
     offer: Offer,

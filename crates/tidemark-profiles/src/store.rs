@@ -620,9 +620,8 @@ pub struct Marking {
 /// `INSERT` costs about half of `INSERT … ON CONFLICT DO NOTHING` (which
 /// probes the index before each speculative insertion and logs its
 /// confirmation; docs/benchmarks.md, "Plain marks"). So the marks are
-/// inserted plainly, unless a copy was met in the last [`CAREFUL_BATCHES`]
-/// batches (counting the one begun again);
-/// the unique index still decides, and waits for a concurrent writer of the
+/// inserted plainly unless one of the last [`CAREFUL_BATCHES`] batches met
+/// a copy; the unique index still decides, and waits for a concurrent writer of the
 /// same mark as `ON CONFLICT` would. Returns `None` when a mark was already
 /// taken: `tx` is then aborted, having done nothing else, and the caller
 /// rolls it back and begins again. Copies within `pairs` are all first
