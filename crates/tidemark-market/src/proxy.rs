@@ -196,46 +196,55 @@ pub fn run(o: &ProxyOptions) -> Result<(), PublishError> {
     };
     let mut watched = Instant::now();
     tidemark_metrics::alive::ready();
-    loop {
-        tidemark_metrics::alive::beat();
-        let mut items = [up.as_poll_item(zmq::POLLIN), down.as_poll_item(zmq::POLLIN)];
-        zmq::poll(&mut items, 200).map_err(socket("poll"))?;
-        let ready = [items[0].is_readable(), items[1].is_readable()];
-        if ready[0] {
-            for _ in 0..BURST {
-                match forward(&up, &down, &counts, names.as_ref()).map_err(socket("forward"))? {
-                    Forwarded::Nothing => break,
-                    Forwarded::One => {}
-                    Forwarded::ForeignTick => {
-                        refused[1].fetch_add(1, Ordering::Relaxed);
+    let mut run = || -> Result<(), PublishError> {
+        loop {
+            tidemark_metrics::alive::beat();
+            let mut items = [up.as_poll_item(zmq::POLLIN), down.as_poll_item(zmq::POLLIN)];
+            zmq::poll(&mut items, 200).map_err(socket("poll"))?;
+            let ready = [items[0].is_readable(), items[1].is_readable()];
+            if ready[0] {
+                for _ in 0..BURST {
+                    match forward(&up, &down, &counts, names.as_ref()).map_err(socket("forward"))? {
+                        Forwarded::Nothing => break,
+                        Forwarded::One => {}
+                        Forwarded::ForeignTick => {
+                            refused[1].fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
             }
-        }
-        if ready[1] {
-            for _ in 0..BURST {
-                if forward(&down, &up, &counts, None).map_err(socket("forward"))?
-                    == Forwarded::Nothing
-                {
-                    break;
+            if ready[1] {
+                for _ in 0..BURST {
+                    if forward(&down, &up, &counts, None).map_err(socket("forward"))?
+                        == Forwarded::Nothing
+                    {
+                        break;
+                    }
+                }
+            }
+            if let Some(z) = &zap {
+                refused[0].store(z.refused(), Ordering::Relaxed);
+            }
+            let now = Instant::now();
+            if now.duration_since(watched) >= Duration::from_millis(200) {
+                watched = now;
+                for ep in watch.check(&up, now) {
+                    tracing::warn!(
+                        endpoint = ep,
+                        "a publisher's connection was dropped for an oversized frame; connected again"
+                    );
+                    restored.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
-        if let Some(z) = &zap {
-            refused[0].store(z.refused(), Ordering::Relaxed);
-        }
-        let now = Instant::now();
-        if now.duration_since(watched) >= Duration::from_millis(200) {
-            watched = now;
-            for ep in watch.check(&up, now) {
-                tracing::warn!(
-                    endpoint = ep,
-                    "a publisher's connection was dropped for an oversized frame; connected again"
-                );
-                restored.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+    };
+    let result = run();
+    // With keys, the sockets are left to the process's exit: closing a CURVE
+    // server that connects can abort in libzmq (see `Sockets::close`).
+    if zap.is_some() {
+        std::mem::forget((watch, up, down, zap, ctx));
     }
+    result
 }
 
 /// Warns at start that a side without keys reaches beyond this host.
