@@ -24,7 +24,11 @@ pub struct Args {
     /// Zipf exponent of persons' activity (0: every person equally active; 1.1 is skewed like real traffic)
     #[arg(long, default_value_t = 1.1)]
     person_skew: f64,
-    /// The learner's transform of the profile counters the bids carry: log1p,
+    /// The bidder also sends the profile counters themselves, beside the click
+    /// rate it derives from them (the person known, raw counts cost ctr)
+    #[arg(long)]
+    raw_counters: bool,
+    /// With --raw-counters: the learner's transform of the counters: log1p,
     /// none (raw counts), clip(MIN, MAX) or buckets(B1, ...)
     #[arg(long, default_value = "log1p")]
     counter_transform: String,
@@ -57,6 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         speed: args.speed,
         persons: args.persons,
         person_skew: args.person_skew,
+        raw_counters: args.raw_counters,
         counter_transform: args.counter_transform,
         home: tidemark_store::Cluster::default_home(),
     };

@@ -64,6 +64,12 @@ pub struct Args {
     /// With --profiles: also add the person's master identifier to each bid's features as `person` (a categorical feature)
     #[arg(long, requires = "profiles")]
     profile_person: bool,
+    /// With --profiles: add NAME = logit((CLICKS + 10 PRIOR) / (VIEWS + 10)), the person's rate from two of its counters smoothed towards PRIOR, e.g. ctr_1h=clk_1h/imp_1h@0.1 (repeatable)
+    #[arg(long, value_name = "NAME=CLICKS/VIEWS@PRIOR", requires = "profiles", value_parser = tidemark_market::ProfileRate::parse)]
+    profile_rate: Vec<tidemark_market::ProfileRate>,
+    /// With --profiles: leave the counters themselves out of bids (only what --profile-person and --profile-rate derive goes in)
+    #[arg(long, requires = "profiles")]
+    no_profile_counters: bool,
     /// With --profiles: hot standbys to read them from
     #[command(flatten)]
     replicas: crate::trail::Replicas,
@@ -116,6 +122,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         profiles: args.profiles,
         profile_replicas: args.replicas.urls.clone(),
         profile_person: args.profile_person,
+        profile_counters: !args.no_profile_counters,
+        profile_rates: args.profile_rate,
         max_lag: args.replicas.max_lag()?,
         truth: args.truth,
         metrics_addr: args.metrics_addr,

@@ -218,9 +218,13 @@ fn the_synthetic_bidder_reads_profiles_into_its_bids() {
         "6",
         "--profiles",
         &db.url,
+        "--profile-rate",
+        "r=clk_1d/imp_1h@0.2",
         "--write",
         bids.to_str().unwrap(),
     ]);
+    // `--profile-rate`'s smoothing, as docs/demo.md states it.
+    let rate = |c: f64, v: f64| ((c + 2.0) / (v + 10.0) / (1.0 - (c + 2.0) / (v + 10.0))).ln();
     let mut enriched = 0;
     for line in std::fs::read_to_string(&bids).unwrap().lines() {
         let v: Value = serde_json::from_str(line).unwrap();
@@ -241,9 +245,56 @@ fn the_synthetic_bidder_reads_profiles_into_its_bids() {
                 "{name} of {user}: bid says {got}, profile {w}"
             );
         }
+        let c = |name: &str| f[name].as_f64().unwrap();
+        let want = rate(c("clk_1d"), c("imp_1h"));
+        assert!(
+            (c("r") - want).abs() < 1e-9,
+            "rate of {user}: {line}, want {want}"
+        );
         enriched += 1;
     }
     assert!(enriched > 100, "{enriched} bids");
+    // Only what is derived: the rate and the person, no counts. A rate
+    // naming a counter the database lacks is an error, not a silent 0.
+    let derived = bids.with_extension("derived");
+    let only = |rate: &str| {
+        let a = [
+            "--speed",
+            "0",
+            "--span",
+            "10s",
+            "--profiles",
+            &db.url,
+            "--profile-rate",
+            rate,
+        ];
+        let b = [
+            "--profile-person",
+            "--no-profile-counters",
+            "--write",
+            derived.to_str().unwrap(),
+        ];
+        tidemark_testkit::bin()
+            .args(["publish", "--persons", "20"])
+            .args(a)
+            .args(b)
+            .output()
+            .unwrap()
+    };
+    assert!(only("r=clk_1d/imp_1h@0.2").status.success());
+    let text = std::fs::read_to_string(&derived).unwrap();
+    let bid = text
+        .lines()
+        .find(|l| l.contains(r#""type":"bid""#))
+        .unwrap();
+    let f = &serde_json::from_str::<Value>(bid).unwrap()["features"];
+    assert!(
+        f["r"].is_f64() && f["person"].is_string() && f["imp_1h"].is_null(),
+        "{bid}"
+    );
+    let wrong = only("r=clk_2d/imp_1h@0.2");
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert!(!wrong.status.success() && err.contains("clk_2d"), "{err}");
 
     // The same bidder on a socket, serving its metrics: every lookup timed.
     let addr = tidemark_testkit::free_addr();

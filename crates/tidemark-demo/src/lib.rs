@@ -7,7 +7,8 @@
 //! checkpoints. Event time runs 60× faster than wall time and the windows
 //! are minutes, so every phase is seen within a minute. The report
 //! (`$TIDEMARK_HOME/report/index.html` and `report.json`) scores the learner
-//! against the market's truth, with and without the profile counters.
+//! against the market's truth, with and without what the bidder read from
+//! the profiles.
 //!
 //! Owns: the demo's orchestration (configurations, child processes,
 //! progress, Ctrl-C), its evaluation and its report, and the demo-only
@@ -58,7 +59,10 @@ pub struct Options {
     pub persons: u32,
     /// Zipf exponent of persons' activity (0: equally active).
     pub person_skew: f64,
-    /// The transform of the profile counters in the learner's configuration
+    /// The bidder also sends the profile counters themselves, beside the
+    /// rate it derives from them ([`BIDDER_RATE`]).
+    pub raw_counters: bool,
+    /// With `raw_counters`: their transform in the learner's configuration
     /// (`log1p`, `none`, or any transform `[transforms]` takes).
     pub counter_transform: String,
     /// Where the embedded cluster, the configurations, logs, checkpoints
@@ -106,6 +110,12 @@ const COUNTERS: [(&str, &str, &str); 3] = [
     ("clk_10m", "click", "10m"),
     ("imp_1h", "impression", "1h"),
 ];
+
+/// What the demo's bidder derives from the counters: the person's click
+/// rate over the last hour's impressions, smoothed towards 0.1. With the
+/// person a feature, the raw counts cost `ctr` (a linear model extrapolates
+/// activity, which in this market says nothing of clicks); the rate helps.
+pub const BIDDER_RATE: &str = "ctr_1h=clk_1h/imp_1h@0.1";
 
 /// Runs the demo, progress on stderr, the report on stdout and in
 /// `home/report/`. `exe` is the `tidemark` binary the shards, the profile
@@ -192,7 +202,7 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
         "checkpoint_dir = \"{}\"\ncheckpoint_interval = \"3s\"\nbits = 20\nalpha = 0.15\npoll = \"200ms\"\ncrosses = [[\"country\", \"exchange\"]]\n\n[[sources]]\nname = \"demo\"\ndatabase_url = \"{url}\"\n",
         ckpt.display()
     );
-    if args.counter_transform != "none" {
+    if args.raw_counters && args.counter_transform != "none" {
         learn_text += "\n[transforms]\n";
         for (name, _, _) in COUNTERS {
             learn_text += &format!("{name} = \"{}\"\n", args.counter_transform);
@@ -217,6 +227,8 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
         profiles: Some(url.clone()),
         profile_replicas: Vec::new(),
         profile_person: true,
+        profile_counters: args.raw_counters,
+        profile_rates: vec![tidemark_market::ProfileRate::parse(BIDDER_RATE).expect("valid")],
         max_lag: Duration::ZERO,
         truth: Some(truth_file.clone()),
         metrics_addr: None,
@@ -242,8 +254,8 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
         install_short_ms: WINDOW_MS[2],
         install_long_ms: WINDOW_MS[3],
         persons: args.persons,
-        // Skewed activity (as real persons') runs a few persons' counters
-        // into the hundreds: the learner's transform tames them.
+        // Skewed activity, as real persons': a few persons' counters run
+        // into the hundreds.
         person_skew: args.person_skew,
         person_effect: 0.8,
         linked: true,
@@ -333,8 +345,11 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
         })
         .unwrap_or_default();
     let config = tidemark_learner::Config::from_toml(&learn_text)?;
-    let counters: Vec<String> = COUNTERS.iter().map(|c| c.0.to_owned()).collect();
-    // What the bidder read from the profile: the counters and the person.
+    let rate = tidemark_market::ProfileRate::parse(BIDDER_RATE).expect("valid");
+    let raw = COUNTERS.iter().filter(|_| args.raw_counters);
+    let counters: Vec<String> = raw.map(|c| c.0.to_owned()).chain([rate.name]).collect();
+    // What the bidder read from the profile: what it derives from the
+    // counters, and the person.
     let features: Vec<String> = counters.iter().cloned().chain(["person".into()]).collect();
     let (targets, delays, bridging) = rt.block_on(async {
         let c = tidemark_store::connect(&url).await?;
@@ -392,7 +407,7 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
     if let Some(c) = tidemark_checkpoint::latest(&ckpt) {
         println!("checkpoint    {}", c.display());
         let scorer = tidemark_checkpoint::Scorer::open(&ckpt)?;
-        let bid = r#"{"app":"app1","campaign":"c3","country":"us","exchange":"adx","os":"android","size":"320x50","user_clicks":9,"wifi":true,"imp_1h":4.2,"clk_1h":1.1,"clk_10m":0.6}"#;
+        let bid = r#"{"app":"app1","campaign":"c3","country":"us","exchange":"adx","os":"android","size":"320x50","user_clicks":9,"wifi":true,"ctr_1h":-1.8,"person":"user:p7"}"#;
         let features: serde_json::Map<String, serde_json::Value> = serde_json::from_str(bid)?;
         println!(
             "scored        {bid}\n           → {}",

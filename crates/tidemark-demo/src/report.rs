@@ -34,7 +34,8 @@ pub struct Inputs<'a> {
     pub delays: &'a (Vec<i64>, Vec<i64>),
     /// Windows (ms): impression, click, install_short, install_long.
     pub windows: [i64; 4],
-    /// The profile counters the bids carried.
+    /// What the bids carried from the profiles: what the bidder derived
+    /// from the counters (with `raw_counters`, the counters too), then `person`.
     pub profile_features: &'a [String],
 }
 

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use tidemark_wire::{event_payload, tick_payload, topic, Txid};
 
 use crate::market::{Market, MarketConfig, Out};
+use crate::rate::ProfileRate;
 
 /// Where events come from.
 pub enum Source {
@@ -68,6 +69,12 @@ pub struct PublishOptions {
     /// bridged identity, SPEC 11) as the categorical feature `person`, so
     /// the learner can learn each person's own propensity.
     pub profile_person: bool,
+    /// With `profiles`: add every counter as read (else only what
+    /// `profile_person` and `profile_rates` derive).
+    pub profile_counters: bool,
+    /// With `profiles`: rates derived from pairs of counters, added as
+    /// numeric features (`crate::rate`).
+    pub profile_rates: Vec<ProfileRate>,
     /// Synthetic market: write the truth of every transaction with an
     /// impression to this file, tab-separated with a header
     /// (`crate::truth::TSV_HEADER`).
@@ -89,30 +96,29 @@ struct ProfileReads {
     reader: tidemark_reader::Reader,
     /// Reads done, and bids that got counters.
     reads: u64,
-    /// See `PublishOptions::profile_person`.
+    /// What goes into a bid (`PublishOptions::profile_person`, `profile_counters`, `profile_rates`).
     person: bool,
+    counters: bool,
+    rates: Vec<ProfileRate>,
 }
 
 impl ProfileReads {
-    fn open(
-        url: &str,
-        replicas: &[String],
-        max_lag: Duration,
-        person: bool,
-    ) -> Result<ProfileReads, PublishError> {
+    fn open(opts: &PublishOptions, url: &str) -> Result<ProfileReads, PublishError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| PublishError::Profiles(e.to_string()))?;
-        let replicas: Vec<&str> = replicas.iter().map(String::as_str).collect();
+        let replicas: Vec<&str> = opts.profile_replicas.iter().map(String::as_str).collect();
         let reader = tidemark_reader::Reader::new(url, 1)
-            .and_then(|r| r.with_replicas(&replicas, max_lag))
+            .and_then(|r| r.with_replicas(&replicas, opts.max_lag))
             .map_err(|e| PublishError::Profiles(e.to_string()))?;
         Ok(ProfileReads {
             rt,
             reader,
             reads: 0,
-            person,
+            person: opts.profile_person,
+            counters: opts.profile_counters,
+            rates: opts.profile_rates.clone(),
         })
     }
 
@@ -140,8 +146,23 @@ impl ProfileReads {
             .filter(|o| o.features_end.is_some() && o.person.is_some())
         {
             let p = profiles.next().expect("one profile per identifier asked");
-            for (name, value) in p.counters_at(o.ts) {
-                o.add_feature(name, value);
+            let counters = p.counters_at(o.ts);
+            if self.counters {
+                for (name, value) in &counters {
+                    o.add_feature(name, *value);
+                }
+            }
+            for r in &self.rates {
+                let count = |name: &str| {
+                    let found = counters.iter().find(|(n, _)| *n == name);
+                    found.map(|(_, v)| *v).ok_or_else(|| {
+                        let have: Vec<&str> = counters.iter().map(|(n, _)| *n).collect();
+                        PublishError::Profiles(format!(
+                            "--profile-rate {r}: the profile database has no counter {name:?} (it has {have:?})"
+                        ))
+                    })
+                };
+                o.add_feature(&r.name, r.value(count(&r.clicks)?, count(&r.views)?));
             }
             if self.person {
                 o.add_text_feature("person", &p.master);
@@ -614,14 +635,7 @@ fn synthetic(
     let mut profiles = opts
         .profiles
         .as_deref()
-        .map(|url| {
-            ProfileReads::open(
-                url,
-                &opts.profile_replicas,
-                opts.max_lag,
-                opts.profile_person,
-            )
-        })
+        .map(|url| ProfileReads::open(opts, url))
         .transpose()?;
     wire.lookups = profiles.as_ref().map(|p| p.reader.clone());
     let mut batch: Vec<Out> = Vec::new();
