@@ -184,7 +184,8 @@ fn a_kill_9_while_packing_a_day_moves_every_event_exactly_once() {
     let mut proc = ShardProc::start_profiles(&db, "kp", &publisher.endpoint, PACKED);
     publisher.wait_subscribed("tick", 2);
     publisher.tick(now);
-    let packer = "FROM pg_stat_activity WHERE application_name = 'tidemark profiles kp: packer'";
+    let packer = "FROM pg_stat_activity WHERE application_name = 'tidemark profiles kp: packer'
+                  AND datname = current_database()";
     wait_long("the packer moving rows", || {
         query_i64(
             &db.url,

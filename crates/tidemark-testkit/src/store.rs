@@ -88,12 +88,15 @@ pub(crate) async fn drop_database(admin: &str, name: &str) {
     }
 }
 
-/// Terminates the sessions whose `application_name` is LIKE `pattern`
-/// (only those running a statement, with `mid_query`); returns how many.
+/// Terminates the sessions of the connected database whose
+/// `application_name` is LIKE `pattern` (only those running a statement,
+/// with `mid_query`); returns how many. Other tests' processes, on other
+/// databases of the shared cluster, may carry the same name.
 pub(crate) fn cut_statement(pattern: &str, mid_query: bool) -> String {
     format!(
         "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::bigint FROM pg_stat_activity
-         WHERE application_name LIKE '{}' AND pid <> pg_backend_pid(){}",
+         WHERE application_name LIKE '{}' AND datname = current_database()
+           AND pid <> pg_backend_pid(){}",
         pattern.replace('\'', "''"),
         if mid_query {
             " AND state = 'active'"

@@ -408,7 +408,8 @@ fn a_lock_still_held_when_reconnecting_is_waited_for_then_taken() {
     let held = tidemark_testkit::block_on(async move {
         let c = tidemark_store::connect(&url).await.unwrap();
         c.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'tidemark shard g'",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = 'tidemark shard g' AND datname = current_database()",
             &[],
         )
         .await
