@@ -25,9 +25,10 @@ tail -n +2 "$work/ctr_header.tsv" > "$work/ctr.tsv"
     --external "tidemark=$PWD/target/release/tidemark learn --input {data} --bits 20 --alpha 0.15 --predictions {preds}"
 # Issue 25: per target, the self-tuning learner against VW at its defaults and
 # over the same grid, on the exported rows with their numeric columns and the
-# demo learner's hashing (2^20, the country × exchange cross, log1p counters).
+# demo learner's hashing (2^20, the country × exchange cross, and its
+# transforms if any: with `demo --raw-counters`, log1p counters).
 transforms=$(sed -n '/^\[transforms\]/,$p' "${TIDEMARK_HOME:-.tidemark}/demo/learn.toml" \
-    | grep -o '^[a-z0-9_]* = "[^"]*"' | sed 's/ = "\(.*\)"/=\1/' | sed 's/^/--transform /' | tr '\n' ' ')
+    | { grep -o '^[a-z0-9_]* = "[^"]*"' || true; } | sed 's/ = "\(.*\)"/=\1/' | sed 's/^/--transform /' | tr '\n' ' ')
 for t in ctr cvr_short cvr_long; do
     target/release/tidemark export --target "$t" --output "$work/$t.tsv"
     # shellcheck disable=SC2086
