@@ -28,10 +28,10 @@ pub struct Args {
     /// rate it derives from them (the person known, raw counts cost ctr)
     #[arg(long)]
     raw_counters: bool,
-    /// With --raw-counters: the learner's transform of the counters: log1p,
-    /// none (raw counts), clip(MIN, MAX) or buckets(B1, ...)
-    #[arg(long, default_value = "log1p")]
-    counter_transform: String,
+    /// With --raw-counters: the learner's transform of the counters: log1p
+    /// (the default), none (raw counts), clip(MIN, MAX) or buckets(B1, ...)
+    #[arg(long, requires = "raw_counters")]
+    counter_transform: Option<String>,
     /// Only render $TIDEMARK_HOME/report/index.html again from its report.json
     #[arg(long)]
     render: bool,
@@ -43,12 +43,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("{}", tidemark_demo::render(&dir)?.display());
         return Ok(());
     }
-    if args.counter_transform != "none" {
-        tidemark_learner::parse_transforms([(
-            "--counter-transform",
-            args.counter_transform.as_str(),
-        )])
-        .map_err(crate::Misconfigured)?;
+    let counter_transform = args.counter_transform.unwrap_or_else(|| "log1p".into());
+    if counter_transform != "none" {
+        tidemark_learner::parse_transforms([("--counter-transform", counter_transform.as_str())])
+            .map_err(crate::Misconfigured)?;
     }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     crate::stop_on_signal(stop.clone());
@@ -62,7 +60,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         persons: args.persons,
         person_skew: args.person_skew,
         raw_counters: args.raw_counters,
-        counter_transform: args.counter_transform,
+        counter_transform,
         home: tidemark_store::Cluster::default_home(),
     };
     tidemark_demo::run(opts, &std::env::current_exe()?, stop)?;

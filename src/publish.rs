@@ -58,15 +58,15 @@ pub struct Args {
     /// Messages queued per subscriber before sending blocks (never drops)
     #[arg(long, default_value_t = 200_000)]
     sndhwm: i32,
-    /// Synthetic market: read each bid's person's counters from this profile database before publishing it, and add them to its features (SPEC 11)
+    /// Synthetic market: read each bid's person's profile from this database before publishing it, and add its counters to the bid's features (SPEC 11; see --no-profile-counters)
     #[arg(long)]
     profiles: Option<String>,
     /// With --profiles: also add the person's master identifier to each bid's features as `person` (a categorical feature)
     #[arg(long, requires = "profiles")]
     profile_person: bool,
-    /// With --profiles: add NAME = logit((CLICKS + 10 PRIOR) / (VIEWS + 10)), the person's rate from two of its counters smoothed towards PRIOR, e.g. ctr_1h=clk_1h/imp_1h@0.1 (repeatable)
-    #[arg(long, value_name = "NAME=CLICKS/VIEWS@PRIOR", requires = "profiles", value_parser = tidemark_market::ProfileRate::parse)]
-    profile_rate: Vec<tidemark_market::ProfileRate>,
+    /// With --profiles: add NAME = logit((CLICKS + 10 × PRIOR) / (VIEWS + 10)), the person's rate from two of its counters (clicks capped at views) smoothed towards PRIOR, e.g. ctr_1h=clk_1h/imp_1h@0.1 (repeatable)
+    #[arg(long, value_name = "NAME=CLICKS/VIEWS@PRIOR", requires = "profiles", value_parser = tidemark_reader::ProfileRate::parse)]
+    profile_rate: Vec<tidemark_reader::ProfileRate>,
     /// With --profiles: leave the counters themselves out of bids (only what --profile-person and --profile-rate derive goes in)
     #[arg(long, requires = "profiles")]
     no_profile_counters: bool,
@@ -100,6 +100,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         (Some(k), Some(s)) => Some(Client::from_files(k, s).map_err(crate::Misconfigured)?),
         _ => None,
     };
+    if args.no_profile_counters && args.profile_rate.is_empty() && !args.profile_person {
+        return Err(crate::Misconfigured(
+            "--no-profile-counters leaves nothing to read profiles for: add --profile-rate or --profile-person".into(),
+        )
+        .into());
+    }
     let opts = PublishOptions {
         curve,
         follow: args.follow,

@@ -223,8 +223,12 @@ fn the_synthetic_bidder_reads_profiles_into_its_bids() {
         "--write",
         bids.to_str().unwrap(),
     ]);
-    // `--profile-rate`'s smoothing, as docs/demo.md states it.
-    let rate = |c: f64, v: f64| ((c + 2.0) / (v + 10.0) / (1.0 - (c + 2.0) / (v + 10.0))).ln();
+    // `--profile-rate`'s smoothing as docs/demo.md states it: clicks (here
+    // over a day) capped at views (an hour's), 10 views at the prior 0.2.
+    let rate = |c: f64, v: f64| {
+        let q = (c.min(v) + 2.0) / (v + 10.0);
+        (q / (1.0 - q)).ln()
+    };
     let mut enriched = 0;
     for line in std::fs::read_to_string(&bids).unwrap().lines() {
         let v: Value = serde_json::from_str(line).unwrap();
@@ -294,7 +298,10 @@ fn the_synthetic_bidder_reads_profiles_into_its_bids() {
     );
     let wrong = only("r=clk_2d/imp_1h@0.2");
     let err = String::from_utf8_lossy(&wrong.stderr);
-    assert!(!wrong.status.success() && err.contains("clk_2d"), "{err}");
+    assert!(
+        !wrong.status.success() && err.contains(r#"no counter "clk_2d""#),
+        "{err}"
+    );
 
     // The same bidder on a socket, serving its metrics: every lookup timed.
     let addr = tidemark_testkit::free_addr();

@@ -1,7 +1,8 @@
 //! Scoring the run against the market's truth: the observations replayed in
 //! emission order through the learner's own configuration (progressive
 //! validation: each row predicted before it is learned), once with every
-//! feature and once without the profile counters, beside the truth's
+//! feature, once without what the bidder read from the profiles and once
+//! without what came from their counters only, beside the truth's
 //! probability of each row and two constant-rate baselines: the label rate
 //! in hindsight, and the running label rate predicted before each row (what
 //! an online learner with no features would do). `p_install`, the figure a
@@ -42,8 +43,8 @@ pub struct TargetEval {
     pub auc: f64,
     /// The same learner, without the profile features.
     pub without_profiles_logloss: f64,
-    /// The same learner, without the profile counters only (the rest of
-    /// the profile's features kept).
+    /// The same learner, without what came from the profile counters only
+    /// (the bidder's rate, and the counts it sent; `person` kept).
     pub without_counters_logloss: f64,
     /// The truth's logloss on the rows it knows (the floor), and on how many.
     pub truth_logloss: Option<f64>,
@@ -62,7 +63,7 @@ pub struct TargetEval {
     pub calibration: Vec<Decile>,
     /// The same over every row, the warm-up included.
     pub calibration_all: Vec<Decile>,
-    /// `calibration` of the learner without the profile counters.
+    /// `calibration` of the learner without the profile features.
     pub calibration_without: Vec<Decile>,
     /// Per slice of emission time: (seconds since the demo started, rows,
     /// learner's logloss, without profiles, truth's).

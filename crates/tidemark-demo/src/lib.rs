@@ -102,9 +102,9 @@ click = "30s"
 install_short = "1m"
 install_long = "1m"
 "#;
-/// The profile counters the bidder copies into bids (SPEC 11). The
-/// impression counter lets the model tell a person who clicks often from
-/// one who is merely seen often (persons' activity is skewed).
+/// The profile process's counters: the bidder derives [`BIDDER_RATE`]
+/// from the hour's clicks and impressions (with `raw_counters` it also
+/// copies all three into bids, SPEC 11).
 const COUNTERS: [(&str, &str, &str); 3] = [
     ("clk_1h", "click", "1h"),
     ("clk_10m", "click", "10m"),
@@ -347,16 +347,20 @@ pub fn run(args: Options, exe: &Path, stop: Arc<AtomicBool>) -> anyhow::Result<O
     let config = tidemark_learner::Config::from_toml(&learn_text)?;
     let rate = tidemark_market::ProfileRate::parse(BIDDER_RATE).expect("valid");
     let raw = COUNTERS.iter().filter(|_| args.raw_counters);
-    let counters: Vec<String> = raw.map(|c| c.0.to_owned()).chain([rate.name]).collect();
-    // What the bidder read from the profile: what it derives from the
-    // counters, and the person.
-    let features: Vec<String> = counters.iter().cloned().chain(["person".into()]).collect();
+    let from_counters: Vec<String> = raw.map(|c| c.0.to_owned()).chain([rate.name]).collect();
+    // What the bidder read from the profile: what came from the counters,
+    // and the person.
+    let features: Vec<String> = from_counters
+        .iter()
+        .cloned()
+        .chain(["person".into()])
+        .collect();
     let (targets, delays, bridging) = rt.block_on(async {
         let c = tidemark_store::connect(&url).await?;
         let tsv = std::fs::read(&truth_file).with_context(|| truth_file.display().to_string())?;
         crate::store::load_truth(&c, tsv).await?;
         let rows = crate::store::scored(&c).await?;
-        let targets = evaluate::evaluate(&rows, &config, (&features, &counters), t0_ms)?;
+        let targets = evaluate::evaluate(&rows, &config, (&features, &from_counters), t0_ms)?;
         let delays = crate::store::delays(&c).await?;
         let ids = tidemark_profiles::store::identifiers(&c).await?;
         let persons = ids
@@ -495,4 +499,18 @@ async fn final_report(url: &str, shards: &[String]) -> anyhow::Result<String> {
         )?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bidders_rate_reads_counters_the_profile_process_keeps() {
+        let r = tidemark_market::ProfileRate::parse(BIDDER_RATE).unwrap();
+        for name in [&r.clicks, &r.views] {
+            assert!(COUNTERS.iter().any(|c| c.0 == name), "{name}");
+        }
+        assert!(COUNTERS.iter().all(|c| c.0 != r.name));
+    }
 }

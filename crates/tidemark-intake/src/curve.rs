@@ -148,6 +148,43 @@ pub fn new_key_pair(path: &Path) -> std::io::Result<String> {
     Ok(public)
 }
 
+/// A socket that connects as a CURVE server, or its ZAP handler: with keys
+/// it is never closed but left to the process's exit. libzmq 4.3.4 aborts
+/// the process when such a socket is closed while a handshake arrives: its
+/// session reuses a ZAP pipe that is already terminating, and the request
+/// cannot be written (`zap_client.cpp:78`). A key that is not listed knocks
+/// every 100 ms, so any close would meet one sooner or later. Without keys
+/// it closes as usual. A process opens its sockets once.
+pub struct Kept<T> {
+    value: Option<T>,
+    keyed: bool,
+}
+
+impl<T> Kept<T> {
+    /// Holds `value`, left open on drop when `keyed`.
+    pub fn new(value: T, keyed: bool) -> Kept<T> {
+        Kept {
+            value: Some(value),
+            keyed,
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Kept<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.value.as_ref().expect("held until dropped")
+    }
+}
+
+impl<T> Drop for Kept<T> {
+    fn drop(&mut self) {
+        if self.keyed {
+            std::mem::forget(self.value.take());
+        }
+    }
+}
+
 /// The ZAP handler of one process's context; stopped and joined on drop
 /// (before the context ends, which waits for its socket).
 pub struct Zap {

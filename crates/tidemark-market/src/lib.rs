@@ -12,13 +12,12 @@ pub mod market;
 pub mod persons;
 pub mod proxy;
 pub mod publisher;
-pub mod rate;
 pub mod truth;
 
 pub use market::{Market, MarketConfig, Out, Zipf};
 pub use persons::{true_person, Quality};
 pub use publisher::{publish, PublishError, PublishOptions, PublishReport, Source};
-pub use rate::ProfileRate;
+pub use tidemark_reader::ProfileRate;
 pub use truth::Truth;
 
 /// Wall time in milliseconds since the Unix epoch: where a market's event

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
 
-use tidemark_intake::curve::{Client, Curve, Zap};
+use tidemark_intake::curve::{Client, Curve, Kept, Zap};
 
 use crate::publisher::PublishError;
 
@@ -102,13 +102,16 @@ pub fn run(o: &ProxyOptions) -> Result<(), PublishError> {
     };
     let ctx = zmq::Context::new();
     // Bound before any socket connects: with no handler, libzmq lets every key in.
+    let keyed = o.listen.is_some();
     let zap = match &o.listen {
         Some(c) => Some(Zap::start(&ctx, c).map_err(socket("zap"))?),
         None => None,
     };
-    let up = ctx.socket(zmq::XSUB).map_err(socket("create"))?;
+    // With keys, never closed, on any path out (see `Kept`).
+    let zap = Kept::new(zap, keyed);
+    let up = Kept::new(ctx.socket(zmq::XSUB).map_err(socket("create"))?, keyed);
     let down = ctx.socket(zmq::XPUB).map_err(socket("create"))?;
-    for s in [&up, &down] {
+    for s in [&*up, &down] {
         s.set_rcvhwm(hwm).map_err(socket("rcvhwm"))?;
         s.set_sndhwm(hwm).map_err(socket("sndhwm"))?;
         s.set_linger(0).map_err(socket("linger"))?;
@@ -196,55 +199,46 @@ pub fn run(o: &ProxyOptions) -> Result<(), PublishError> {
     };
     let mut watched = Instant::now();
     tidemark_metrics::alive::ready();
-    let mut run = || -> Result<(), PublishError> {
-        loop {
-            tidemark_metrics::alive::beat();
-            let mut items = [up.as_poll_item(zmq::POLLIN), down.as_poll_item(zmq::POLLIN)];
-            zmq::poll(&mut items, 200).map_err(socket("poll"))?;
-            let ready = [items[0].is_readable(), items[1].is_readable()];
-            if ready[0] {
-                for _ in 0..BURST {
-                    match forward(&up, &down, &counts, names.as_ref()).map_err(socket("forward"))? {
-                        Forwarded::Nothing => break,
-                        Forwarded::One => {}
-                        Forwarded::ForeignTick => {
-                            refused[1].fetch_add(1, Ordering::Relaxed);
-                        }
+    loop {
+        tidemark_metrics::alive::beat();
+        let mut items = [up.as_poll_item(zmq::POLLIN), down.as_poll_item(zmq::POLLIN)];
+        zmq::poll(&mut items, 200).map_err(socket("poll"))?;
+        let ready = [items[0].is_readable(), items[1].is_readable()];
+        if ready[0] {
+            for _ in 0..BURST {
+                match forward(&up, &down, &counts, names.as_ref()).map_err(socket("forward"))? {
+                    Forwarded::Nothing => break,
+                    Forwarded::One => {}
+                    Forwarded::ForeignTick => {
+                        refused[1].fetch_add(1, Ordering::Relaxed);
                     }
-                }
-            }
-            if ready[1] {
-                for _ in 0..BURST {
-                    if forward(&down, &up, &counts, None).map_err(socket("forward"))?
-                        == Forwarded::Nothing
-                    {
-                        break;
-                    }
-                }
-            }
-            if let Some(z) = &zap {
-                refused[0].store(z.refused(), Ordering::Relaxed);
-            }
-            let now = Instant::now();
-            if now.duration_since(watched) >= Duration::from_millis(200) {
-                watched = now;
-                for ep in watch.check(&up, now) {
-                    tracing::warn!(
-                        endpoint = ep,
-                        "a publisher's connection was dropped for an oversized frame; connected again"
-                    );
-                    restored.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
-    };
-    let result = run();
-    // With keys, the sockets are left to the process's exit: closing a CURVE
-    // server that connects can abort in libzmq (see `Sockets::close`).
-    if zap.is_some() {
-        std::mem::forget((watch, up, down, zap, ctx));
+        if ready[1] {
+            for _ in 0..BURST {
+                if forward(&down, &up, &counts, None).map_err(socket("forward"))?
+                    == Forwarded::Nothing
+                {
+                    break;
+                }
+            }
+        }
+        if let Some(z) = &*zap {
+            refused[0].store(z.refused(), Ordering::Relaxed);
+        }
+        let now = Instant::now();
+        if now.duration_since(watched) >= Duration::from_millis(200) {
+            watched = now;
+            for ep in watch.check(&up, now) {
+                tracing::warn!(
+                    endpoint = ep,
+                    "a publisher's connection was dropped for an oversized frame; connected again"
+                );
+                restored.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
-    result
 }
 
 /// Warns at start that a side without keys reaches beyond this host.

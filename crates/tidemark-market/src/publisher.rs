@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tidemark_wire::{event_payload, tick_payload, topic, Txid};
 
 use crate::market::{Market, MarketConfig, Out};
-use crate::rate::ProfileRate;
+use tidemark_reader::ProfileRate;
 
 /// Where events come from.
 pub enum Source {
@@ -73,7 +73,7 @@ pub struct PublishOptions {
     /// `profile_person` and `profile_rates` derive).
     pub profile_counters: bool,
     /// With `profiles`: rates derived from pairs of counters, added as
-    /// numeric features (`crate::rate`).
+    /// numeric features (`tidemark_reader::rate`).
     pub profile_rates: Vec<ProfileRate>,
     /// Synthetic market: write the truth of every transaction with an
     /// impression to this file, tab-separated with a header
@@ -104,6 +104,17 @@ struct ProfileReads {
 
 impl ProfileReads {
     fn open(opts: &PublishOptions, url: &str) -> Result<ProfileReads, PublishError> {
+        let mut names: Vec<&str> = opts.profile_rates.iter().map(|r| r.name.as_str()).collect();
+        if opts.profile_person {
+            names.push("person");
+        }
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(PublishError::Profiles(format!(
+                "two features of the bid's profile are named {:?}",
+                w[0]
+            )));
+        }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -122,8 +133,9 @@ impl ProfileReads {
         })
     }
 
-    /// Adds each bid's person's counters, at the bid's own time, to its
-    /// features; `at` is the batch's read time.
+    /// Adds to each bid's features what it takes from its person's profile
+    /// (the counters, at the bid's own time; the person; rates derived
+    /// from the counters); `at` is the batch's read time.
     fn enrich(&mut self, batch: &mut [Out], at: i64) -> Result<(), PublishError> {
         let users: Vec<String> = batch
             .iter()
@@ -153,22 +165,32 @@ impl ProfileReads {
                 }
             }
             for r in &self.rates {
-                let count = |name: &str| {
-                    let found = counters.iter().find(|(n, _)| *n == name);
-                    found.map(|(_, v)| *v).ok_or_else(|| {
-                        let have: Vec<&str> = counters.iter().map(|(n, _)| *n).collect();
-                        PublishError::Profiles(format!(
-                            "--profile-rate {r}: the profile database has no counter {name:?} (it has {have:?})"
-                        ))
-                    })
-                };
-                o.add_feature(&r.name, r.value(count(&r.clicks)?, count(&r.views)?));
+                match p.rate_at(r, o.ts) {
+                    Some(v) if !(self.counters && counters.iter().any(|(n, _)| *n == r.name)) => {
+                        o.add_feature(&r.name, v);
+                    }
+                    // No definitions yet (the profile process is starting):
+                    // nothing, as for the counters.
+                    None if counters.is_empty() => {}
+                    _ => return Err(PublishError::Profiles(rate_misfit(r, &counters))),
+                }
             }
             if self.person {
                 o.add_text_feature("person", &p.master);
             }
         }
         Ok(())
+    }
+}
+
+/// Why `rate` cannot go into bids whose profiles define `counters`.
+fn rate_misfit(rate: &ProfileRate, counters: &[(&str, f64)]) -> String {
+    let names: Vec<&str> = counters.iter().map(|(n, _)| *n).collect();
+    match [&rate.clicks, &rate.views].into_iter().find(|c| !names.contains(&c.as_str())) {
+        Some(missing) => format!(
+            "--profile-rate {rate}: the profile database defines no counter {missing:?} (it defines {names:?})"
+        ),
+        None => format!("--profile-rate {rate}: a counter already goes into bids as {:?}", rate.name),
     }
 }
 

@@ -11,10 +11,13 @@
 //! spelling of the profile tables as read, which the profile process writes
 //! with. It does not link `tidemark-store`: a bidder should not need the
 //! store's dependencies. Counter values are computed with `tidemark-person`'s `Decayed`, the
-//! same maths the profile process writes with.
+//! same maths the profile process writes with; [`ProfileRate`] is the one
+//! spelling of a rate derived from two counters, so a bidder scores with the
+//! value its bids were trained on.
 
 #![warn(missing_docs)]
 
+pub mod rate;
 mod replicas;
 pub mod store;
 
@@ -23,6 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+pub use rate::ProfileRate;
 pub use replicas::Served;
 pub use store::TRAIL_QUERY;
 pub use tidemark_metrics::{Histogram, Times};
@@ -108,6 +112,14 @@ impl Profile {
             .zip(&self.state)
             .map(|((name, _), (c, half_life))| (name.as_str(), c.at(t, *half_life)))
             .collect()
+    }
+
+    /// `rate`'s value at `t`; `None` when the database defines no counter
+    /// of that name (or none yet).
+    pub fn rate_at(&self, rate: &ProfileRate, t: i64) -> Option<f64> {
+        let counters = self.counters_at(t);
+        let count = |name: &str| counters.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        Some(rate.value(count(&rate.clicks)?, count(&rate.views)?))
     }
 
     /// The SPEC 11 JSON line of `tidemark profile get --json`.

@@ -2,8 +2,8 @@
 
 use crate::now_ms;
 
-/// Terminates, at random intervals, PostgreSQL sessions whose
-/// `application_name` is LIKE `pattern`: a connection cut by a network blip,
+/// Terminates, at random intervals, the sessions of the connected database
+/// whose `application_name` is LIKE `pattern`: a connection cut by a network blip,
 /// an operator or a pooler. With `mid_query`, each cut waits (up to 60 ms)
 /// for a moment when one of them is running a statement, so cuts fall inside
 /// a process's work rather than between it.

@@ -1,4 +1,5 @@
-//! A rate the bidder derives from two profile counters (`--profile-rate`).
+//! A rate a bidder derives from two profile counters (`tidemark publish
+//! --profile-rate`).
 //!
 //! A linear model given a person's decayed counts extrapolates activity:
 //! how often a person is seen says little of how often they click, and a
@@ -46,6 +47,12 @@ impl ProfileRate {
         if [&name, &clicks, &views].iter().any(|s| s.is_empty()) {
             return Err(form());
         }
+        // Written into bids as a JSON key: nothing to escape.
+        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!(
+                "{text:?}: a rate's name is letters, digits and underscores"
+            ));
+        }
         Ok(ProfileRate {
             name,
             clicks,
@@ -54,13 +61,19 @@ impl ProfileRate {
         })
     }
 
-    /// The feature's value for these counts: finite for any counts a
-    /// profile holds (negative ones read as 0, more clicks than views as a
-    /// rate just under 1).
+    /// The feature's value for these counts: clicks are capped at views
+    /// (counters of unequal half-lives can hold more), negative counts read
+    /// as 0; finite whatever the counts (infinite ones included).
     pub fn value(&self, clicks: f64, views: f64) -> f64 {
-        let (c, v) = (clicks.max(0.0), views.max(0.0));
+        let v = views.max(0.0);
+        let c = clicks.max(0.0).min(v);
         let q = (c + PRIOR_VIEWS * self.prior) / (v + PRIOR_VIEWS);
-        let q = q.clamp(1e-9, 1.0 - 1e-9);
+        // Rounding at the largest counts can reach 0 or 1.
+        let q = if q.is_finite() {
+            q.clamp(1e-12, 1.0 - 1e-12)
+        } else {
+            self.prior
+        };
         (q / (1.0 - q)).ln()
     }
 }
@@ -114,16 +127,22 @@ mod tests {
         assert!((r.value(0.0, 0.0) - logit(0.1)).abs() < 1e-12);
         // 1 click in 10 views, smoothed with 10 views at 0.1: 2/20.
         assert!((r.value(1.0, 10.0) - logit(0.1)).abs() < 1e-12);
-        // More clicks than views (counters of unequal half-lives): just under 1.
-        assert!(r.value(30.0, 10.0) > 20.0);
         assert!((r.value(3000.0, 10_000.0) - logit(3001.0 / 10_010.0)).abs() < 1e-12);
+        // More clicks than views (counters of unequal half-lives): all clicked.
+        assert!((r.value(30.0, 10.0) - logit(11.0 / 20.0)).abs() < 1e-12);
+        let inf = f64::INFINITY;
         for (c, v) in [
             (-1.0, -5.0),
             (1e300, 0.0),
             (0.0, 1e300),
             (f64::MAX, f64::MAX),
+            (inf, inf),
+            (inf, 3.0),
+            (1.0, inf),
+            (f64::NAN, 4.0),
         ] {
             assert!(r.value(c, v).is_finite(), "{c} {v}");
         }
+        assert!(ProfileRate::parse(r#"a"b=c/d@0.1"#).is_err());
     }
 }
