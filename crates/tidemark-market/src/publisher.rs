@@ -165,7 +165,8 @@ impl ProfileReads {
                 }
             }
             for r in &self.rates {
-                match p.rate_at(r, o.ts) {
+                // From the counters just decayed, not decayed again.
+                match r.of(&counters) {
                     Some(v) if !(self.counters && counters.iter().any(|(n, _)| *n == r.name)) => {
                         o.add_feature(&r.name, v);
                     }

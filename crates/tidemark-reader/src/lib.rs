@@ -117,9 +117,7 @@ impl Profile {
     /// `rate`'s value at `t`; `None` when the database defines no counter
     /// of that name (or none yet).
     pub fn rate_at(&self, rate: &ProfileRate, t: i64) -> Option<f64> {
-        let counters = self.counters_at(t);
-        let count = |name: &str| counters.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
-        Some(rate.value(count(&rate.clicks)?, count(&rate.views)?))
+        rate.of(&self.counters_at(t))
     }
 
     /// The SPEC 11 JSON line of `tidemark profile get --json`.

@@ -78,6 +78,16 @@ impl ProfileRate {
     }
 }
 
+impl ProfileRate {
+    /// Its value from a profile's counters at one time
+    /// (`Profile::counters_at`); `None` when one of its counters is not
+    /// among them.
+    pub fn of(&self, counters: &[(&str, f64)]) -> Option<f64> {
+        let count = |name: &str| counters.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        Some(self.value(count(&self.clicks)?, count(&self.views)?))
+    }
+}
+
 impl fmt::Display for ProfileRate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
