@@ -91,13 +91,12 @@ pub struct Sockets {
     topics: [Vec<String>; 2],
     watches: [Watch; 2],
     /// The ZAP handler, with `[curve]`: held as long as the sockets.
-    _zap: Kept<Option<crate::curve::Zap>>,
-    keyed: bool,
+    zap: Kept<Option<crate::curve::Zap>>,
 }
 
 impl Drop for Sockets {
     fn drop(&mut self) {
-        if self.keyed {
+        if self.zap.is_some() {
             for ((_, sock), topics) in self.pair.iter().zip(&self.topics) {
                 for t in topics {
                     let _ = sock.set_unsubscribe(t.as_bytes());
@@ -173,8 +172,7 @@ impl Sockets {
             pair: [(Socket::High, high), (Socket::Low, low)],
             topics: [high_topics, low_topics],
             watches: [high_watch, low_watch],
-            _zap: zap,
-            keyed,
+            zap,
         })
     }
 }
