@@ -18,7 +18,8 @@ use tidemark_reference as reference;
 use tidemark_testkit::exact::*;
 
 use tidemark_testkit::{
-    block_on, now_ms, query_i64, query_rows, run_ok, wait_for, Publisher, ShardProc, TestDb,
+    block_on, now_ms, query_i64, query_rows, run_ok, wait_for, wait_until, Publisher, ShardProc,
+    TestDb,
 };
 
 /// Keeps both cores busy until dropped.
@@ -520,6 +521,12 @@ fn exact_with_connections_cut_at_random() {
     let mut shard = ShardProc::start(&db, "x", &endpoint, &config);
     let cutter = tidemark_testkit::Cutter::start(&db.url, "tidemark shard x", 50, 300, true);
     finish(replay(&m.path, &endpoint, "10"));
+    // A contended box may back off for seconds between cuts: a replay can
+    // end before ten; the sweeps go on, and so does the cutting.
+    let (limit, every) = (Duration::from_secs(120), Duration::from_millis(100));
+    wait_until("ten sessions cut", limit, every, || {
+        (cutter.cuts() >= 10).then_some(())
+    });
     let cuts = cutter.stop();
     wait_all_swept(&db, "x", &m);
     shard.stop();

@@ -19,6 +19,7 @@ mod learn;
 mod marks;
 mod profiles;
 mod shard;
+mod starting;
 mod status;
 mod tls;
 mod trails;

@@ -114,22 +114,35 @@ pub async fn run(
     url: &str,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Summary, ProfilesError> {
-    let main = open_main(url, &config.name).await?;
-    let saved = store::register(&main, &config.name, &describe(&config)).await?;
-    let layout = define(&main, &config).await?;
-    let mut workers = Vec::new();
-    for i in 0..config.workers {
-        workers.push(Worker {
-            index: i as i16,
-            client: Some(tidemark_store::connect_as(url, &worker_name(&config.name, i)).await?),
-            pace: Pace::new(
-                WORK_START,
-                PACE_MIN.min(config.transaction_events),
-                config.batch_events.min(config.transaction_events),
-            ),
-            marking: store::Marking::default(),
-        });
-    }
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut starting = tidemark_store::Starting::default();
+    let Started {
+        main,
+        saved,
+        layout,
+        workers,
+        marks,
+        trail_days,
+        packed,
+    } = loop {
+        let attempt = tokio::select! {
+            s = start(&config, url) => s,
+            () = &mut shutdown => return Ok(stopped_while_starting()),
+        };
+        let e = match attempt {
+            Ok(s) => break s,
+            Err(ProfilesError::Store(e)) => e,
+            Err(e) => return Err(e),
+        };
+        let Some(wait) = starting.again(&e) else {
+            return Err(e.into());
+        };
+        tracing::warn!(error = %e, "starting: database unavailable, retrying in {wait:?}");
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = &mut shutdown => return Ok(stopped_while_starting()),
+        }
+    };
     let tally: Tally = Default::default();
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<Chunk>(16);
@@ -161,20 +174,6 @@ pub async fn run(
         None => None,
     };
     let shutdown_timeout = config.shutdown_timeout;
-    let parts = store::partitions(&main).await?;
-    // A trail day made by a build before sql/V0015 after that migration ran
-    // (an older process still running meanwhile) has no chunks' partition:
-    // made here, with the day's own if only the chunks' was found.
-    let mut made: Vec<days::Part> = Vec::new();
-    for (which, part) in &parts {
-        // A day is listed once per parent it has a partition of.
-        if *which == Daily::Trail && !made.contains(part) {
-            store::create_partition(&main, Daily::Trail, *part).await?;
-            made.push(*part);
-        }
-    }
-    let (marks, trail_days) = found(&config, &layout, parts);
-    let packed = store::packed_parts(&main).await?.into_iter().collect();
     let mut p = Process {
         marks,
         trail_days,
@@ -217,6 +216,69 @@ pub async fn run(
     Ok(Summary {
         counts: p.run_counts,
     })
+}
+
+/// What start-up reads and makes before intake begins.
+struct Started {
+    main: Client,
+    saved: store::Saved,
+    layout: Layout,
+    workers: Vec<Worker>,
+    marks: BTreeMap<i16, Spans>,
+    trail_days: Spans,
+    packed: BTreeSet<i64>,
+}
+
+/// Connects, migrates, takes the lock, registers and defines the process,
+/// opens the workers' connections and reads the partitions; all of it again
+/// if any of it fails on a connection cut.
+async fn start(config: &Config, url: &str) -> Result<Started, ProfilesError> {
+    let main = open_main(url, &config.name).await?;
+    let saved = store::register(&main, &config.name, &describe(config)).await?;
+    let layout = define(&main, config).await?;
+    let mut workers = Vec::new();
+    for i in 0..config.workers {
+        workers.push(Worker {
+            index: i as i16,
+            client: Some(tidemark_store::connect_as(url, &worker_name(&config.name, i)).await?),
+            pace: Pace::new(
+                WORK_START,
+                PACE_MIN.min(config.transaction_events),
+                config.batch_events.min(config.transaction_events),
+            ),
+            marking: store::Marking::default(),
+        });
+    }
+    let parts = store::partitions(&main).await?;
+    // A trail day made by a build before sql/V0015 after that migration ran
+    // (an older process still running meanwhile) has no chunks' partition:
+    // made here, with the day's own if only the chunks' was found.
+    let mut made: Vec<days::Part> = Vec::new();
+    for (which, part) in &parts {
+        // A day is listed once per parent it has a partition of.
+        if *which == Daily::Trail && !made.contains(part) {
+            store::create_partition(&main, Daily::Trail, *part).await?;
+            made.push(*part);
+        }
+    }
+    let (marks, trail_days) = found(config, &layout, parts);
+    let packed = store::packed_parts(&main).await?.into_iter().collect();
+    Ok(Started {
+        main,
+        saved,
+        layout,
+        workers,
+        marks,
+        trail_days,
+        packed,
+    })
+}
+
+/// A stop heard while start-up was still retrying the database: nothing was
+/// read, so nothing is held.
+fn stopped_while_starting() -> Summary {
+    tracing::info!("profile process stopped before it started");
+    Summary::default()
 }
 
 /// Whether the database refused a transaction for what it holds (a data

@@ -73,7 +73,8 @@ pub struct Summary {
 }
 
 /// Runs a shard until `shutdown` completes, then stops reading, writes what it
-/// holds, commits and returns. Transient database errors are retried forever.
+/// holds, commits and returns. Transient database errors are retried
+/// forever once started, for [`tidemark_store::Starting::LIMIT`] while starting.
 pub async fn run(
     config: Config,
     database_url: &str,
@@ -88,7 +89,28 @@ pub async fn run(
         )?),
         None => None,
     };
-    let writer = Writer::open(config, database_url, counters.clone()).await?;
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut starting = tidemark_store::Starting::default();
+    let writer = loop {
+        let attempt = tokio::select! {
+            w = Writer::open(config.clone(), database_url, counters.clone()) => w,
+            () = &mut shutdown => return Ok(stopped_while_starting(&config, &counters)),
+        };
+        let e = match attempt {
+            Ok(w) => break w,
+            Err(ShardError::Store(e)) => e,
+            Err(e) => return Err(e),
+        };
+        let Some(wait) = starting.again(&e) else {
+            return Err(e.into());
+        };
+        counters.add(tidemark_store::telemetry::Counter::db_errors(e.class()), 1);
+        tracing::warn!(shard = config.name, error = %e, "starting: database unavailable, retrying in {wait:?}");
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = &mut shutdown => return Ok(stopped_while_starting(&config, &counters)),
+        }
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let config = writer.config().clone();
     let capacity = (config.max_pending / 2048).max(4);
@@ -131,6 +153,15 @@ pub async fn run(
     Ok(Summary {
         counters: counters.snapshot(),
     })
+}
+
+/// A stop heard while start-up was still retrying the database: nothing was
+/// read, so nothing is held.
+fn stopped_while_starting(config: &Config, counters: &Counters) -> Summary {
+    tracing::info!(shard = config.name, "shard stopped before it started");
+    Summary {
+        counters: counters.snapshot(),
+    }
 }
 
 /// The shard's turn of the loop: write batches when full or old, sweep

@@ -287,6 +287,41 @@ impl LockGrace {
     }
 }
 
+/// Start-up against a database that is away, or whose sessions are cut
+/// while a process starts (a restart, a failover): a transient error is
+/// tried again with back-off (0.2 s doubling to 5 s) for up to
+/// [`Starting::LIMIT`], after which the process exits with it as before.
+#[derive(Debug)]
+pub struct Starting {
+    since: std::time::Instant,
+    wait: std::time::Duration,
+}
+
+impl Default for Starting {
+    fn default() -> Self {
+        Starting {
+            since: std::time::Instant::now(),
+            wait: std::time::Duration::from_millis(200),
+        }
+    }
+}
+
+impl Starting {
+    /// How long start-up keeps trying.
+    pub const LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// After `e`, how long to wait before trying again; `None` when `e` is
+    /// not transient or the limit has passed.
+    pub fn again(&mut self, e: &StoreError) -> Option<std::time::Duration> {
+        if e.class() != ErrorClass::Transient || self.since.elapsed() >= Self::LIMIT {
+            return None;
+        }
+        let wait = self.wait;
+        self.wait = (self.wait * 2).min(std::time::Duration::from_secs(5));
+        Some(wait)
+    }
+}
+
 /// A connection string read as libpq reads it, TLS settings included, with
 /// Tidemark's TCP defaults (`tidemark_tls::Target::tcp_defaults`).
 fn target(url: &str) -> Result<tidemark_tls::Target, StoreError> {

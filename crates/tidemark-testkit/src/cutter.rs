@@ -9,6 +9,7 @@ use crate::now_ms;
 /// a process's work rather than between it.
 pub struct Cutter {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cuts: std::sync::Arc<std::sync::atomic::AtomicU64>,
     thread: Option<std::thread::JoinHandle<u64>>,
 }
 
@@ -18,7 +19,8 @@ impl Cutter {
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sql = crate::store::cut_statement(pattern, mid_query);
-        let (url, flag) = (url.to_owned(), stop.clone());
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (url, flag, counted) = (url.to_owned(), stop.clone(), cut.clone());
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -38,6 +40,7 @@ impl Cutter {
                     while std::time::Instant::now() < until {
                         let n: i64 = c.query_one(sql.as_str(), &[]).await.unwrap().get(0);
                         cuts += n as u64;
+                        counted.store(cuts, Ordering::Relaxed);
                         if n > 0 || !mid_query {
                             break;
                         }
@@ -48,8 +51,14 @@ impl Cutter {
         });
         Cutter {
             stop,
+            cuts: cut,
             thread: Some(thread),
         }
+    }
+
+    /// Sessions terminated so far.
+    pub fn cuts(&self) -> u64 {
+        self.cuts.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Stops cutting; the number of sessions terminated.
