@@ -307,8 +307,10 @@ impl Default for Starting {
 }
 
 impl Starting {
-    /// How long start-up keeps trying.
-    pub const LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+    /// How long start-up keeps trying: enough for a restart or a cut
+    /// session, short enough that a database that is not there is reported
+    /// within half a minute (systemd restarts the unit, `Restart=on-failure`).
+    pub const LIMIT: std::time::Duration = std::time::Duration::from_secs(15);
 
     /// After `e`, how long to wait before trying again; `None` when `e` is
     /// not transient or the limit has passed.
