@@ -115,7 +115,20 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Summary, ProfilesError> {
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut starting = tidemark_store::Starting::default();
+    let started = tidemark_store::Starting::run(
+        shutdown.as_mut(),
+        || start(&config, url),
+        |e| match e {
+            ProfilesError::Store(s) => Some(s),
+            _ => None,
+        },
+        |_| {},
+    )
+    .await;
+    let Some(started) = started else {
+        tracing::info!("profile process stopped before it started");
+        return Ok(Summary::default());
+    };
     let Started {
         main,
         saved,
@@ -124,25 +137,7 @@ pub async fn run(
         marks,
         trail_days,
         packed,
-    } = loop {
-        let attempt = tokio::select! {
-            s = start(&config, url) => s,
-            () = &mut shutdown => return Ok(stopped_while_starting()),
-        };
-        let e = match attempt {
-            Ok(s) => break s,
-            Err(ProfilesError::Store(e)) => e,
-            Err(e) => return Err(e),
-        };
-        let Some(wait) = starting.again(&e) else {
-            return Err(e.into());
-        };
-        tracing::warn!(error = %e, "starting: database unavailable, retrying in {wait:?}");
-        tokio::select! {
-            () = tokio::time::sleep(wait) => {}
-            () = &mut shutdown => return Ok(stopped_while_starting()),
-        }
-    };
+    } = started?;
     let tally: Tally = Default::default();
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<Chunk>(16);
@@ -272,13 +267,6 @@ async fn start(config: &Config, url: &str) -> Result<Started, ProfilesError> {
         trail_days,
         packed,
     })
-}
-
-/// A stop heard while start-up was still retrying the database: nothing was
-/// read, so nothing is held.
-fn stopped_while_starting() -> Summary {
-    tracing::info!("profile process stopped before it started");
-    Summary::default()
 }
 
 /// Whether the database refused a transaction for what it holds (a data

@@ -90,27 +90,23 @@ pub async fn run(
         None => None,
     };
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut starting = tidemark_store::Starting::default();
-    let writer = loop {
-        let attempt = tokio::select! {
-            w = Writer::open(config.clone(), database_url, counters.clone()) => w,
-            () = &mut shutdown => return Ok(stopped_while_starting(&config, &counters)),
-        };
-        let e = match attempt {
-            Ok(w) => break w,
-            Err(ShardError::Store(e)) => e,
-            Err(e) => return Err(e),
-        };
-        let Some(wait) = starting.again(&e) else {
-            return Err(e.into());
-        };
-        counters.add(tidemark_store::telemetry::Counter::db_errors(e.class()), 1);
-        tracing::warn!(shard = config.name, error = %e, "starting: database unavailable, retrying in {wait:?}");
-        tokio::select! {
-            () = tokio::time::sleep(wait) => {}
-            () = &mut shutdown => return Ok(stopped_while_starting(&config, &counters)),
-        }
+    let started = tidemark_store::Starting::run(
+        shutdown.as_mut(),
+        || Writer::open(config.clone(), database_url, counters.clone()),
+        |e| match e {
+            ShardError::Store(s) => Some(s),
+            _ => None,
+        },
+        |e| counters.add(tidemark_store::telemetry::Counter::db_errors(e.class()), 1),
+    )
+    .await;
+    let Some(writer) = started else {
+        tracing::info!(shard = config.name, "shard stopped before it started");
+        return Ok(Summary {
+            counters: counters.snapshot(),
+        });
     };
+    let writer = writer?;
     let stop = Arc::new(AtomicBool::new(false));
     let config = writer.config().clone();
     let capacity = (config.max_pending / 2048).max(4);
@@ -153,15 +149,6 @@ pub async fn run(
     Ok(Summary {
         counters: counters.snapshot(),
     })
-}
-
-/// A stop heard while start-up was still retrying the database: nothing was
-/// read, so nothing is held.
-fn stopped_while_starting(config: &Config, counters: &Counters) -> Summary {
-    tracing::info!(shard = config.name, "shard stopped before it started");
-    Summary {
-        counters: counters.snapshot(),
-    }
 }
 
 /// The shard's turn of the loop: write batches when full or old, sweep

@@ -314,13 +314,47 @@ impl Starting {
 
     /// After `e`, how long to wait before trying again; `None` when `e` is
     /// not transient or the limit has passed.
-    pub fn again(&mut self, e: &StoreError) -> Option<std::time::Duration> {
+    fn again(&mut self, e: &StoreError) -> Option<std::time::Duration> {
         if e.class() != ErrorClass::Transient || self.since.elapsed() >= Self::LIMIT {
             return None;
         }
         let wait = self.wait;
         self.wait = (self.wait * 2).min(std::time::Duration::from_secs(5));
         Some(wait)
+    }
+
+    /// Runs `attempt` until it succeeds or fails for good (an error `store`
+    /// finds no transient [`StoreError`] in, or the limit passed), each
+    /// retry logged and shown to `retried`; `None` when `stop` completes
+    /// first.
+    pub async fn run<T, E, F>(
+        mut stop: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+        mut attempt: impl FnMut() -> F,
+        store: impl Fn(&E) -> Option<&StoreError>,
+        mut retried: impl FnMut(&StoreError),
+    ) -> Option<Result<T, E>>
+    where
+        F: std::future::Future<Output = Result<T, E>>,
+    {
+        let mut starting = Starting::default();
+        loop {
+            let e = tokio::select! {
+                r = attempt() => match r {
+                    Ok(v) => return Some(Ok(v)),
+                    Err(e) => e,
+                },
+                () = &mut stop => return None,
+            };
+            let Some((s, wait)) = store(&e).and_then(|s| Some((s, starting.again(s)?))) else {
+                return Some(Err(e));
+            };
+            retried(s);
+            tracing::warn!(error = %s, "starting: database unavailable, retrying in {wait:?}");
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = &mut stop => return None,
+            }
+        }
     }
 }
 
