@@ -110,7 +110,18 @@ pub async fn drive<S: Step>(
             biased;
             _ = &mut shutdown => break,
             chunk = rx.recv(), if step.room() => match chunk {
-                Some(c) => step.take(c, now),
+                Some(c) => {
+                    step.take(c, now);
+                    // Everything already waiting too, while there is room:
+                    // work then forms whole batches of what arrived during
+                    // the last one, not one chunk's worth.
+                    while step.room() {
+                        match rx.try_recv() {
+                            Ok(c) => step.take(c, now),
+                            Err(_) => break,
+                        }
+                    }
+                }
                 None => break,
             },
             _ = tokio::time::sleep_until(wake.into()) => {}

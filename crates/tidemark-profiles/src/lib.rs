@@ -779,9 +779,11 @@ impl Process<'_> {
             max_ids: self.config.max_ids,
             blocklist_after: self.config.blocklist_after.min(i32::MAX as u64) as i32,
         };
+        let t0 = Instant::now();
         if !inflight.settled {
             settle(main, inflight).await?;
         }
+        let (t1, link_entries) = (Instant::now(), inflight.links.len());
         let row = self.workers.len() as i16;
         // In chunks, each its own transaction, so no row lock is held long,
         // however many persons merge; a chunk the database refuses for what
@@ -830,6 +832,7 @@ impl Process<'_> {
                 Err(e) => return Err(e.into()),
             }
         }
+        let t2 = Instant::now();
         if inflight.parts.is_none() {
             let person: HashMap<String, i64> =
                 store::persons_of(&*main, &core::primaries(&inflight.rest))
@@ -849,6 +852,7 @@ impl Process<'_> {
             );
             inflight.parts = Some(works.into_iter().map(Some).collect());
         }
+        let t3 = Instant::now();
         for w in &mut self.workers {
             if w.client.as_ref().is_none_or(|c| c.is_closed()) {
                 let name = worker_name(&self.config.name, w.index as usize);
@@ -914,6 +918,16 @@ impl Process<'_> {
                 *self.run_counts.entry(k).or_default() += v;
             }
         }
+        // Where a batch's time goes, phase by phase (a retried step reports
+        // only its last attempt): `RUST_LOG=tidemark_profiles=debug`.
+        tracing::debug!(
+            link_entries,
+            settle = ?(t1 - t0),
+            links = ?(t2 - t1),
+            route = ?(t3 - t2),
+            workers = ?t3.elapsed(),
+            "batch applied"
+        );
         self.inflight = None;
         Ok(())
     }

@@ -698,6 +698,9 @@ fn person_from(r: &tokio_postgres::Row, at: usize) -> StoredPerson {
 /// statement's time (docs/benchmarks.md). Identifier rows are never deleted,
 /// so a master always has one.
 pub async fn load(c: &impl GenericClient, ids: &[&str]) -> Result<Vec<StoredId>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
     let rows = c
         .query(
             &format!(
