@@ -60,6 +60,9 @@ pub struct Config {
     /// Events (or link-stage entries) one transaction takes at most; below
     /// that, transactions are paced to their duration (`core::Pace`).
     pub transaction_events: usize,
+    /// Stored persons each worker keeps in memory between transactions
+    /// (`core::Known`); 0 keeps none.
+    pub worker_cache: usize,
     /// Bytes of events held in memory at most (a batch takes at most half):
     /// with events of the largest size this binds before `batch_events`.
     pub max_pending_bytes: usize,
@@ -98,6 +101,8 @@ tidemark_intake::raw_config! {
         batch_events: i64,
         #[serde(default = "default_batch_events")]
         transaction_events: i64,
+        #[serde(default = "default_worker_cache")]
+        worker_cache: i64,
         #[serde(default = "default_max_pending_bytes")]
         max_pending_bytes: i64,
         #[serde(default = "default_batch_delay")]
@@ -115,6 +120,9 @@ fn default_workers() -> i64 {
 }
 fn default_batch_events() -> i64 {
     50_000
+}
+fn default_worker_cache() -> i64 {
+    100_000
 }
 fn default_max_pending_bytes() -> i64 {
     256 << 20
@@ -251,6 +259,9 @@ impl Config {
         if !(1..=1_000_000).contains(&raw.transaction_events) {
             return Err(err("transaction_events", "must be 1 to 1000000"));
         }
+        if !(0..=10_000_000).contains(&raw.worker_cache) {
+            return Err(err("worker_cache", "must be 0 to 10000000"));
+        }
         if !((1 << 20)..=(1 << 40)).contains(&raw.max_pending_bytes) {
             return Err(err("max_pending_bytes", "must be 1 MiB to 1 TiB"));
         }
@@ -294,6 +305,7 @@ impl Config {
             workers: raw.workers as usize,
             batch_events: raw.batch_events as usize,
             transaction_events: raw.transaction_events as usize,
+            worker_cache: raw.worker_cache as usize,
             max_pending_bytes: raw.max_pending_bytes as usize,
             batch_delay: duration("batch_delay", &raw.batch_delay)?,
             shutdown_timeout: duration("shutdown_timeout", &raw.shutdown_timeout)?,

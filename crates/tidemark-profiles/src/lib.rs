@@ -26,7 +26,7 @@ mod links;
 pub mod store;
 mod worker;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -184,6 +184,7 @@ pub async fn run(
         pending: Vec::new(),
         pending_bytes: 0,
         inflight: None,
+        ahead: None,
         saved,
         tally,
         run_counts: BTreeMap::new(),
@@ -242,6 +243,7 @@ async fn start(config: &Config, url: &str) -> Result<Started, ProfilesError> {
                 config.batch_events.min(config.transaction_events),
             ),
             marking: store::Marking::default(),
+            known: core::Known::new(config.worker_cache),
         });
     }
     let parts = store::partitions(&main).await?;
@@ -636,18 +638,57 @@ async fn define(c: &Client, config: &Config) -> Result<Layout, ProfilesError> {
     })
 }
 
+/// Where identifiers sat, looked up ahead of the batch that carries them
+/// (while the workers apply the one before): the identifiers asked for
+/// and those found.
+///
+/// Looked up early, a placement can only be behind, and only in ways that
+/// send more to the link stage, never less: between the link stage that
+/// ran before the look-up and the next, only workers write, and a worker
+/// never moves an identifier to another person; it adds identifiers of
+/// one-identifier events (an event carrying one not found goes to the link
+/// stage, which loads it in its own transaction) and lowers first ts (a
+/// first ts found too high makes more riders, `core::split`).
+struct Ahead {
+    asked: HashSet<String>,
+    placed: Placed,
+}
+
+/// The placements of `ids`.
+async fn place(main: &Client, ids: &[&str]) -> Result<Placed, StoreError> {
+    Ok(store::placed(main, ids)
+        .await?
+        .into_iter()
+        .map(|(id, person, first_ts)| (id, (person, first_ts)))
+        .collect())
+}
+
 /// Splits a batch (arrival order, in `rest`) between the link stage and
-/// the workers (`core::split` decides, from where its identifiers sit).
-async fn settle(main: &Client, inflight: &mut Inflight) -> Result<(), StoreError> {
+/// the workers (`core::split` decides, from where its identifiers sit:
+/// looked up now, but for those `ahead` has).
+async fn settle(
+    main: &Client,
+    inflight: &mut Inflight,
+    ahead: Option<Ahead>,
+) -> Result<(), StoreError> {
     if !core::has_links(&inflight.rest) {
         inflight.settled = true;
         return Ok(());
     }
-    let placed: Placed = store::placed(main, &core::carried(&inflight.rest))
-        .await?
-        .into_iter()
-        .map(|(id, person, first_ts)| (id, (person, first_ts)))
-        .collect();
+    let carried = core::carried(&inflight.rest);
+    let placed: Placed = match ahead {
+        None => place(main, &carried).await?,
+        Some(Ahead { asked, mut placed }) => {
+            let rest: Vec<&str> = carried
+                .into_iter()
+                .filter(|id| !asked.contains(*id))
+                .collect();
+            if !rest.is_empty() {
+                placed.extend(place(main, &rest).await?);
+            }
+            placed
+        }
+    };
     // Only now, with nothing left to fail, does the batch leave `rest`: an
     // error above keeps it whole for the retry.
     inflight.settled = true;
@@ -697,6 +738,8 @@ struct Process<'a> {
     pending_bytes: usize,
     /// The batch being applied.
     inflight: Option<Inflight>,
+    /// Placements looked up for the next batch ([`Ahead`]).
+    ahead: Option<Ahead>,
     /// Clock and reference as they stand (saved every STATUS_EVERY).
     saved: Saved,
     tally: Tally,
@@ -781,7 +824,7 @@ impl Process<'_> {
         };
         let t0 = Instant::now();
         if !inflight.settled {
-            settle(main, inflight).await?;
+            settle(main, inflight, self.ahead.take()).await?;
         }
         let (t1, link_entries) = (Instant::now(), inflight.links.len());
         let row = self.workers.len() as i16;
@@ -793,14 +836,20 @@ impl Process<'_> {
             let n = inflight.links.len().min(limit);
             let chunk = &inflight.links[..n];
             let started = Instant::now();
+            let mut known: Vec<&mut core::Known> =
+                self.workers.iter_mut().map(|w| &mut w.known).collect();
+            let stage = links::Stage {
+                caps,
+                trail_from: inflight.trail_from,
+                counts_row: row,
+            };
             match links::apply(
                 main,
                 &self.layout,
-                caps,
+                stage,
                 chunk,
-                inflight.trail_from,
-                row,
                 &mut self.link_marking,
+                &mut known,
             )
             .await
             {
@@ -861,7 +910,12 @@ impl Process<'_> {
         }
         let works = inflight.parts.as_mut().expect("routed above");
         let layout = &self.layout;
-        let results =
+        // The next batch's placements, looked up on the coordinator's
+        // connection, idle while the workers run ([`Ahead`]).
+        let next = &self.pending[..self.pending.len().min(self.config.batch_events)];
+        let look = (self.ahead.is_none() && core::has_links(next)).then(|| core::carried(next));
+        let main_ro = &*main;
+        let (results, looked) = tokio::join!(
             futures_util::future::join_all(
                 self.workers
                     .iter_mut()
@@ -870,8 +924,18 @@ impl Process<'_> {
                     .map(|(w, work)| async move {
                         (w.index as usize, w.apply_paced(layout, work).await)
                     }),
-            )
-            .await;
+            ),
+            async {
+                match look {
+                    Some(ids) => Some((place(main_ro, &ids).await, ids)),
+                    None => None,
+                }
+            }
+        );
+        if let Some((Ok(placed), ids)) = looked {
+            let asked = ids.into_iter().map(str::to_owned).collect();
+            self.ahead = Some(Ahead { asked, placed });
+        }
         let mut error = None;
         let mut refusals = Vec::new();
         for (i, (counts, r)) in results {

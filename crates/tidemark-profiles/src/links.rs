@@ -12,23 +12,39 @@
 
 use std::collections::BTreeMap;
 
-use crate::core::{Caps, Entry, Layout, LinkStage};
+use crate::core::{Caps, Entry, Known, Layout, LinkStage};
 use crate::intake::Event;
 use crate::store as profiles;
 use tidemark_store::StoreError;
 use tokio_postgres::Client;
 
+/// What every link-stage transaction of a batch shares.
+#[derive(Debug, Clone, Copy)]
+pub struct Stage {
+    /// `max_ids`, `blocklist_after`.
+    pub caps: Caps,
+    /// Events at or past this get trail rows (`None`: no trails).
+    pub trail_from: Option<i64>,
+    /// The stage's rows in `tidemark.profile_counts`.
+    pub counts_row: i16,
+}
+
 /// Applies `entries` (arrival order) in one transaction; returns the counts
-/// by reason to report.
+/// by reason to report. What it changes is forgotten in `known`, the
+/// workers' ([`Known::forget`]).
 pub async fn apply(
     client: &mut Client,
     layout: &Layout,
-    caps: Caps,
+    stage: Stage,
     entries: &[Entry],
-    trail_from: Option<i64>,
-    counts_row: i16,
     marking: &mut profiles::Marking,
+    known: &mut [&mut Known],
 ) -> Result<BTreeMap<&'static str, i64>, StoreError> {
+    let Stage {
+        caps,
+        trail_from,
+        counts_row,
+    } = stage;
     let key = |e: &Event| {
         (
             profiles::seen_key(e.txid.as_str()),
@@ -60,6 +76,10 @@ pub async fn apply(
     profiles::log_merges(&tx, &plan.merges).await?;
     profiles::insert_trail(&tx, &plan.trail).await?;
     profiles::add_counts(&tx, counts_row, plan.counts.iter().map(|(k, v)| (*k, *v))).await?;
+    // Forgotten before the commit: whether or not it is heard back.
+    for k in known.iter_mut() {
+        k.forget(&plan);
+    }
     tx.commit().await?;
     Ok(plan.counts)
 }

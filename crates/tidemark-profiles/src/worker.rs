@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::core::{Layout, Pace, Share, Work};
+use crate::core::{Known, Layout, Pace, Share, Work};
 use crate::store as profiles;
 use tidemark_store::StoreError;
 use tokio_postgres::Client;
@@ -24,6 +24,9 @@ pub struct Worker {
     pub pace: Pace,
     /// How its next transaction takes first-copy marks.
     pub marking: profiles::Marking,
+    /// The persons its commits left ([`Known`]); the link stage's plans
+    /// are forgotten in it.
+    pub known: Known,
 }
 
 impl Worker {
@@ -75,6 +78,19 @@ impl Worker {
         layout: &Layout,
         work: &Work,
     ) -> Result<BTreeMap<&'static str, i64>, StoreError> {
+        let result = self.try_apply(layout, work).await;
+        if result.is_err() {
+            // A commit whose reply was lost may have happened.
+            self.known.clear();
+        }
+        result
+    }
+
+    async fn try_apply(
+        &mut self,
+        layout: &Layout,
+        work: &Work,
+    ) -> Result<BTreeMap<&'static str, i64>, StoreError> {
         let client = match &mut self.client {
             Some(c) if !c.is_closed() => c,
             _ => {
@@ -100,7 +116,8 @@ impl Worker {
             }
         };
         let share = Share::new(layout, work, first);
-        let stored = profiles::load(&tx, &share.identifiers()).await?;
+        let (mut stored, load) = self.known.split(&share.identifiers());
+        stored.extend(profiles::load(&tx, &load).await?);
         let plan = share.plan(stored);
 
         // New identifiers here are each a new person, in `persons` order.
@@ -111,6 +128,7 @@ impl Worker {
         profiles::insert_trail(&tx, &plan.trail).await?;
         profiles::add_counts(&tx, self.index, plan.counts.iter().map(|(k, v)| (*k, *v))).await?;
         tx.commit().await?;
+        self.known.learn(&plan, &persons);
         Ok(plan.counts)
     }
 }

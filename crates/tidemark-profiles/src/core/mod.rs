@@ -35,9 +35,9 @@ use tidemark_person::{CounterSlot, Person};
 use crate::intake::Event;
 
 pub use batch::{carried, has_links, judge, primaries, route, split, Placed};
-pub use links::{Caps, Entry, LinkStage};
+pub use links::{Caps, Entry, LinkPlan, LinkStage};
 pub use pace::Pace;
-pub use work::{Share, Work};
+pub use work::{Known, Share, Work};
 
 /// Counts by reason (`applied`, `duplicate`, `merges`, ...), as added to
 /// `tidemark.profile_counts`.

@@ -16,7 +16,7 @@ use tidemark_wire::Txid;
 
 use super::links::LinkPlan;
 use super::{
-    carried, has_links, judge, primaries, route, split, Caps, Counts, Entry, IdRow, Layout,
+    carried, has_links, judge, primaries, route, split, Caps, Counts, Entry, IdRow, Known, Layout,
     LinkStage, Merge, Placed, Share, StoredId, StoredPerson, TrailRow, Work,
 };
 use crate::intake::Event;
@@ -319,6 +319,9 @@ pub struct Sim {
     /// Events at or past this get trail rows.
     pub trail_from: Option<i64>,
     hasher: BuildHasherDefault<DefaultHasher>,
+    /// What each worker knows, kept across batches (small, so it also
+    /// starts again empty now and then).
+    known: Vec<Known>,
 }
 
 impl Sim {
@@ -335,6 +338,7 @@ impl Sim {
             link_chunk: 500,
             trail_from: Some(0),
             hasher: Default::default(),
+            known: Vec::new(),
         }
     }
 
@@ -348,8 +352,12 @@ impl Sim {
         } else {
             (Vec::new(), rest)
         };
+        self.known.resize_with(self.workers, || Known::new(3));
         for chunk in links.chunks(self.link_chunk) {
-            self.links(chunk);
+            let plan = self.links(chunk);
+            for k in &mut self.known {
+                k.forget(&plan);
+            }
         }
         let person = self.db.persons_of(&primaries(&rest));
         let works = route(
@@ -360,8 +368,10 @@ impl Sim {
             self.trail_from,
             judged,
         );
-        for w in &works {
-            self.work(w);
+        for (i, w) in works.iter().enumerate() {
+            let mut known = std::mem::take(&mut self.known[i]);
+            self.work_knowing(w, &mut known);
+            self.known[i] = known;
         }
     }
 
@@ -405,10 +415,16 @@ impl Sim {
     /// One worker's transaction, as `Worker::apply` runs it; returns the
     /// persons it wrote.
     pub fn work(&mut self, work: &Work) -> Vec<StoredPerson> {
+        self.work_knowing(work, &mut Known::new(0))
+    }
+
+    /// [`Sim::work`] by a worker that knows `known` (`Worker::apply`).
+    pub fn work_knowing(&mut self, work: &Work, known: &mut Known) -> Vec<StoredPerson> {
         let pairs: Vec<(String, i16)> = work.events.iter().map(|e| self.key(e)).collect();
         let first = self.db.record_seen(&pairs);
         let share = Share::new(&self.layout, work, first);
-        let stored = self.db.load(&share.identifiers());
+        let (mut stored, load) = known.split(&share.identifiers());
+        stored.extend(self.db.load(&load));
         let plan = share.plan(stored);
         let numbers = self.db.insert_ids(&plan.new_ids, &plan.new_first);
         let persons = plan.numbered(numbers);
@@ -417,6 +433,7 @@ impl Sim {
         self.db.upsert_persons(&persons, counters, types);
         self.db.trail.extend(plan.trail.iter().cloned());
         self.db.add_counts(&plan.counts);
+        known.learn(&plan, &persons);
         persons
     }
 

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use tidemark_person::Person;
 
-use super::{Counts, Layout, StoredId, StoredPerson, TrailRow};
+use super::{Counts, Layout, LinkPlan, StoredId, StoredPerson, TrailRow};
 use crate::intake::Event;
 
 /// The events of one worker's share of a batch, plus counts the coordinator
@@ -57,6 +57,9 @@ pub struct WorkPlan<'a> {
     /// Counts by reason (`add_counts`): the coordinator's, and
     /// `duplicate`, `bad_identifier`, `no_identifier`, `applied`.
     pub counts: Counts,
+    /// Every identifier of a stored person, as the commit leaves it: its
+    /// index in `persons`, first ts, refusals, blocklisted ([`Known::learn`]).
+    pub held: Vec<(usize, &'a str, i64, i64, bool)>,
 }
 
 impl WorkPlan<'_> {
@@ -74,6 +77,124 @@ impl WorkPlan<'_> {
                 sp
             })
             .collect()
+    }
+}
+
+/// What a worker's commits left of the stored persons it holds, so its
+/// next transactions load only what it does not know: a Zipf-skewed
+/// stream brings the same persons back batch after batch (about 70% of a
+/// batch's persons were in earlier ones; docs/benchmarks.md).
+///
+/// Sound because a stored person is routed to one worker, by its number,
+/// for the life of the process (`batch::route`), and only that worker and
+/// the link stage write it: the link stage's every plan is forgotten
+/// ([`Known::forget`]) and every failed transaction, of the link stage or
+/// the worker, forgets all (a commit whose reply was lost may have
+/// happened). A person new in a transaction is not kept: it was routed by
+/// its identifier, and may belong to another worker from the next batch.
+/// Holds at most `cap` persons: when full, those not used since the last
+/// time it was full go (all of them if that frees less than half).
+#[derive(Debug, Default)]
+pub struct Known {
+    /// Identifier -> (first ts, refusals, blocklisted, person number).
+    ids: HashMap<String, (i64, i64, bool, i64)>,
+    /// Person -> (person, used since the last eviction).
+    persons: HashMap<i64, (StoredPerson, bool)>,
+    cap: usize,
+}
+
+impl Known {
+    /// Empty, holding at most `cap` persons.
+    pub fn new(cap: usize) -> Known {
+        Known {
+            cap,
+            ..Known::default()
+        }
+    }
+
+    /// Forgets everything.
+    pub fn clear(&mut self) {
+        self.ids.clear();
+        self.persons.clear();
+    }
+
+    /// Splits `ids` into what is known (as a load would find it) and what
+    /// is to load.
+    pub fn split<'i>(&mut self, ids: &[&'i str]) -> (Vec<StoredId>, Vec<&'i str>) {
+        let (mut known, mut load) = (Vec::new(), Vec::new());
+        for id in ids {
+            let found = self
+                .ids
+                .get(*id)
+                .and_then(|&(first_ts, refusals, blocklisted, n)| {
+                    let (person, used) = self.persons.get_mut(&n)?;
+                    *used = true;
+                    Some(StoredId {
+                        id: (*id).to_owned(),
+                        first_ts,
+                        refusals,
+                        blocklisted,
+                        person: person.clone(),
+                    })
+                });
+            match found {
+                Some(s) => known.push(s),
+                None => load.push(*id),
+            }
+        }
+        (known, load)
+    }
+
+    /// Takes in what a committed plan wrote: `persons`, the plan's persons
+    /// numbered ([`WorkPlan::numbered`]); new ones are left out.
+    pub fn learn(&mut self, plan: &WorkPlan, persons: &[StoredPerson]) {
+        if self.persons.len() + persons.len() > self.cap {
+            self.evict();
+        }
+        if self.persons.len() + persons.len() > self.cap {
+            self.clear();
+        }
+        if persons.len() > self.cap {
+            // None kept: and none of them left as they were before.
+            return;
+        }
+        for &(index, id, first_ts, refusals, blocklisted) in &plan.held {
+            let person = persons[index].person;
+            self.ids
+                .insert(id.to_owned(), (first_ts, refusals, blocklisted, person));
+        }
+        for (p, planned) in persons.iter().zip(&plan.persons) {
+            if !planned.new {
+                self.persons.insert(p.person, (p.clone(), false));
+            }
+        }
+    }
+
+    /// Keeps the persons used since the last eviction (if they are at
+    /// most half of `cap`), marked unused; drops the rest and the
+    /// identifiers of persons dropped.
+    fn evict(&mut self) {
+        self.persons.retain(|_, (_, used)| std::mem::take(used));
+        if self.persons.len() > self.cap / 2 {
+            self.persons.clear();
+        }
+        let persons = &self.persons;
+        self.ids.retain(|_, v| persons.contains_key(&v.3));
+    }
+
+    /// Forgets what a committed link-stage plan changed: its identifiers,
+    /// its persons, the persons it absorbed (their identifiers moved).
+    pub fn forget(&mut self, plan: &LinkPlan) {
+        for r in &plan.ids {
+            self.ids.remove(&r.id);
+        }
+        for p in &plan.persons {
+            self.persons.remove(&p.person);
+        }
+        for (absorbed, into) in &plan.absorbed {
+            self.persons.remove(absorbed);
+            self.persons.remove(into);
+        }
     }
 }
 
@@ -187,6 +308,12 @@ impl<'a> Share<'a> {
             p.profile.fit(layout.counters.len(), layout.types);
             for id in &ids {
                 let earliest = self.earliest[id];
+                if let Some(s) = stored.get(*id) {
+                    let first = s.first_ts.min(earliest);
+                    let index = plan.persons.len();
+                    plan.held
+                        .push((index, id, first, s.refusals, s.blocklisted));
+                }
                 match stored.get(*id) {
                     Some(s) if earliest < s.first_ts => {
                         plan.lowered.push(*id);
@@ -337,5 +464,34 @@ mod tests {
         sim.work(&w);
         assert_eq!(sim.db.ids["user:a"].first_ts, T0 + 40);
         sim.check_rows();
+    }
+
+    #[test]
+    fn a_worker_knows_its_persons_as_a_load_would_find_them_when_full_too() {
+        let mut sim = Sim::new(10, 100);
+        let users = ["a", "b", "c", "d"];
+        let one = |n: u128, u: &str| ev(1, n, T0 + n as i64, Some(u), &[]);
+        sim.batch(users.iter().zip(1..).map(|(u, n)| one(n, u)).collect());
+        let mut known = Known::new(3);
+        let mut n = 10;
+        // a alone, then a with three others (more than it holds), then a
+        // again, then b and c: each time what it knows is what is stored.
+        for round in [&["a"][..], &users[..], &["a"], &["b", "c"], &["a", "b"]] {
+            let events = round.iter().map(|u| {
+                n += 1;
+                one(n, u)
+            });
+            let w = work(events.collect(), None);
+            let ids: Vec<String> = round.iter().map(|u| format!("user:{u}")).collect();
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            let (got, _) = known.split(&ids);
+            for g in got {
+                assert_eq!(Some(&g), sim.db.load(&[g.id.as_str()]).first(), "{round:?}");
+            }
+            sim.work_knowing(&w, &mut known);
+        }
+        let (got, load) = known.split(&["user:a", "user:b", "user:z"]);
+        assert_eq!((got.len(), load.as_slice()), (2, &["user:z"][..]));
+        assert_eq!(got, sim.db.load(&["user:a", "user:b"]));
     }
 }
