@@ -466,7 +466,13 @@ impl Step for Process<'_> {
         // opened then would have the whole back-off to be cut again.
         if (apply || status) && self.main.is_closed() {
             match reopen_main(self.url, &self.config.name, &mut self.lock_grace).await {
-                Ok(c) => self.main = c,
+                Ok(c) => {
+                    self.main = c;
+                    // As for a worker's connection opened again (`step`).
+                    for w in &mut self.workers {
+                        w.known.clear();
+                    }
+                }
                 Err(e) => result = Err(e),
             }
         }
@@ -516,6 +522,9 @@ impl Step for Process<'_> {
             self.main = reopen_main(self.url, &self.config.name, &mut self.lock_grace)
                 .await
                 .map_err(failure)?;
+            for w in &mut self.workers {
+                w.known.clear();
+            }
         }
         while self.held() > 0 {
             self.step().await.map_err(failure)?;
@@ -906,6 +915,9 @@ impl Process<'_> {
             if w.client.as_ref().is_none_or(|c| c.is_closed()) {
                 let name = worker_name(&self.config.name, w.index as usize);
                 w.client = tidemark_store::connect_as(url, &name).await.ok();
+                // Maybe another server now (a promoted standby that missed
+                // the last commits): what it remembers is not known there.
+                w.known.clear();
             }
         }
         let works = inflight.parts.as_mut().expect("routed above");

@@ -87,13 +87,15 @@ impl WorkPlan<'_> {
 ///
 /// Sound because a stored person is routed to one worker, by its number,
 /// for the life of the process (`batch::route`), and only that worker and
-/// the link stage write it: the link stage's every plan is forgotten
-/// ([`Known::forget`]) and every failed transaction, of the link stage or
-/// the worker, forgets all (a commit whose reply was lost may have
-/// happened). A person new in a transaction is not kept: it was routed by
-/// its identifier, and may belong to another worker from the next batch.
-/// Holds at most `cap` persons: when full, those not used since the last
-/// time it was full go (all of them if that frees less than half).
+/// the link stage write it: every link-stage plan is forgotten
+/// ([`Known::forget`]) before its commit, heard back or not; a worker's
+/// failed transaction forgets all it knows (a commit whose reply was lost
+/// may have happened), as does every connection opened again (it may be
+/// to a promoted standby that missed the last commits). A person new in a
+/// transaction is not kept: it was routed by its identifier, and may
+/// belong to another worker from the next batch. Holds at most `cap`
+/// persons: when full, it keeps those used since it was last full, unless
+/// they are more than half of `cap`, and drops the rest.
 #[derive(Debug, Default)]
 pub struct Known {
     /// Identifier -> (first ts, refusals, blocklisted, person number).
