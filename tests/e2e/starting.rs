@@ -87,6 +87,13 @@ fn a_shard_and_the_profile_process_wait_for_their_database() {
     );
     profiles.stop();
     shard.stop();
+    // The retries are counted as the database errors they were.
+    let stopped = profiles.log();
+    let stopped = stopped
+        .lines()
+        .find(|l| l.contains("profile process stopped cleanly"))
+        .expect("a clean stop");
+    assert!(stopped.contains("\"db_errors_transient\": "), "{stopped}");
 }
 
 #[test]

@@ -115,6 +115,9 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Summary, ProfilesError> {
     let mut shutdown = std::pin::pin!(shutdown);
+    // Retries while starting count as the database errors they are, by
+    // class, with those of the run (`Process::work`).
+    let mut run_counts: BTreeMap<String, i64> = BTreeMap::new();
     let started = tidemark_store::Starting::run(
         shutdown.as_mut(),
         || start(&config, url),
@@ -122,7 +125,7 @@ pub async fn run(
             ProfilesError::Store(s) => Some(s),
             _ => None,
         },
-        |_| {},
+        |e| *run_counts.entry(db_errors(e)).or_default() += 1,
     )
     .await;
     let Some(started) = started else {
@@ -187,7 +190,7 @@ pub async fn run(
         ahead: None,
         saved,
         tally,
-        run_counts: BTreeMap::new(),
+        run_counts,
         hasher: std::collections::hash_map::RandomState::new(),
         main,
         url,
@@ -403,6 +406,11 @@ async fn isolate(
     Ok(done)
 }
 
+/// The count a database error adds to: `db_errors_` and its class.
+fn db_errors(e: &StoreError) -> String {
+    format!("db_errors_{:?}", e.class()).to_lowercase()
+}
+
 /// A database error is retried; anything else ends the process.
 fn failure(e: ProfilesError) -> Failure<ProfilesError> {
     match e {
@@ -495,10 +503,7 @@ impl Step for Process<'_> {
             self.next_status = now + STATUS_EVERY;
         }
         if let Err(ProfilesError::Store(e)) = &result {
-            *self
-                .run_counts
-                .entry(format!("db_errors_{:?}", e.class()).to_lowercase())
-                .or_default() += 1;
+            *self.run_counts.entry(db_errors(e)).or_default() += 1;
         }
         result.map_err(failure)
     }
