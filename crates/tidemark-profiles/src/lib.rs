@@ -477,9 +477,7 @@ impl Step for Process<'_> {
                 Ok(c) => {
                     self.main = c;
                     // As for a worker's connection opened again (`step`).
-                    for w in &mut self.workers {
-                        w.known.clear();
-                    }
+                    self.forget_all();
                 }
                 Err(e) => result = Err(e),
             }
@@ -527,9 +525,7 @@ impl Step for Process<'_> {
             self.main = reopen_main(self.url, &self.config.name, &mut self.lock_grace)
                 .await
                 .map_err(failure)?;
-            for w in &mut self.workers {
-                w.known.clear();
-            }
+            self.forget_all();
         }
         while self.held() > 0 {
             self.step().await.map_err(failure)?;
@@ -656,7 +652,8 @@ async fn define(c: &Client, config: &Config) -> Result<Layout, ProfilesError> {
 /// (while the workers apply the one before): the identifiers asked for
 /// and those found.
 ///
-/// Looked up early, a placement can only be behind, and only in ways that
+/// Looked up early on the same server (forgotten when a connection is
+/// opened again), a placement can only be behind, and only in ways that
 /// send more to the link stage, never less: between the link stage that
 /// ran before the look-up and the next, only workers write, and a worker
 /// never moves an identifier to another person; it adds identifiers of
@@ -792,6 +789,15 @@ struct Process<'a> {
 type Packed = (Result<Option<i64>, StoreError>, Duration);
 
 impl Process<'_> {
+    /// Forgets what was read on connections now closed: the next may be to
+    /// another server (a promoted standby that missed the last commits).
+    fn forget_all(&mut self) {
+        for w in &mut self.workers {
+            w.known.clear();
+        }
+        self.ahead = None;
+    }
+
     /// Enough pending for a whole batch, by count or by bytes.
     fn batch_full(&self) -> bool {
         self.pending.len() >= self.config.batch_events
@@ -921,8 +927,9 @@ impl Process<'_> {
                 let name = worker_name(&self.config.name, w.index as usize);
                 w.client = tidemark_store::connect_as(url, &name).await.ok();
                 // Maybe another server now (a promoted standby that missed
-                // the last commits): what it remembers is not known there.
+                // the last commits): what was read before may not be there.
                 w.known.clear();
+                self.ahead = None;
             }
         }
         let works = inflight.parts.as_mut().expect("routed above");

@@ -167,7 +167,9 @@ impl Known {
         }
         for (p, planned) in persons.iter().zip(&plan.persons) {
             if !planned.new {
-                self.persons.insert(p.person, (p.clone(), false));
+                // Found here by this transaction: still used since the last eviction.
+                let used = self.persons.get(&p.person).is_some_and(|(_, used)| *used);
+                self.persons.insert(p.person, (p.clone(), used));
             }
         }
     }
@@ -466,6 +468,31 @@ mod tests {
         sim.work(&w);
         assert_eq!(sim.db.ids["user:a"].first_ts, T0 + 40);
         sim.check_rows();
+    }
+
+    #[test]
+    fn when_full_it_keeps_the_persons_found_in_it_since_it_was_last_full() {
+        let mut sim = Sim::new(10, 100);
+        let users = ["a", "b", "c", "d", "e"];
+        let one = |n: u128, u: &str| ev(1, n, T0 + n as i64, Some(u), &[]);
+        sim.batch(users.iter().zip(1..).map(|(u, n)| one(n, u)).collect());
+        let mut known = Known::new(4);
+        let mut n = 10;
+        for round in [&["a", "b", "c"][..], &["a"], &["d", "e"]] {
+            let events = round.iter().map(|u| {
+                n += 1;
+                one(n, u)
+            });
+            sim.work_knowing(&work(events.collect(), None), &mut known);
+        }
+        // a was found in it (round 2), b and c were not: full at round 3,
+        // it kept a and made room for d and e.
+        let (got, load) = known.split(&["user:a", "user:b", "user:c", "user:d", "user:e"]);
+        let got: Vec<&str> = got.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(
+            (got, load),
+            (vec!["user:a", "user:d", "user:e"], vec!["user:b", "user:c"])
+        );
     }
 
     #[test]
