@@ -322,6 +322,9 @@ pub struct Sim {
     /// What each worker knows, kept across batches (small, so it also
     /// starts again empty now and then).
     known: Vec<Known>,
+    /// The next batch's placements, looked up while the workers ran
+    /// (`Ahead` in lib.rs): identifiers asked, those found.
+    ahead: Option<(HashSet<String>, Placed)>,
 }
 
 impl Sim {
@@ -339,15 +342,30 @@ impl Sim {
             trail_from: Some(0),
             hasher: Default::default(),
             known: Vec::new(),
+            ahead: None,
         }
     }
 
     /// One batch (arrival order), as `Process::step` applies it: judged,
     /// split, its links in chunks, the rest routed, each share.
     pub fn batch(&mut self, events: Vec<Event>) {
+        self.batch_then(events, &[]);
+    }
+
+    /// [`Sim::batch`], looking up where `next`'s identifiers sit while the
+    /// workers apply this one, as `Process::step` does.
+    pub fn batch_then(&mut self, events: Vec<Event>, next: &[Event]) {
         let (rest, judged) = judge(events, None);
         let (links, rest) = if has_links(&rest) {
-            let placed = self.db.placed(&carried(&rest));
+            let ids = carried(&rest);
+            let placed = match self.ahead.take() {
+                None => self.db.placed(&ids),
+                Some((asked, mut placed)) => {
+                    let rest: Vec<&str> = ids.into_iter().filter(|i| !asked.contains(*i)).collect();
+                    placed.extend(self.db.placed(&rest));
+                    placed
+                }
+            };
             split(rest, &placed)
         } else {
             (Vec::new(), rest)
@@ -368,6 +386,12 @@ impl Sim {
             self.trail_from,
             judged,
         );
+        // Looked up before the workers write (they run alongside it).
+        self.ahead = has_links(next).then(|| {
+            let ids = carried(next);
+            let placed = self.db.placed(&ids);
+            (ids.into_iter().map(str::to_owned).collect(), placed)
+        });
         for (i, w) in works.iter().enumerate() {
             let mut known = std::mem::take(&mut self.known[i]);
             self.work_knowing(w, &mut known);
@@ -705,7 +729,9 @@ mod tests {
                 break;
             }
             let end = (done + size).min(msgs.len());
-            sim.batch(msgs[done..end].iter().map(Msg::event).collect());
+            let next = (end + size).min(msgs.len());
+            let next: Vec<Event> = msgs[end..next].iter().map(Msg::event).collect();
+            sim.batch_then(msgs[done..end].iter().map(Msg::event).collect(), &next);
             for m in &msgs[done..end] {
                 if !receive(&mut want, m) {
                     return Ok(Ran::Cut);
