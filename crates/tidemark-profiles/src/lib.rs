@@ -3,7 +3,8 @@
 //! Owns: its configuration, its side of intake (identifiers judged, counts
 //! by reason; the sockets, door and clock are `tidemark-intake`'s), its
 //! decisions (`core`, pure: which copies a batch keeps, which events go to
-//! the serial link stage and which ride along, how the rest is routed by
+//! the link stage (in groups that share no identifier and no person, run
+//! concurrently) and which ride along, how the rest is routed by
 //! the person each counts for to one of `workers` workers, and what each
 //! link-stage or worker transaction writes, as a plan of plain data), the
 //! coordinator (its [`Step`] of the shared run loop) that batches events and
@@ -175,11 +176,7 @@ pub async fn run(
     let mut p = Process {
         marks,
         trail_days,
-        link_pace: Pace::new(
-            LINK_START,
-            LINK_MIN.min(config.transaction_events),
-            LINK_MAX.min(config.transaction_events),
-        ),
+        link_pace: link_pace(&config),
         link_marking: store::Marking::default(),
         config,
         layout,
@@ -245,6 +242,7 @@ async fn start(config: &Config, url: &str) -> Result<Started, ProfilesError> {
                 PACE_MIN.min(config.transaction_events),
                 config.batch_events.min(config.transaction_events),
             ),
+            link_pace: link_pace(config),
             marking: store::Marking::default(),
             known: core::Known::new(config.worker_cache),
         });
@@ -535,6 +533,15 @@ impl Step for Process<'_> {
 }
 
 /// A worker connection's `application_name`.
+/// How link-stage transactions are paced at first, on any connection.
+fn link_pace(config: &Config) -> Pace {
+    Pace::new(
+        LINK_START,
+        LINK_MIN.min(config.transaction_events),
+        LINK_MAX.min(config.transaction_events),
+    )
+}
+
 fn worker_name(process: &str, index: usize) -> String {
     format!("tidemark profiles {process}: worker {index}")
 }
@@ -681,6 +688,7 @@ async fn settle(
     main: &Client,
     inflight: &mut Inflight,
     ahead: Option<Ahead>,
+    groups: usize,
 ) -> Result<(), StoreError> {
     if !core::has_links(&inflight.rest) {
         inflight.settled = true;
@@ -705,7 +713,7 @@ async fn settle(
     inflight.settled = true;
     let events = std::mem::take(&mut inflight.rest);
     let (links, rest) = core::split(events, &placed);
-    inflight.links.extend(links);
+    inflight.links = core::groups(links, &placed, groups);
     inflight.rest.extend(rest);
     Ok(())
 }
@@ -714,8 +722,10 @@ async fn settle(
 /// coordinator's connection), then the rest, routed by person once the links
 /// are committed, per worker until each part commits.
 struct Inflight {
-    /// The link stage's entries not yet committed, in arrival order.
-    links: Vec<Entry>,
+    /// The link stage's entries not yet committed, in groups that share no
+    /// identifier and no person (`core::groups`), one per connection (the
+    /// coordinator's first), each in arrival order.
+    links: Vec<Vec<Entry>>,
     /// Whether the batch was split (`settle`); until then `rest` holds it
     /// all in arrival order.
     settled: bool,
@@ -734,7 +744,8 @@ impl Inflight {
             .flatten()
             .flatten()
             .flat_map(|w| &w.events);
-        let links = self.links.iter().filter(|e| !e.rider).map(|e| &e.event);
+        let links = self.links.iter().flatten();
+        let links = links.filter(|e| !e.rider).map(|e| &e.event);
         links.chain(&self.rest).chain(parts)
     }
 }
@@ -844,62 +855,86 @@ impl Process<'_> {
         };
         let t0 = Instant::now();
         if !inflight.settled {
-            settle(main, inflight, self.ahead.take()).await?;
+            settle(main, inflight, self.ahead.take(), self.workers.len() + 1).await?;
         }
-        let (t1, link_entries) = (Instant::now(), inflight.links.len());
-        let row = self.workers.len() as i16;
-        // In chunks, each its own transaction, so no row lock is held long,
-        // however many persons merge; a chunk the database refuses for what
-        // it holds is halved until the refused entry is alone and set aside.
-        let mut limit = self.link_pace.events();
-        while !inflight.links.is_empty() {
-            let n = inflight.links.len().min(limit);
-            let chunk = &inflight.links[..n];
-            let started = Instant::now();
-            let mut known: Vec<&mut core::Known> =
-                self.workers.iter_mut().map(|w| &mut w.known).collect();
-            let stage = links::Stage {
-                caps,
-                trail_from: inflight.trail_from,
-                counts_row: row,
-            };
-            match links::apply(
-                main,
-                &self.layout,
-                stage,
-                chunk,
-                &mut self.link_marking,
-                &mut known,
-            )
-            .await
-            {
-                Ok(counts) => {
-                    self.link_pace.took(n, started.elapsed());
-                    self.unknown_failures = 0;
-                    for (k, v) in counts {
-                        *self.run_counts.entry(k.to_owned()).or_default() += v;
-                    }
-                    inflight.links.drain(..n);
-                    limit = (limit * 2).min(self.link_pace.events());
-                }
-                Err(e) if refused(&e, &mut self.unknown_failures, main.is_closed()) => {
-                    if n > 1 {
-                        limit = n / 2;
-                        continue;
-                    }
-                    let entry = inflight.links.remove(0);
-                    if entry.rider {
-                        // Its worker part would be refused alike.
-                        let same = |r: &Event| {
-                            r.txid == entry.event.txid && r.type_index == entry.event.type_index
-                        };
-                        inflight.rest.retain(|r| !same(r));
-                    }
-                    let reason = set_aside(main, &self.config, &entry.event, &e, row).await?;
-                    *self.run_counts.entry(reason.to_owned()).or_default() += 1;
-                }
-                Err(e) => return Err(e.into()),
+        // The link stage runs on the workers' connections too.
+        for w in &mut self.workers {
+            if w.client.as_ref().is_none_or(|c| c.is_closed()) {
+                let name = worker_name(&self.config.name, w.index as usize);
+                w.client = tidemark_store::connect_as(url, &name).await.ok();
+                // Maybe another server now (a promoted standby that missed
+                // the last commits): what was read before may not be there.
+                w.known.clear();
+                self.ahead = None;
             }
+        }
+        let link_entries: usize = inflight.links.iter().map(Vec::len).sum();
+        let t1 = Instant::now();
+        if link_entries > 0 {
+            // One group per connection, concurrently (`core::groups`):
+            // each in transactions of its own pace, so no row lock is held
+            // long however many persons merge; a transaction the database
+            // refuses for what it holds is halved until the refused entry
+            // is alone and set aside.
+            let mut conns = vec![(
+                links::Conn {
+                    client: Some(&mut *main),
+                    pace: &mut self.link_pace,
+                    marking: &mut self.link_marking,
+                },
+                self.workers.len() as i16,
+            )];
+            let mut known = Vec::new();
+            for w in &mut self.workers {
+                let conn = links::Conn {
+                    client: w.client.as_mut(),
+                    pace: &mut w.link_pace,
+                    marking: &mut w.marking,
+                };
+                conns.push((conn, w.index));
+                known.push(&mut w.known);
+            }
+            let known = std::cell::RefCell::new(known);
+            let (config, layout, failures) = (&self.config, &self.layout, self.unknown_failures);
+            let trail_from = inflight.trail_from;
+            let done = futures_util::future::join_all(
+                conns
+                    .into_iter()
+                    .zip(inflight.links.iter_mut())
+                    .filter(|(_, group)| !group.is_empty())
+                    .map(|((conn, row), group)| {
+                        let stage = links::Stage {
+                            caps,
+                            trail_from,
+                            counts_row: row,
+                        };
+                        links::apply_group(conn, config, layout, stage, group, &known, failures)
+                    }),
+            )
+            .await;
+            let mut error = None;
+            self.unknown_failures = 0;
+            for d in done {
+                for (k, v) in d.counts {
+                    *self.run_counts.entry(k.to_owned()).or_default() += v;
+                }
+                // Its worker part would be refused alike.
+                let aside: HashSet<(tidemark_wire::Txid, usize)> =
+                    d.set_aside.into_iter().collect();
+                if !aside.is_empty() {
+                    inflight
+                        .rest
+                        .retain(|r| !aside.contains(&(r.txid, r.type_index)));
+                }
+                self.unknown_failures = self.unknown_failures.max(d.unknown_failures);
+                if let Err(e) = d.result {
+                    error.get_or_insert(e);
+                }
+            }
+            if let Some(e) = error {
+                return Err(e.into());
+            }
+            inflight.links.clear();
         }
         let t2 = Instant::now();
         if inflight.parts.is_none() {
@@ -922,16 +957,6 @@ impl Process<'_> {
             inflight.parts = Some(works.into_iter().map(Some).collect());
         }
         let t3 = Instant::now();
-        for w in &mut self.workers {
-            if w.client.as_ref().is_none_or(|c| c.is_closed()) {
-                let name = worker_name(&self.config.name, w.index as usize);
-                w.client = tidemark_store::connect_as(url, &name).await.ok();
-                // Maybe another server now (a promoted standby that missed
-                // the last commits): what was read before may not be there.
-                w.known.clear();
-                self.ahead = None;
-            }
-        }
         let works = inflight.parts.as_mut().expect("routed above");
         let layout = &self.layout;
         // The next batch's placements, looked up on the coordinator's

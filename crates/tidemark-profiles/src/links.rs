@@ -9,14 +9,118 @@
 //! riders, caps, refusals, blocklist, masters, merge log); this module runs
 //! it: the first-copy marks, one load, fresh person numbers, the plan's
 //! statements, one commit.
+//!
+//! A batch's entries are dealt into groups that share no identifier and no
+//! person (`core::groups`), one per connection (the coordinator's and each
+//! worker's, idle until the link stage commits): the groups run
+//! concurrently, each in its own paced transactions ([`apply_group`]).
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::time::Instant;
 
-use crate::core::{Caps, Entry, Known, Layout, LinkStage};
+use crate::core::{Caps, Entry, Known, Layout, LinkStage, Pace};
 use crate::intake::Event;
 use crate::store as profiles;
+use crate::{refused, set_aside, Config};
 use tidemark_store::StoreError;
+use tidemark_wire::Txid;
 use tokio_postgres::Client;
+
+/// A connection that applies one group, with what it keeps between batches.
+pub struct Conn<'c> {
+    /// The connection (`None` while it is away: the group waits for the retry).
+    pub client: Option<&'c mut Client>,
+    /// How many entries its next link-stage transaction takes.
+    pub pace: &'c mut Pace,
+    /// How its next transaction takes first-copy marks.
+    pub marking: &'c mut profiles::Marking,
+}
+
+/// What one group's run left.
+pub struct GroupDone {
+    /// Counts committed, by reason.
+    pub counts: BTreeMap<&'static str, i64>,
+    /// Riders the database refused and that were set aside: their worker
+    /// part (same txid and type) would be refused alike.
+    pub set_aside: Vec<(Txid, usize)>,
+    /// Errors of no known class in a row, as it leaves them.
+    pub unknown_failures: u32,
+    /// The error that stopped it; what is left of the group stays in it.
+    pub result: Result<(), StoreError>,
+}
+
+/// Applies `entries` (one group, arrival order) on `conn` in paced
+/// transactions, each committed one leaving `entries`; a transaction the
+/// database refuses for what it holds is halved until the refused entry is
+/// alone and set aside.
+#[allow(clippy::too_many_arguments)]
+pub async fn apply_group(
+    conn: Conn<'_>,
+    config: &Config,
+    layout: &Layout,
+    stage: Stage,
+    entries: &mut Vec<Entry>,
+    known: &RefCell<Vec<&mut Known>>,
+    mut unknown_failures: u32,
+) -> GroupDone {
+    let mut done = GroupDone {
+        counts: BTreeMap::new(),
+        set_aside: Vec::new(),
+        unknown_failures,
+        result: Ok(()),
+    };
+    let Some(client) = conn.client.filter(|c| !c.is_closed()) else {
+        if !entries.is_empty() {
+            done.result = Err(StoreError::Pool("link-stage connection lost".into()));
+        }
+        return done;
+    };
+    let mut limit = conn.pace.events();
+    while !entries.is_empty() {
+        let n = entries.len().min(limit);
+        let started = Instant::now();
+        let applied = apply(client, layout, stage, &entries[..n], conn.marking, known).await;
+        match applied {
+            Ok(counts) => {
+                conn.pace.took(n, started.elapsed());
+                unknown_failures = 0;
+                for (k, v) in counts {
+                    *done.counts.entry(k).or_default() += v;
+                }
+                entries.drain(..n);
+                limit = (limit * 2).min(conn.pace.events());
+            }
+            Err(e) if refused(&e, &mut unknown_failures, client.is_closed()) => {
+                if n > 1 {
+                    limit = n / 2;
+                    continue;
+                }
+                let entry = &entries[0];
+                match set_aside(client, config, &entry.event, &e, stage.counts_row).await {
+                    Ok(reason) => {
+                        *done.counts.entry(reason).or_default() += 1;
+                        if entry.rider {
+                            let e = &entry.event;
+                            done.set_aside.push((e.txid, e.type_index));
+                        }
+                        entries.remove(0);
+                    }
+                    Err(e) => {
+                        done.result = Err(e);
+                        break;
+                    }
+                }
+            }
+            Err(e) => {
+                done.result = Err(e);
+                break;
+            }
+        }
+    }
+    done.unknown_failures = unknown_failures;
+    done
+}
 
 /// What every link-stage transaction of a batch shares.
 #[derive(Debug, Clone, Copy)]
@@ -31,14 +135,14 @@ pub struct Stage {
 
 /// Applies `entries` (arrival order) in one transaction; returns the counts
 /// by reason to report. What it changes is forgotten in `known`, the
-/// workers' ([`Known::forget`]).
-pub async fn apply(
+/// workers' ([`Known::forget`]), before the commit.
+async fn apply(
     client: &mut Client,
     layout: &Layout,
     stage: Stage,
     entries: &[Entry],
     marking: &mut profiles::Marking,
-    known: &mut [&mut Known],
+    known: &RefCell<Vec<&mut Known>>,
 ) -> Result<BTreeMap<&'static str, i64>, StoreError> {
     let Stage {
         caps,
@@ -77,7 +181,7 @@ pub async fn apply(
     profiles::insert_trail(&tx, &plan.trail).await?;
     profiles::add_counts(&tx, counts_row, plan.counts.iter().map(|(k, v)| (*k, *v))).await?;
     // Forgotten before the commit: whether or not it is heard back.
-    for k in known.iter_mut() {
+    for k in known.borrow_mut().iter_mut() {
         k.forget(&plan);
     }
     tx.commit().await?;

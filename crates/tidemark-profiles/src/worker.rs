@@ -22,6 +22,9 @@ pub struct Worker {
     pub client: Option<Client>,
     /// How many events its next transaction takes.
     pub pace: Pace,
+    /// How many entries its next link-stage transaction takes (the link
+    /// stage runs on its connection too, `crate::links`).
+    pub link_pace: Pace,
     /// How its next transaction takes first-copy marks.
     pub marking: profiles::Marking,
     /// The persons its commits left ([`Known`]); the link stage's plans

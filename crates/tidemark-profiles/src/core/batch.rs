@@ -118,6 +118,87 @@ pub fn split(events: Vec<Event>, placed: &Placed) -> (Vec<Entry>, Vec<Event>) {
     (entries, rest)
 }
 
+/// Deals the link stage's entries (arrival order) into at most `n` groups
+/// that share no identifier and no person an identifier sits in
+/// (`placed`), each in arrival order, so the groups can be applied
+/// concurrently, each on its own connection, and commit in any order:
+/// what a link decides depends only on the persons of its identifiers,
+/// and no two groups hold one. Whole sets of entries joined through an
+/// identifier or a person are dealt, largest first, to the group with
+/// fewest entries.
+///
+/// `placed` may be behind (looked up while the workers before ran,
+/// `Ahead` in lib.rs) only for identifiers it lacks: those a worker stored
+/// since, each as a person of its own that only it reaches, so it still
+/// joins every entry that could touch that person.
+pub fn groups(entries: Vec<Entry>, placed: &Placed, n: usize) -> Vec<Vec<Entry>> {
+    let n = n.max(1);
+    // Union-find over identifiers and persons; an entry joins its own.
+    let mut node: HashMap<Node, usize> = HashMap::new();
+    let mut parent: Vec<usize> = Vec::new();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    let mut firsts = Vec::with_capacity(entries.len());
+    for e in &entries {
+        let mut first = None;
+        for id in &e.event.ids.ids {
+            let person = placed.get(id.as_str()).map(|p| Node::Person(p.0));
+            for key in std::iter::once(Node::Id(id.as_str())).chain(person) {
+                let next = parent.len();
+                let i = *node.entry(key).or_insert(next);
+                if i == next {
+                    parent.push(i);
+                }
+                match first {
+                    None => first = Some(i),
+                    Some(f) => {
+                        let (a, b) = (root(&mut parent, f), root(&mut parent, i));
+                        parent[b] = a;
+                    }
+                }
+            }
+        }
+        firsts.push(first);
+    }
+    let mut sets: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, first) in firsts.into_iter().enumerate() {
+        // An entry without identifiers touches no person: a set of its own.
+        let key = first.map_or(usize::MAX - i, |f| root(&mut parent, f));
+        sets.entry(key).or_default().push(i);
+    }
+    let mut sets: Vec<Vec<usize>> = sets.into_values().collect();
+    // Largest first (ties by first entry, so the deal is deterministic).
+    sets.sort_by_key(|s| (std::cmp::Reverse(s.len()), s[0]));
+    let mut dealt: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for set in sets {
+        let least = (0..n).min_by_key(|&g| dealt[g].len()).expect("n >= 1");
+        dealt[least].extend(set);
+    }
+    let mut group_of = vec![0; entries.len()];
+    for (g, indices) in dealt.iter().enumerate() {
+        for &i in indices {
+            group_of[i] = g;
+        }
+    }
+    let mut out: Vec<Vec<Entry>> = dealt.iter().map(|d| Vec::with_capacity(d.len())).collect();
+    for (e, g) in entries.into_iter().zip(group_of) {
+        out[g].push(e);
+    }
+    out
+}
+
+/// A node of [`groups`]' union-find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Node<'a> {
+    Id(&'a str),
+    Person(i64),
+}
+
 /// The identifiers routing looks up once the links committed: each event's
 /// primary (the one it counts for).
 pub fn primaries(events: &[Event]) -> Vec<&str> {
@@ -175,6 +256,7 @@ pub fn route(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::Entry;
     use std::hash::Hash;
 
     /// The worker of a key (a person, or an identifier or txid without one).
@@ -271,6 +353,48 @@ mod tests {
         assert_eq!(got, [(1, true), (4, true), (5, false), (6, false)]);
         let rest: Vec<u128> = rest.iter().map(num).collect();
         assert_eq!(rest, [1, 2, 3, 4, 7], "riders are counted by the workers");
+    }
+
+    #[test]
+    fn groups_share_no_identifier_and_no_person() {
+        let placed: Placed = [("user:a", (1, T0)), ("d:1", (1, T0)), ("user:c", (3, T0))]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        let entry = |e: Event| Entry {
+            event: e,
+            rider: false,
+        };
+        let entries = vec![
+            // Joined through person 1 (user:a and d:1 sit in it).
+            entry(ev(1, 1, T0, Some("a"), &[("d", "9")])),
+            entry(ev(1, 2, T0, Some("b"), &[("d", "1")])),
+            // Joined to the first through d:9, a new identifier.
+            entry(ev(1, 3, T0, Some("x"), &[("d", "9")])),
+            // On their own.
+            entry(ev(1, 4, T0, Some("c"), &[("d", "4")])),
+            entry(ev(1, 5, T0, Some("e"), &[("d", "5")])),
+        ];
+        let got = groups(entries.clone(), &placed, 3);
+        let nums: Vec<Vec<u128>> = got
+            .iter()
+            .map(|g| g.iter().map(|e| num(&e.event)).collect())
+            .collect();
+        assert_eq!(nums, [vec![1, 2, 3], vec![4], vec![5]]);
+        // Two groups: the largest set alone, the others dealt after it.
+        let got = groups(entries.clone(), &placed, 2);
+        let nums: Vec<Vec<u128>> = got
+            .iter()
+            .map(|g| g.iter().map(|e| num(&e.event)).collect())
+            .collect();
+        assert_eq!(nums, [vec![1, 2, 3], vec![4, 5]]);
+        // Without placements, persons join nothing: 2 goes alone.
+        let got = groups(entries, &Placed::new(), 4);
+        let nums: Vec<Vec<u128>> = got
+            .iter()
+            .map(|g| g.iter().map(|e| num(&e.event)).collect())
+            .collect();
+        assert_eq!(nums, [vec![1, 3], vec![2], vec![4], vec![5]]);
     }
 
     #[test]
