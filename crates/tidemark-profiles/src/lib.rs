@@ -714,6 +714,8 @@ async fn settle(
     let events = std::mem::take(&mut inflight.rest);
     let (links, rest) = core::split(events, &placed);
     inflight.links = core::groups(links, &placed, groups);
+    inflight.touched = core::touched(&inflight.links, &placed);
+    inflight.placed = Some(placed);
     inflight.rest.extend(rest);
     Ok(())
 }
@@ -730,6 +732,12 @@ struct Inflight {
     /// all in arrival order.
     settled: bool,
     rest: Vec<Event>,
+    /// Where the batch's identifiers sat before its link stage (`settle`),
+    /// and what the link stage may move: routing looks up only the rest
+    /// (`core::unmoved`). `None` when no link was looked for, or once a
+    /// connection was opened again (maybe to another server).
+    placed: Option<Placed>,
+    touched: core::Touched,
     /// Duplicates within the batch and stale copies, committed with part 0.
     judged: Counts,
     parts: Option<Vec<Option<Work>>>,
@@ -807,6 +815,9 @@ impl Process<'_> {
             w.known.clear();
         }
         self.ahead = None;
+        if let Some(i) = &mut self.inflight {
+            i.placed = None;
+        }
     }
 
     /// Enough pending for a whole batch, by count or by bytes.
@@ -866,6 +877,7 @@ impl Process<'_> {
                 // the last commits): what was read before may not be there.
                 w.known.clear();
                 self.ahead = None;
+                inflight.placed = None;
             }
         }
         let link_entries: usize = inflight.links.iter().map(Vec::len).sum();
@@ -938,11 +950,14 @@ impl Process<'_> {
         }
         let t2 = Instant::now();
         if inflight.parts.is_none() {
-            let person: HashMap<String, i64> =
-                store::persons_of(&*main, &core::primaries(&inflight.rest))
-                    .await?
-                    .into_iter()
-                    .collect();
+            let primaries = core::primaries(&inflight.rest);
+            let (mut person, ask) = match &inflight.placed {
+                Some(placed) => core::unmoved(primaries, placed, &inflight.touched),
+                None => (HashMap::new(), primaries),
+            };
+            if !ask.is_empty() {
+                person.extend(store::persons_of(&*main, &ask).await?);
+            }
             // Taken only after the query: an error there keeps the batch.
             let rest = std::mem::take(&mut inflight.rest);
             let judged = std::mem::take(&mut inflight.judged);
@@ -955,6 +970,7 @@ impl Process<'_> {
                 judged,
             );
             inflight.parts = Some(works.into_iter().map(Some).collect());
+            inflight.placed = None;
         }
         let t3 = Instant::now();
         let works = inflight.parts.as_mut().expect("routed above");
@@ -1062,6 +1078,8 @@ impl Process<'_> {
             links: Vec::new(),
             settled: false,
             rest,
+            placed: None,
+            touched: Default::default(),
             judged,
             parts: None,
             trail_from: self.trail_from(),

@@ -199,6 +199,50 @@ enum Node<'a> {
     Person(i64),
 }
 
+/// What the link stage may change of where identifiers sit: its entries'
+/// identifiers and the persons they sat in (`placed`). Only the link stage
+/// moves an identifier (a merge re-points the absorbed person's).
+#[derive(Debug, Default)]
+pub struct Touched {
+    ids: HashSet<String>,
+    persons: HashSet<i64>,
+}
+
+/// [`Touched`] of the link stage's `groups`.
+pub fn touched(groups: &[Vec<Entry>], placed: &Placed) -> Touched {
+    let mut t = Touched::default();
+    for id in groups.iter().flatten().flat_map(|e| &e.event.ids.ids) {
+        if let Some(p) = placed.get(id.as_str()) {
+            t.persons.insert(p.0);
+        }
+        t.ids.insert(id.as_str().to_owned());
+    }
+    t
+}
+
+/// Routing's persons (see [`route`]) for `primaries`, as far as `placed`
+/// (where they sat before the link stage) tells them: an identifier found
+/// there whose identifier and person the link stage did not touch sits
+/// where it sat. Returns those, and the rest to look up once the links
+/// committed: not found (maybe stored since by a worker, or by the link
+/// stage) or touched.
+pub fn unmoved<'e>(
+    primaries: Vec<&'e str>,
+    placed: &Placed,
+    touched: &Touched,
+) -> (HashMap<String, i64>, Vec<&'e str>) {
+    let (mut known, mut ask) = (HashMap::new(), Vec::new());
+    for id in primaries {
+        match placed.get(id) {
+            Some((p, _)) if !touched.ids.contains(id) && !touched.persons.contains(p) => {
+                known.insert(id.to_owned(), *p);
+            }
+            _ => ask.push(id),
+        }
+    }
+    (known, ask)
+}
+
 /// The identifiers routing looks up once the links committed: each event's
 /// primary (the one it counts for).
 pub fn primaries(events: &[Event]) -> Vec<&str> {
@@ -395,6 +439,33 @@ mod tests {
             .map(|g| g.iter().map(|e| num(&e.event)).collect())
             .collect();
         assert_eq!(nums, [vec![1, 3], vec![2], vec![4], vec![5]]);
+    }
+
+    #[test]
+    fn routing_looks_up_only_what_the_link_stage_may_have_moved() {
+        let placed: Placed = [
+            ("user:a", (1, T0)),
+            ("d:1", (1, T0)),
+            ("user:b", (2, T0)),
+            ("user:c", (3, T0)),
+            ("d:3", (3, T0)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        // Links d:1 (person 1) to user:z (new).
+        let links = vec![vec![Entry {
+            event: ev(1, 1, T0, Some("z"), &[("d", "1")]),
+            rider: false,
+        }]];
+        let t = touched(&links, &placed);
+        let primaries = vec!["user:a", "user:b", "user:c", "user:z", "user:new"];
+        let (known, ask) = unmoved(primaries, &placed, &t);
+        let want: HashMap<String, i64> =
+            [("user:b".to_owned(), 2), ("user:c".to_owned(), 3)].into();
+        assert_eq!(known, want);
+        // user:a shares person 1 with d:1; user:z is the link's own; user:new unknown.
+        assert_eq!(ask, ["user:a", "user:z", "user:new"]);
     }
 
     #[test]

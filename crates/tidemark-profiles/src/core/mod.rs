@@ -34,7 +34,9 @@ use tidemark_person::{CounterSlot, Person};
 
 use crate::intake::Event;
 
-pub use batch::{carried, groups, has_links, judge, primaries, route, split, Placed};
+pub use batch::{
+    carried, groups, has_links, judge, primaries, route, split, touched, unmoved, Placed, Touched,
+};
 pub use links::{Caps, Entry, LinkPlan, LinkStage};
 pub use pace::Pace;
 pub use work::{Known, Share, Work};

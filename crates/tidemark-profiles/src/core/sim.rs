@@ -16,8 +16,9 @@ use tidemark_wire::Txid;
 
 use super::links::LinkPlan;
 use super::{
-    carried, groups, has_links, judge, primaries, route, split, Caps, Counts, Entry, IdRow, Known,
-    Layout, LinkStage, Merge, Placed, Share, StoredId, StoredPerson, TrailRow, Work,
+    carried, groups, has_links, judge, primaries, route, split, touched, unmoved, Caps, Counts,
+    Entry, IdRow, Known, Layout, LinkStage, Merge, Placed, Share, StoredId, StoredPerson, TrailRow,
+    Work,
 };
 use crate::intake::Event;
 
@@ -356,7 +357,7 @@ impl Sim {
     /// workers apply this one, as `Process::step` does.
     pub fn batch_then(&mut self, events: Vec<Event>, next: &[Event]) {
         let (rest, judged) = judge(events, None);
-        let (links, rest) = if has_links(&rest) {
+        let (links, rest, placed) = if has_links(&rest) {
             let ids = carried(&rest);
             let placed = match self.ahead.take() {
                 None => self.db.placed(&ids),
@@ -367,9 +368,11 @@ impl Sim {
                 }
             };
             let (links, rest) = split(rest, &placed);
-            (groups(links, &placed, self.workers + 1), rest)
+            let links = groups(links, &placed, self.workers + 1);
+            let moved = touched(&links, &placed);
+            (links, rest, Some((placed, moved)))
         } else {
-            (Vec::new(), rest)
+            (Vec::new(), rest, None)
         };
         self.known.resize_with(self.workers, || Known::new(3));
         // The groups run concurrently: their transactions interleave, here
@@ -391,7 +394,18 @@ impl Sim {
                 None => false,
             });
         }
-        let person = self.db.persons_of(&primaries(&rest));
+        // Only what the link stage may have moved is looked up again.
+        let (mut person, ask) = match &placed {
+            Some((placed, moved)) => unmoved(primaries(&rest), placed, moved),
+            None => (HashMap::new(), primaries(&rest)),
+        };
+        person.extend(self.db.persons_of(&ask));
+        // What routing relies on: the persons as the links left them.
+        assert_eq!(
+            person,
+            self.db.persons_of(&primaries(&rest)),
+            "routing's persons differ from the tables'"
+        );
         let works = route(
             rest,
             &person,
