@@ -74,6 +74,9 @@ fn a_shard_and_the_profile_process_wait_for_their_database() {
     let mut shard = ShardProc::start(&late, "x", &free_endpoint(), &config_text(&[], "", ""));
     wait_logged(&profiles, "starting: database unavailable, retrying");
     wait_logged(&shard, "starting: database unavailable, retrying");
+    // Each retry line names its process.
+    wait_logged(&profiles, "starting{name=later}");
+    wait_logged(&shard, "starting{shard=x}");
     forward(&socket, real);
     wait_logged(&shard, "shard started");
     wait_logged(&profiles, "profile process started");

@@ -90,6 +90,10 @@ enum Bench {
         /// in a later batch
         #[arg(long, default_value_t = 0.0)]
         copies: f64,
+        /// The profile process's `worker_cache` (persons each worker
+        /// remembers; its default when omitted)
+        #[arg(long)]
+        worker_cache: Option<u64>,
     },
     /// Storage soak (issue 24): --days of event time in --minutes at --rate,
     /// profile tables' bytes on disk sampled as event time passes
@@ -217,6 +221,7 @@ fn main() -> anyhow::Result<()> {
             trail_fill,
             linked,
             copies,
+            worker_cache,
         } => rt
             .block_on(profiles::ingest(
                 &bin,
@@ -227,9 +232,9 @@ fn main() -> anyhow::Result<()> {
                     linked,
                     copies,
                 },
-                seconds,
-                warmup,
+                (seconds, warmup),
                 trail.then_some(trail_fill),
+                worker_cache,
             ))
             .map(drop),
         Bench::ProfileSoak {
@@ -358,6 +363,17 @@ fn proc_usage(pid: u32) -> (f64, f64) {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .unwrap_or(0.0);
     (cpu, hwm / 1024.0)
+}
+
+/// A process's resident memory now, MiB (`VmRSS`).
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
 }
 
 struct Sample {

@@ -298,9 +298,9 @@ pub async fn ingest(
     bin: &Path,
     cluster: &Cluster,
     offer: Offer,
-    seconds: u64,
-    warmup: u64,
+    (seconds, warmup): (u64, u64),
     trail: Option<i64>,
+    worker_cache: Option<u64>,
 ) -> anyhow::Result<String> {
     let Offer {
         rate,
@@ -316,12 +316,14 @@ pub async fn ingest(
     let dir = PathBuf::from("target/bench-home/profiles");
     std::fs::create_dir_all(&dir)?;
     let endpoint = "tcp://127.0.0.1:57411".to_string();
-    let extra = if trail {
-        "clock = \"wall\"\ntrail = \"7d\""
-    } else {
-        "clock = \"wall\""
-    };
-    let mut child = spawn_profiles(bin, &dir, &url, &endpoint, extra)?;
+    let mut extra = String::from("clock = \"wall\"\n");
+    if trail {
+        extra.push_str("trail = \"7d\"\n");
+    }
+    if let Some(n) = worker_cache {
+        extra.push_str(&format!("worker_cache = {n}\n"));
+    }
+    let mut child = spawn_profiles(bin, &dir, &url, &endpoint, &extra)?;
     let c = tidemark_store::connect(&url).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
@@ -360,7 +362,8 @@ pub async fn ingest(
         last = (a, now);
     }
     let (a1, el) = (applied(&c).await?, t0.elapsed().as_secs_f64());
-    let (cpu1, pg1) = (proc_usage(child.id()).0, postgres_cpu());
+    let ((cpu1, peak), pg1) = (proc_usage(child.id()), postgres_cpu());
+    let rss = crate::rss_mib(child.id());
     let xacts = xacts.report().await?;
     stop.store(true, Ordering::Relaxed);
     let _ = publisher.join();
@@ -376,7 +379,7 @@ pub async fn ingest(
     let summary = format!(
         "sustained {sustained:.0} events/s over {el:.0}s (worst 10s interval {worst:.0}/s); published {total}, applied {final_applied} ({} missing after catch-up {:.1}s); \
          CPU over the measured window: profile process {:.0}%, PostgreSQL {:.0}% (of one core); \
-         {} persons of {} identifiers ({} merges), profile row {:.0} bytes avg, profiles table {:.0} MB\n  {xacts}",
+         profile process RSS at the window's end {rss:.0} MiB (peak {peak:.0} MiB); {} persons of {} identifiers ({} merges), profile row {:.0} bytes avg, profiles table {:.0} MB\n  {xacts}",
         total - final_applied,
         caught.elapsed().as_secs_f64(),
         100.0 * (cpu1 - cpu0) / el,
@@ -546,7 +549,7 @@ pub async fn read_bench(
         None
     };
     let cluster = own.as_ref().unwrap_or(cluster);
-    let url = ingest(bin, cluster, offer, 30, 5, None).await?;
+    let url = ingest(bin, cluster, offer, (30, 5), None, None).await?;
     let read_url = match &own {
         Some(c) => c.standby().url_for("bench_profiles"),
         None => url.clone(),

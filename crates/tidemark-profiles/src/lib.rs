@@ -40,6 +40,7 @@ use tidemark_person::CounterSlot;
 use tidemark_store::StoreError;
 use tokio::sync::mpsc;
 use tokio_postgres::Client;
+use tracing::Instrument;
 
 use crate::core::{Caps, Counts, Entry, Layout, Pace, Placed, Work};
 pub use config::{Config, ConfigError, CounterDef};
@@ -128,6 +129,8 @@ pub async fn run(
         },
         |e| *run_counts.entry(db_errors(e)).or_default() += 1,
     )
+    // Its retry lines name the process, as its other lines do.
+    .instrument(tracing::info_span!("starting", name = %config.name))
     .await;
     let Some(started) = started else {
         tracing::info!("profile process stopped before it started");
@@ -293,7 +296,7 @@ fn refused(e: &StoreError, unknown_failures: &mut u32, closed: bool) -> bool {
 /// `quarantine_max` rows) and counted, in one transaction; returns the
 /// reason counted.
 async fn set_aside(
-    main: &mut Client,
+    client: &mut Client,
     config: &Config,
     e: &Event,
     error: &StoreError,
@@ -301,7 +304,7 @@ async fn set_aside(
 ) -> Result<&'static str, StoreError> {
     let topic = format!("{}-{}", config.types[e.type_index], e.txid.as_str());
     let why = error.to_string();
-    let tx = main.transaction().await?;
+    let tx = client.transaction().await?;
     let kept = store::quarantine(
         &tx,
         &topic,
@@ -532,7 +535,6 @@ impl Step for Process<'_> {
     }
 }
 
-/// A worker connection's `application_name`.
 /// How link-stage transactions are paced at first, on any connection.
 fn link_pace(config: &Config) -> Pace {
     Pace::new(
@@ -542,6 +544,7 @@ fn link_pace(config: &Config) -> Pace {
     )
 }
 
+/// A worker connection's `application_name`.
 fn worker_name(process: &str, index: usize) -> String {
     format!("tidemark profiles {process}: worker {index}")
 }
@@ -720,9 +723,9 @@ async fn settle(
     Ok(())
 }
 
-/// A batch in flight: first its link-carrying events (one transaction on the
-/// coordinator's connection), then the rest, routed by person once the links
-/// are committed, per worker until each part commits.
+/// A batch in flight: first its link-carrying events (in groups, one per
+/// connection), then the rest, routed by person once the links are
+/// committed, per worker until each part commits.
 struct Inflight {
     /// The link stage's entries not yet committed, in groups that share no
     /// identifier and no person (`core::groups`), one per connection (the
@@ -774,9 +777,11 @@ struct Process<'a> {
     saved: Saved,
     tally: Tally,
     run_counts: BTreeMap<String, i64>,
-    /// How many entries the next link-stage transaction takes.
+    /// How many entries the coordinator's next link-stage transaction
+    /// takes (each worker keeps its own).
     link_pace: Pace,
-    /// How the next link-stage transaction takes first-copy marks.
+    /// How the coordinator's next link-stage transaction takes first-copy
+    /// marks (a worker's link group shares its worker's).
     link_marking: store::Marking,
     /// `profile_seen`'s partitions, per type position.
     marks: BTreeMap<i16, Spans>,
@@ -872,7 +877,17 @@ impl Process<'_> {
         for w in &mut self.workers {
             if w.client.as_ref().is_none_or(|c| c.is_closed()) {
                 let name = worker_name(&self.config.name, w.index as usize);
-                w.client = tidemark_store::connect_as(url, &name).await.ok();
+                w.client = match tidemark_store::connect_as(url, &name).await {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        // The step fails on it; the retry backs off.
+                        tracing::warn!(
+                            worker = w.index,
+                            "could not reopen a worker's connection: {e}"
+                        );
+                        None
+                    }
+                };
                 // Maybe another server now (a promoted standby that missed
                 // the last commits): what was read before may not be there.
                 w.known.clear();
@@ -907,6 +922,7 @@ impl Process<'_> {
                 known.push(&mut w.known);
             }
             let known = std::cell::RefCell::new(known);
+            let stop = std::cell::Cell::new(false);
             let (config, layout, failures) = (&self.config, &self.layout, self.unknown_failures);
             let trail_from = inflight.trail_from;
             let done = futures_util::future::join_all(
@@ -920,7 +936,10 @@ impl Process<'_> {
                             trail_from,
                             counts_row: row,
                         };
-                        links::apply_group(conn, config, layout, stage, group, &known, failures)
+                        let (known, stop) = (&known, &stop);
+                        links::apply_group(
+                            conn, config, layout, stage, group, known, stop, failures,
+                        )
                     }),
             )
             .await;

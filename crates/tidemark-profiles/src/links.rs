@@ -1,21 +1,19 @@
 //! The link stage (SPEC 11 "Persons and links"): every event of a batch
-//! that carries several identifiers is applied here, in arrival order, in one
-//! transaction on the coordinator's connection, before the workers run.
+//! that may link (it carries several identifiers not already in one
+//! person), with its riders, is applied here before the workers run.
 //!
-//! This is how merges are serialised: links are decided by one stage that
-//! sees them in order, and the workers, which count single-identifier events
-//! in parallel, start only after it committed and are routed by the persons
-//! it left. What a transaction decides is `core`'s ([`LinkStage`]: links,
-//! riders, caps, refusals, blocklist, masters, merge log); this module runs
-//! it: the first-copy marks, one load, fresh person numbers, the plan's
+//! This is how merges are kept apart: the entries are dealt into groups
+//! that share no identifier and no person (`core::groups`), one per
+//! connection (the coordinator's and each worker's, idle until the link
+//! stage commits); the groups run concurrently, each in arrival order in
+//! its own paced transactions ([`apply_group`]), and the workers start
+//! only after every group committed, routed by the persons they left. What
+//! a transaction decides is `core`'s ([`LinkStage`]: links, riders, caps,
+//! refusals, blocklist, masters, merge log); this module runs it: the
+//! first-copy marks, one load, fresh person numbers, the plan's
 //! statements, one commit.
-//!
-//! A batch's entries are dealt into groups that share no identifier and no
-//! person (`core::groups`), one per connection (the coordinator's and each
-//! worker's, idle until the link stage commits): the groups run
-//! concurrently, each in its own paced transactions ([`apply_group`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -53,7 +51,8 @@ pub struct GroupDone {
 /// Applies `entries` (one group, arrival order) on `conn` in paced
 /// transactions, each committed one leaving `entries`; a transaction the
 /// database refuses for what it holds is halved until the refused entry is
-/// alone and set aside.
+/// alone and set aside. Any other error stops it and, between their
+/// transactions, every other group (`stop`).
 #[allow(clippy::too_many_arguments)]
 pub async fn apply_group(
     conn: Conn<'_>,
@@ -62,6 +61,7 @@ pub async fn apply_group(
     stage: Stage,
     entries: &mut Vec<Entry>,
     known: &RefCell<Vec<&mut Known>>,
+    stop: &Cell<bool>,
     mut unknown_failures: u32,
 ) -> GroupDone {
     let mut done = GroupDone {
@@ -78,6 +78,14 @@ pub async fn apply_group(
     };
     let mut limit = conn.pace.events();
     while !entries.is_empty() {
+        if stop.get() {
+            // Another group failed (perhaps the coordinator's connection,
+            // and the profile lock with it): the retry takes up the rest.
+            done.result = Err(StoreError::Pool(
+                "stopped: another link group failed".into(),
+            ));
+            break;
+        }
         let n = entries.len().min(limit);
         let started = Instant::now();
         let applied = apply(client, layout, stage, &entries[..n], conn.marking, known).await;
@@ -107,12 +115,14 @@ pub async fn apply_group(
                         entries.remove(0);
                     }
                     Err(e) => {
+                        stop.set(true);
                         done.result = Err(e);
                         break;
                     }
                 }
             }
             Err(e) => {
+                stop.set(true);
                 done.result = Err(e);
                 break;
             }

@@ -137,16 +137,20 @@ pub async fn add_counts<'a>(
 
 /// Keeps an event the database refused on its own in
 /// `tidemark.profile_quarantine` unless it already holds `max` rows;
-/// returns whether it was kept.
+/// returns whether it was kept. Concurrent callers (link groups run on
+/// several connections) are serialised by a table lock held to `tx`'s end,
+/// so the count they see is the count they add to; readers do not wait.
 pub async fn quarantine(
-    c: &impl GenericClient,
+    tx: &Transaction<'_>,
     topic: &str,
     payload: &str,
     reason: &str,
     sqlstate: Option<&str>,
     max: i64,
 ) -> Result<bool, StoreError> {
-    let n = c
+    tx.batch_execute("LOCK TABLE tidemark.profile_quarantine IN SHARE ROW EXCLUSIVE MODE")
+        .await?;
+    let n = tx
         .execute(
             "INSERT INTO tidemark.profile_quarantine (topic, payload, reason, sqlstate)
              SELECT $1, $2, $3, $4
@@ -608,8 +612,8 @@ pub async fn record_seen(
 /// plain insert that meets one is work thrown away.
 pub const CAREFUL_BATCHES: u32 = 16;
 
-/// How the next batch's marks are taken ([`take_marks`]): one per worker and
-/// one for the link stage.
+/// How the next batch's marks are taken ([`take_marks`]): one per
+/// connection (a worker's link group shares its worker's).
 #[derive(Debug, Default)]
 pub struct Marking {
     careful: u32,

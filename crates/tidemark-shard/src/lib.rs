@@ -32,6 +32,7 @@ use tidemark_intake::{drive, Failure, Step, Stopped};
 use crate::store::state;
 use tidemark_store::StoreError;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 pub use config::{ClockKind, Config, ConfigError};
 use counters::Counters;
@@ -99,6 +100,8 @@ pub async fn run(
         },
         |e| counters.add(tidemark_store::telemetry::Counter::db_errors(e.class()), 1),
     )
+    // Its retry lines name the shard, as the shard's other lines do.
+    .instrument(tracing::info_span!("starting", shard = %config.name))
     .await;
     let Some(writer) = started else {
         tracing::info!(shard = config.name, "shard stopped before it started");

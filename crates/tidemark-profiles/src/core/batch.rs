@@ -60,7 +60,7 @@ pub fn carried(events: &[Event]) -> Vec<&str> {
 /// events (arrival order). An event carrying several identifiers that all
 /// sit in one stored person already links nothing wherever it falls (links
 /// are never undone), so the workers count it in parallel with the rest;
-/// the serial link stage keeps only events that may create identifiers or
+/// the link stage keeps only events that may create identifiers or
 /// merge (a person's devices seen again, the common case, never reach it).
 ///
 /// Riders: an event left to the workers that arrived before the batch's

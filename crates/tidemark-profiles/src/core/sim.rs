@@ -326,6 +326,9 @@ pub struct Sim {
     /// The next batch's placements, looked up while the workers ran
     /// (`Ahead` in lib.rs): identifiers asked, those found.
     ahead: Option<(HashSet<String>, Placed)>,
+    /// The identifiers and persons the last link-stage transaction read
+    /// or wrote.
+    touched: (HashSet<String>, HashSet<i64>),
 }
 
 impl Sim {
@@ -344,6 +347,7 @@ impl Sim {
             hasher: Default::default(),
             known: Vec::new(),
             ahead: None,
+            touched: Default::default(),
         }
     }
 
@@ -377,22 +381,43 @@ impl Sim {
         self.known.resize_with(self.workers, || Known::new(3));
         // The groups run concurrently: their transactions interleave, here
         // the last group's first, so their order is not arrival order.
-        let mut chunks: Vec<std::slice::Chunks<Entry>> = links
+        type Group<'a> = (std::slice::Chunks<'a, Entry>, HashSet<String>, HashSet<i64>);
+        let mut chunks: Vec<Group> = links
             .iter()
             .rev()
-            .map(|g| g.chunks(self.link_chunk))
+            .map(|g| (g.chunks(self.link_chunk), HashSet::new(), HashSet::new()))
             .collect();
+        let mut done = Vec::new();
         while !chunks.is_empty() {
-            chunks.retain_mut(|group| match group.next() {
+            chunks.retain_mut(|(group, ids, persons)| match group.next() {
                 Some(chunk) => {
                     let plan = self.links(chunk);
                     for k in &mut self.known {
                         k.forget(&plan);
                     }
+                    let (i, p) = std::mem::take(&mut self.touched);
+                    ids.extend(i);
+                    persons.extend(p);
                     true
                 }
-                None => false,
+                None => {
+                    done.push((std::mem::take(ids), std::mem::take(persons)));
+                    false
+                }
             });
+        }
+        // What lets them run at once: no row read or written by two groups.
+        for (i, (ids, persons)) in done.iter().enumerate() {
+            for (other_ids, other_persons) in &done[i + 1..] {
+                assert!(
+                    ids.is_disjoint(other_ids),
+                    "two link groups hold one identifier"
+                );
+                assert!(
+                    persons.is_disjoint(other_persons),
+                    "two link groups hold one person"
+                );
+            }
         }
         // Only what the link stage may have moved is looked up again.
         let (mut person, ask) = match &placed {
@@ -452,7 +477,15 @@ impl Sim {
         let all = stage.identifiers();
         let loaded = self.db.load(&all);
         let fresh = self.db.new_persons(all.len() - loaded.len());
+        // The rows this transaction reads or writes, by identifier and person.
+        self.touched.0 = all.iter().map(|i| i.to_string()).collect();
+        self.touched.1 = loaded.iter().map(|s| s.person.person).collect();
         let plan = stage.plan(loaded, fresh);
+        self.touched.0.extend(plan.ids.iter().map(|r| r.id.clone()));
+        self.touched.1.extend(plan.persons.iter().map(|p| p.person));
+        self.touched
+            .1
+            .extend(plan.absorbed.iter().flat_map(|&(a, b)| [a, b]));
         let (absorbed, survivors): (Vec<i64>, Vec<i64>) = plan.absorbed.iter().copied().unzip();
         self.db.absorb(&absorbed, &survivors);
         self.db.upsert_ids(&plan.ids);
