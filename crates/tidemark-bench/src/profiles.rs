@@ -323,6 +323,8 @@ pub async fn ingest(
     if let Some(n) = worker_cache {
         extra.push_str(&format!("worker_cache = {n}\n"));
     }
+    let metrics = "127.0.0.1:57413";
+    extra.push_str(&format!("metrics_addr = \"{metrics}\"\n"));
     let mut child = spawn_profiles(bin, &dir, &url, &endpoint, &extra)?;
     let c = tidemark_store::connect(&url).await?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -364,6 +366,7 @@ pub async fn ingest(
     let (a1, el) = (applied(&c).await?, t0.elapsed().as_secs_f64());
     let ((cpu1, peak), pg1) = (proc_usage(child.id()), postgres_cpu());
     let rss = crate::rss_mib(child.id());
+    let remembered = remembered(metrics).unwrap_or(-1.0);
     let xacts = xacts.report().await?;
     stop.store(true, Ordering::Relaxed);
     let _ = publisher.join();
@@ -379,7 +382,7 @@ pub async fn ingest(
     let summary = format!(
         "sustained {sustained:.0} events/s over {el:.0}s (worst 10s interval {worst:.0}/s); published {total}, applied {final_applied} ({} missing after catch-up {:.1}s); \
          CPU over the measured window: profile process {:.0}%, PostgreSQL {:.0}% (of one core); \
-         profile process RSS at the window's end {rss:.0} MiB (peak {peak:.0} MiB); {} persons of {} identifiers ({} merges), profile row {:.0} bytes avg, profiles table {:.0} MB\n  {xacts}",
+         profile process RSS at the window's end {rss:.0} MiB (peak {peak:.0} MiB), workers remembering {remembered:.0} persons; {} persons of {} identifiers ({} merges), profile row {:.0} bytes avg, profiles table {:.0} MB\n  {xacts}",
         total - final_applied,
         caught.elapsed().as_secs_f64(),
         100.0 * (cpu1 - cpu0) / el,
@@ -392,6 +395,21 @@ pub async fn ingest(
     );
     println!("{summary}");
     Ok(url)
+}
+
+/// The profile process's `worker_cache_persons`, from its metrics.
+fn remembered(addr: &str) -> anyhow::Result<f64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)?;
+    body.lines()
+        .find(|l| l.starts_with("tidemark_profiles_worker_cache_persons"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no worker_cache_persons in the metrics"))
 }
 
 /// A trail table already holding 7 days (issue 24: a run from an empty

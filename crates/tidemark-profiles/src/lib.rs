@@ -1253,6 +1253,13 @@ impl Process<'_> {
             &[("profiles", name)],
             pending,
         ));
+        let remembered: usize = self.workers.iter().map(|w| w.known.persons()).sum();
+        v.push(gauge(
+            "worker_cache_persons",
+            "stored persons the workers remember (at most workers x worker_cache)",
+            &[("profiles", name)],
+            remembered as f64,
+        ));
         v
     }
 

@@ -114,6 +114,11 @@ impl Known {
         }
     }
 
+    /// How many persons it holds.
+    pub fn persons(&self) -> usize {
+        self.persons.len()
+    }
+
     /// Forgets everything.
     pub fn clear(&mut self) {
         self.ids.clear();
