@@ -344,16 +344,13 @@ mod tests {
             ["d:1", "d:2", "d:3", "e:3", "user:a", "user:b", "user:c"]
         );
         // user:a and d:1 already one person; user:b and d:2 two; d:3 new.
-        let placed: Placed = [
+        let placed = placed(&[
             ("user:a", (1, T0)),
             ("d:1", (1, T0)),
             ("user:b", (2, T0)),
             ("d:2", (3, T0)),
             ("e:3", (4, T0)),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
+        ]);
         let (entries, rest) = split(events, &placed);
         let txids = |v: Vec<&Event>| -> Vec<u128> { v.iter().map(|e| num(e)).collect() };
         assert_eq!(txids(entries.iter().map(|e| &e.event).collect()), [2, 4]);
@@ -364,20 +361,22 @@ mod tests {
         assert_eq!(txids(rest.iter().collect()), [1, 3]);
     }
 
+    /// Placements from `(identifier, (person, first ts))`.
+    fn placed(rows: &[(&str, (i64, i64))]) -> Placed {
+        rows.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
     fn num(e: &Event) -> u128 {
         u128::from_str_radix(&e.txid.as_str()[..20], 16).unwrap()
     }
 
     #[test]
     fn riders_are_events_before_the_last_link_that_lower_a_merging_first_ts() {
-        let placed: Placed = [
+        let placed = placed(&[
             ("user:a", (1, T0 + 100)),
             ("user:b", (2, T0 + 50)),
             ("user:c", (3, T0 + 100)),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
+        ]);
         let events = vec![
             // Lowers user:a, whose person merges below: rides.
             ev(1, 1, T0 + 10, Some("a"), &[]),
@@ -401,10 +400,7 @@ mod tests {
 
     #[test]
     fn groups_share_no_identifier_and_no_person() {
-        let placed: Placed = [("user:a", (1, T0)), ("d:1", (1, T0)), ("user:c", (3, T0))]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect();
+        let placed = placed(&[("user:a", (1, T0)), ("d:1", (1, T0)), ("user:c", (3, T0))]);
         let entry = |e: Event| Entry {
             event: e,
             rider: false,
@@ -443,16 +439,13 @@ mod tests {
 
     #[test]
     fn routing_looks_up_only_what_the_link_stage_may_have_moved() {
-        let placed: Placed = [
+        let placed = placed(&[
             ("user:a", (1, T0)),
             ("d:1", (1, T0)),
             ("user:b", (2, T0)),
             ("user:c", (3, T0)),
             ("d:3", (3, T0)),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
+        ]);
         // Links d:1 (person 1) to user:z (new).
         let links = vec![vec![Entry {
             event: ev(1, 1, T0, Some("z"), &[("d", "1")]),
