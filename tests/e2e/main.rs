@@ -20,6 +20,7 @@ mod marks;
 mod profiles;
 mod shard;
 mod starting;
+mod statistics;
 mod status;
 mod tls;
 mod trails;

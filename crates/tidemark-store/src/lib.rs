@@ -136,8 +136,10 @@ impl LockWaits {
 /// TABLE` head and `options` its `WITH (…)`, if any), `then` run on it (its
 /// own indexes), and it is attached, which takes only SHARE UPDATE EXCLUSIVE
 /// on the parent: inserts and reads of the parent, and an operator's open
-/// transaction on it, neither wait for it nor make it wait. Idempotent;
-/// under [`ddl`]'s lock bound.
+/// transaction on it, neither wait for it nor make it wait. The child gets
+/// the parent's per-column statistics targets (`SET STATISTICS`), which
+/// neither `LIKE` nor attaching copies. Idempotent; under [`ddl`]'s lock
+/// bound.
 pub async fn create_partition(
     c: &tokio_postgres::Client,
     create: &str,
@@ -151,6 +153,14 @@ pub async fn create_partition(
     let sql = format!(
         "{create} IF NOT EXISTS {child} (LIKE {parent} INCLUDING ALL EXCLUDING INDEXES) {options};
          {then};
+         DO $targets$ DECLARE a record; BEGIN
+           FOR a IN SELECT attname, attstattarget FROM pg_attribute
+                    WHERE attrelid = '{parent}'::regclass AND attnum > 0
+                      AND NOT attisdropped AND attstattarget >= 0 LOOP
+             EXECUTE format('ALTER TABLE {child} ALTER COLUMN %I SET STATISTICS %s',
+                            a.attname, a.attstattarget);
+           END LOOP;
+         END $targets$;
          DO $attach$ BEGIN
            IF NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = '{child}'::regclass) THEN
              EXECUTE $sql${attach}$sql$;

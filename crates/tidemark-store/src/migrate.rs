@@ -78,6 +78,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "trail_chunks",
         include_str!("../../../sql/V0015__trail_chunks.sql"),
     ),
+    (
+        16,
+        "payload_statistics",
+        include_str!("../../../sql/V0016__payload_statistics.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.

@@ -3,7 +3,7 @@
 //! link given to the link stage with their riders, the rest routed by
 //! person to the workers.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 
 use super::{Counts, Entry, Work};
@@ -48,11 +48,15 @@ pub fn has_links(events: &[Event]) -> bool {
 /// The identifiers the batch carries, each once, sorted: what [`split`]
 /// needs placed.
 pub fn carried(events: &[Event]) -> Vec<&str> {
-    let ids: BTreeSet<&str> = events
+    // One unstable sort of a flat vector: a `BTreeSet` sorted stably and
+    // built nodes, 7% of the process's CPU under linked ingest.
+    let mut ids: Vec<&str> = events
         .iter()
         .flat_map(|e| e.ids.ids.iter().map(|i| i.as_str()))
         .collect();
-    ids.into_iter().collect()
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
 /// Splits a batch (arrival order) between the link stage and the workers;
