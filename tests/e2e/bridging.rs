@@ -208,6 +208,15 @@ fn links_from_several_publishers_keep_the_invariants() {
     let merges = query_i64(&db.url, "SELECT count(*) FROM tidemark.profile_merges").unwrap();
     assert_eq!(persons.len() as i64, want.len() as i64 - merges);
     assert!(merges > 50, "the stream merges persons ({merges})");
+    // The link stage ran in several groups at once (one per connection,
+    // `core::groups`): each group counts its merges under its connection's
+    // row, so merges committed under two or more rows.
+    let merging = query_i64(
+        &db.url,
+        "SELECT count(DISTINCT worker) FROM tidemark.profile_counts WHERE reason = 'merges' AND n > 0",
+    )
+    .unwrap();
+    assert!(merging >= 2, "merges committed by {merging} link group(s)");
     let mut master_of_component: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for members in persons.values() {
         let size: usize = members[0][4].clone().unwrap().parse().unwrap();
