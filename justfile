@@ -78,12 +78,12 @@ bench-soak days="10" minutes="30":
     cargo build --release --workspace
     target/release/tidemark-bench profile-soak --days {{days}} --minutes {{minutes}}
 
-# Issue 11: chain, tree and star link shapes (longest transaction each), linked ingest
-# (persons with several devices and a member login), reads under linked load
+# Issues 11 and 24: chain, tree and star link shapes (longest transaction each), linked ingest
+# with trails (persons with several devices and a member login), reads under linked load
 bench-links seconds="120":
     cargo build --release --workspace
     target/release/tidemark-bench link-shapes
-    target/release/tidemark-bench profile-ingest --linked --rate 40000 --seconds {{seconds}} --warmup 10
+    target/release/tidemark-bench profile-ingest --linked --trail --rate 40000 --seconds {{seconds}} --warmup 10
     target/release/tidemark-bench profile-read --linked
 
 # Issue 23: messages per second through `tidemark proxy` (its own forwarding loop);
