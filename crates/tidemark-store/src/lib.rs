@@ -153,16 +153,16 @@ pub async fn create_partition(
     let sql = format!(
         "{create} IF NOT EXISTS {child} (LIKE {parent} INCLUDING ALL EXCLUDING INDEXES) {options};
          {then};
-         DO $targets$ DECLARE a record; BEGIN
-           FOR a IN SELECT attname, attstattarget FROM pg_attribute
-                    WHERE attrelid = '{parent}'::regclass AND attnum > 0
-                      AND NOT attisdropped AND attstattarget >= 0 LOOP
-             EXECUTE format('ALTER TABLE {child} ALTER COLUMN %I SET STATISTICS %s',
-                            a.attname, a.attstattarget);
-           END LOOP;
-         END $targets$;
-         DO $attach$ BEGIN
+         DO $attach$ DECLARE a record; BEGIN
            IF NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = '{child}'::regclass) THEN
+             -- Only before attaching: on a partition in use, the ALTER
+             -- would queue behind its autovacuum.
+             FOR a IN SELECT attname, attstattarget FROM pg_attribute
+                      WHERE attrelid = '{parent}'::regclass AND attnum > 0
+                        AND NOT attisdropped AND attstattarget >= 0 LOOP
+               EXECUTE format('ALTER TABLE {child} ALTER COLUMN %I SET STATISTICS %s',
+                              a.attname, a.attstattarget);
+             END LOOP;
              EXECUTE $sql${attach}$sql$;
            END IF;
          END $attach$"
