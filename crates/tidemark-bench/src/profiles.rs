@@ -446,9 +446,12 @@ async fn prefill_trail(url: &str, per_day: i64, persons: i64) -> anyhow::Result<
     // The 7 days before today, packed as the process packs them an hour
     // after each ends.
     pack_days(&mut c, (1..=7).map(|d| today - d * DAY)).await?;
+    let t = Instant::now();
+    crate::store::checkpoint(&c).await?;
     println!(
-        "trail table packed: {:.0} MB",
-        crate::store::trail_bytes(&c).await? as f64 / 1e6
+        "trail table packed: {:.0} MB (checkpointed in {:.1}s)",
+        crate::store::trail_bytes(&c).await? as f64 / 1e6,
+        t.elapsed().as_secs_f64()
     );
     Ok(())
 }
