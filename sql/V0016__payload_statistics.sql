@@ -3,10 +3,11 @@
 -- its threshold), and for array columns ANALYZE builds element statistics:
 -- sorting and hashing every element of 30,000 sampled rows. No query
 -- filters, joins or groups on these columns, so the statistics were never
--- read; they cost about a sixth of PostgreSQL's CPU under linked ingest
--- with trails (docs/benchmarks.md). A target of 0 makes ANALYZE skip the
--- column. Partitions made later copy their parent's targets
--- (`tidemark_store::create_partition`); this recurses into today's.
+-- read. ANALYZE was about a fifth of PostgreSQL's CPU under linked ingest
+-- with trails, most of it these columns (docs/benchmarks.md). A target of
+-- 0 makes ANALYZE skip the column. Partitions made later copy their
+-- parent's targets (`tidemark_store::create_partition`); this recurses
+-- into today's.
 ALTER TABLE tidemark.profiles
     ALTER COLUMN counter_values SET STATISTICS 0,
     ALTER COLUMN counter_refs SET STATISTICS 0,

@@ -356,21 +356,20 @@ fn proc_usage(pid: u32) -> (f64, f64) {
     };
     // Fields after the command name: utime is the 12th, stime the 13th (0-based 11, 12).
     let cpu = (ticks(11) + ticks(12)) / 100.0;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let hwm = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .unwrap_or(0.0);
-    (cpu, hwm / 1024.0)
+    (cpu, memory_mib(pid, "VmHWM:"))
 }
 
 /// A process's resident memory now, MiB (`VmRSS`).
 fn rss_mib(pid: u32) -> f64 {
+    memory_mib(pid, "VmRSS:")
+}
+
+/// A `/proc/<pid>/status` memory line (`key`, in kB), MiB; 0 if absent.
+fn memory_mib(pid: u32, key: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .unwrap_or(0.0)
         / 1024.0

@@ -397,19 +397,14 @@ pub async fn ingest(
     Ok(url)
 }
 
-/// The profile process's `worker_cache_persons`, from its metrics.
-fn remembered(addr: &str) -> anyhow::Result<f64> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
-    let mut body = String::new();
-    s.read_to_string(&mut body)?;
-    body.lines()
-        .find(|l| l.starts_with("tidemark_profiles_worker_cache_persons"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no worker_cache_persons in the metrics"))
+/// The profile process's (named `bench`) `worker_cache_persons`, from its
+/// metrics.
+fn remembered(addr: &str) -> Option<f64> {
+    let text = tidemark_testkit::try_scrape(addr)?;
+    tidemark_testkit::metric(
+        &text,
+        "tidemark_profiles_worker_cache_persons{profiles=\"bench\"}",
+    )
 }
 
 /// A trail table already holding 7 days (issue 24: a run from an empty
