@@ -450,3 +450,49 @@ fn a_first_run_over_txids_spread_across_years_makes_few_partitions() {
     let stale = profile_count(&db, "stale").unwrap_or(0);
     assert_eq!(stale, 0, "nothing stale before the first tick");
 }
+
+/// `quarantine_max` holds when link groups on several connections
+/// quarantine at once (the second waits for the first's commit, then sees
+/// its row), and an operator's open transaction on the table (a `DELETE`
+/// not yet committed) holds no one up.
+#[test]
+fn quarantine_keeps_its_bound_across_connections_and_waits_for_no_operator() {
+    use tidemark_profiles::store::quarantine;
+    let db = TestDb::new("quarantine_lock");
+    let url = db.url.clone();
+    tidemark_testkit::block_on(async move {
+        let connect = || tidemark_store::connect(&url);
+        let (mut a, mut b, operator) = (
+            connect().await.unwrap(),
+            connect().await.unwrap(),
+            connect().await.unwrap(),
+        );
+        operator
+            .batch_execute("BEGIN; DELETE FROM tidemark.profile_quarantine WHERE false")
+            .await
+            .unwrap();
+        let first = a.transaction().await.unwrap();
+        let kept = tokio::time::timeout(
+            Duration::from_secs(5),
+            quarantine(&first, "click-a", "{}", "refused", Some("22P02"), 1),
+        )
+        .await
+        .expect("not held up by the operator's transaction")
+        .unwrap();
+        assert!(kept);
+        let second = b.transaction().await.unwrap();
+        {
+            let later = quarantine(&second, "click-b", "{}", "refused", Some("22P02"), 1);
+            tokio::pin!(later);
+            // It waits for the first transaction...
+            assert!(tokio::time::timeout(Duration::from_millis(300), &mut later)
+                .await
+                .is_err());
+            first.commit().await.unwrap();
+            // ...then finds the table full.
+            assert!(!later.await.unwrap());
+        }
+        second.commit().await.unwrap();
+        operator.batch_execute("COMMIT").await.unwrap();
+    });
+}

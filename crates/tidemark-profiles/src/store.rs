@@ -20,6 +20,9 @@ pub use crate::core::{IdRow, Merge, StoredId, StoredPerson, TrailRow};
 /// Advisory-lock key of the profile database's owner ("tdmkprof").
 const PROFILE_LOCK: i64 = 0x7464_6d6b_7072_6f66;
 
+/// Taken by [`quarantine`] for its transaction ("tdmkqrnt").
+const QUARANTINE_LOCK: i64 = 0x7464_6d6b_7172_6e74;
+
 pub use crate::days::DAY_MS;
 use crate::days::{day_of, Part};
 
@@ -138,8 +141,10 @@ pub async fn add_counts<'a>(
 /// Keeps an event the database refused on its own in
 /// `tidemark.profile_quarantine` unless it already holds `max` rows;
 /// returns whether it was kept. Concurrent callers (link groups run on
-/// several connections) are serialised by a table lock held to `tx`'s end,
-/// so the count they see is the count they add to; readers do not wait.
+/// several connections) are serialised by an advisory lock held to `tx`'s
+/// end, so the count they see is the count they add to. Not a table lock:
+/// an operator's open transaction that deleted rows would hold ingest
+/// behind it.
 pub async fn quarantine(
     tx: &Transaction<'_>,
     topic: &str,
@@ -148,7 +153,7 @@ pub async fn quarantine(
     sqlstate: Option<&str>,
     max: i64,
 ) -> Result<bool, StoreError> {
-    tx.batch_execute("LOCK TABLE tidemark.profile_quarantine IN SHARE ROW EXCLUSIVE MODE")
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&QUARANTINE_LOCK])
         .await?;
     let n = tx
         .execute(
