@@ -10,6 +10,7 @@ mod demo;
 mod deploy;
 mod exact;
 mod examples;
+mod failover;
 mod floods;
 mod guide;
 mod hostile;

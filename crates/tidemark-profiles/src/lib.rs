@@ -576,6 +576,11 @@ async fn reopen_main(
         },
         Ok(c) => {
             grace.taken();
+            // Said once per loss: with a host list this may be another
+            // server (docs/operations.md, failover).
+            tracing::warn!(
+                "the database connection was lost; reconnected, forgetting what was read"
+            );
             Ok(c)
         }
         other => other,

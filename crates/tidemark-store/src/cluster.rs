@@ -460,6 +460,27 @@ impl Cluster {
         )
     }
 
+    /// Makes this standby a primary (`pg_ctl promote`), starting it first
+    /// if it is stopped, with or without its primary: a failover drill. It
+    /// keeps what it had replayed; its old primary must not run again beside
+    /// it (their histories part), so `destroy` the home afterwards.
+    pub fn promote(&self) -> Result<(), ClusterError> {
+        if !self.standby {
+            return Err(ClusterError::Command {
+                what: "promote".into(),
+                detail: "only a standby is promoted".into(),
+            });
+        }
+        let _lock = self.lock()?;
+        if !self.pg_ctl(&["status"])?.status.success() {
+            self.start()?;
+        }
+        self.checked(
+            self.pg_ctl(&["promote", "-w", "-t", "120"])?,
+            "pg_ctl promote",
+        )
+    }
+
     /// Stops the server and deletes the cluster's files.
     pub fn destroy(&self) -> Result<(), ClusterError> {
         if !self.standby {

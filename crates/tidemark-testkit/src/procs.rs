@@ -90,6 +90,9 @@ impl ShardProc {
             db.url
         );
         std::fs::write(&config, toml).unwrap();
+        // A log of an earlier run would answer this run's assertions; a
+        // restart appends.
+        let _ = std::fs::remove_file(config.with_extension("log"));
         ShardProc::spawn(config, name, command, env)
     }
 

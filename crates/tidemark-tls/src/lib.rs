@@ -311,6 +311,11 @@ mod tests {
         let t = parse("postgres://u@h:5433/db?sslmode=disable&application_name=x").unwrap();
         assert_eq!(t.config.get_application_name(), Some("x"));
         assert_eq!(t.config.get_ports(), &[5433]);
+        // libpq's host list of sockets, one server on each.
+        let t = parse("postgresql://u@/db?host=/a,/b&port=5432,5433").unwrap();
+        let unix = |p: &str| tokio_postgres::config::Host::Unix(p.into());
+        assert_eq!(t.config.get_hosts(), &[unix("/a"), unix("/b")]);
+        assert_eq!(t.config.get_ports(), &[5432, 5433]);
         assert!(matches!(
             parse("postgres://h/db?nonsense=1"),
             Err(Error::Url(_))

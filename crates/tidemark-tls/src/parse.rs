@@ -18,11 +18,17 @@ fn split_url(url: &str) -> (String, Vec<(String, String)>) {
         return (url.to_owned(), Vec::new());
     };
     let mut ssl = Vec::new();
-    let mut kept = Vec::new();
+    let mut kept: Vec<String> = Vec::new();
     for part in query.split('&') {
         match part.split_once('=') {
             Some((k, v)) if KEYS.contains(&decode(k).as_str()) => ssl.push((decode(k), decode(v))),
-            _ => kept.push(part),
+            // libpq's host list in the query (`host=/a,/b`, sockets on one
+            // server each): tokio-postgres reads it as one path, but takes
+            // one host per `host=`.
+            Some((k, v)) if decode(k) == "host" => {
+                kept.extend(v.split(',').map(|h| format!("{k}={h}")))
+            }
+            _ => kept.push(part.to_owned()),
         }
     }
     let rest = if kept.is_empty() {
@@ -142,6 +148,11 @@ mod tests {
             ("postgres://h/db", pairs(&[("sslmode", "require")]))
         );
         assert_eq!(split("postgres://h/db").0, "postgres://h/db");
+        // A host list in the query becomes one `host=` per host.
+        assert_eq!(
+            split("postgresql://u@/db?host=/a,%2Fb&port=1,2").0,
+            "postgresql://u@/db?host=/a&host=%2Fb&port=1,2"
+        );
     }
 
     #[test]
