@@ -239,7 +239,7 @@ async fn start(config: &Config, url: &str) -> Result<Started, ProfilesError> {
     for i in 0..config.workers {
         workers.push(Worker {
             index: i as i16,
-            client: Some(tidemark_store::connect_as(url, &worker_name(&config.name, i)).await?),
+            client: Some(store::connect(url, &worker_name(&config.name, i)).await?),
             pace: Pace::new(
                 WORK_START,
                 PACE_MIN.min(config.transaction_events),
@@ -552,8 +552,7 @@ fn worker_name(process: &str, index: usize) -> String {
 /// Connects (as `tidemark profiles NAME: links`), migrates and takes the
 /// database's profile lock.
 async fn open_main(url: &str, name: &str) -> Result<Client, ProfilesError> {
-    let mut c =
-        tidemark_store::connect_as(url, &format!("tidemark profiles {name}: links")).await?;
+    let mut c = store::connect(url, &format!("tidemark profiles {name}: links")).await?;
     tidemark_store::migrate(&mut c).await?;
     if !store::try_lock(&c).await? {
         let pid = store::lock_holder(&c).await?.map_or(0, |h| h.0);
@@ -882,7 +881,7 @@ impl Process<'_> {
         for w in &mut self.workers {
             if w.client.as_ref().is_none_or(|c| c.is_closed()) {
                 let name = worker_name(&self.config.name, w.index as usize);
-                w.client = match tidemark_store::connect_as(url, &name).await {
+                w.client = match store::connect(url, &name).await {
                     Ok(c) => Some(c),
                     Err(e) => {
                         // The step fails on it; the retry backs off.

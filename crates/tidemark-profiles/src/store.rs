@@ -447,12 +447,24 @@ pub async fn packed_parts(c: &Client) -> Result<Vec<i64>, StoreError> {
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
+/// Opens one of the process's connections, named for `pg_stat_activity`.
+/// Parallel query is off in it: ingest is parallel across connections
+/// already, and a lookup's parallel workers took the CPU of transactions
+/// holding row locks (worker transactions p99 71-87 ms with, 48-50 ms
+/// without; docs/benchmarks.md, part eight).
+pub async fn connect(url: &str, name: &str) -> Result<Client, StoreError> {
+    let c = tidemark_store::connect_as(url, name).await?;
+    c.batch_execute("SET max_parallel_workers_per_gather = 0")
+        .await?;
+    Ok(c)
+}
+
 /// A connection for packing: its waits for locks (and for older snapshots,
 /// `REINDEX CONCURRENTLY`'s) end after [`tidemark_store::DDL_LOCK_TIMEOUT`],
 /// to be tried again later, and its server session ends within a second of
 /// the connection closing (a process stopped or killed mid-statement).
 pub async fn packer(url: &str, name: &str) -> Result<Client, StoreError> {
-    let c = tidemark_store::connect_as(url, name).await?;
+    let c = connect(url, name).await?;
     c.batch_execute(&format!(
         "SET lock_timeout = '{}'; SET client_connection_check_interval = '1s'",
         tidemark_store::DDL_LOCK_TIMEOUT
