@@ -29,6 +29,15 @@ fn host_list(primary: &str, standby: &str) -> String {
     format!("{base}?host={host}&port={port}&target_session_attrs=read-write")
 }
 
+/// An event for `user:<user>` created and made three days before `now`.
+fn event_days_back(kind: &str, user: &str, now: i64, random: u128) -> (String, String) {
+    let at = now - 3 * 86_400_000;
+    let tx = tidemark_wire::Txid::new(0xda7_0000 + random, at as u64);
+    let mut payload = String::new();
+    tidemark_wire::event_payload(&mut payload, kind, &tx, at, &format!(r#""user": "{user}""#));
+    (tidemark_wire::topic(kind, &tx), payload)
+}
+
 #[test]
 fn a_promoted_standby_that_missed_commits_is_written_as_it_stands() {
     let _heavy = tidemark_testkit::HEAVY
@@ -53,8 +62,11 @@ fn a_promoted_standby_that_missed_commits_is_written_as_it_stands() {
         &messages[2 * third..],
     );
     // Fence names of distinct lengths: a fence's txids follow its length.
+    // Fenced twice: the second's events wait for the batch the first's
+    // shared with the part's last events to commit whole.
     publish(&mut publisher, a);
     fence(&mut publisher, &db.url, "fo_a", now);
+    fence(&mut publisher, &db.url, "fo_aa", now);
     let lsn = query_rows(&primary, "SELECT pg_current_wal_lsn()::text")[0][0]
         .clone()
         .unwrap();
@@ -64,8 +76,13 @@ fn a_promoted_standby_that_missed_commits_is_written_as_it_stands() {
     });
     run_ok(&["db", "down", "--standby", "--home", h]);
 
+    // B and C each bring an event of a day A has none of: its mark and
+    // trail partitions made for B on the old primary are not on the new.
+    let day_b = [event_days_back("impression", "lost_day_b", now, 1)];
     publish(&mut publisher, b);
-    fence(&mut publisher, &db.url, "fo_bb", now);
+    publish(&mut publisher, &day_b);
+    fence(&mut publisher, &db.url, "fo_bbb", now);
+    fence(&mut publisher, &db.url, "fo_bbbb", now);
     let count_ids = "SELECT count(*) FROM tidemark.profile_ids";
     let ids_with_b = query_i64(&primary, count_ids).unwrap();
     cluster.crash().unwrap();
@@ -76,9 +93,11 @@ fn a_promoted_standby_that_missed_commits_is_written_as_it_stands() {
         "the promoted standby missed part B: {ids_without_b} identifiers, the old primary {ids_with_b}"
     );
 
+    let day_c = [event_days_back("impression", "lost_day_c", now, 2)];
+    publish(&mut publisher, &day_c);
     publish(&mut publisher, c);
-    fence(&mut publisher, &db.url, "fo_ccc", now);
-    let kept: Vec<_> = a.iter().chain(c).cloned().collect();
+    fence(&mut publisher, &db.url, "fo_ccccc", now);
+    let kept: Vec<_> = a.iter().chain(&day_c).chain(c).cloned().collect();
     let oracle = oracle(LINKS, &kept, now);
     // Across the two sockets the order is unknown: masters as they stood
     // in the log are not compared (as after kill -9).

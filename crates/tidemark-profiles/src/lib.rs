@@ -204,6 +204,7 @@ pub async fn run(
         packed,
         packing: None,
         pack_retry: BTreeMap::new(),
+        reread: false,
     };
     let driven = drive(&mut p, intake, stop, rx, shutdown, shutdown_timeout).await;
     // A packing cut short rolls back whole; the next run packs that day.
@@ -483,6 +484,9 @@ impl Step for Process<'_> {
                 Err(e) => result = Err(e),
             }
         }
+        if result.is_ok() && (apply || status) && self.reread {
+            result = self.reread().await;
+        }
         if result.is_ok() && apply {
             result = self.step().await;
             if result.is_ok() {
@@ -527,6 +531,9 @@ impl Step for Process<'_> {
                 .await
                 .map_err(failure)?;
             self.forget_all();
+        }
+        if self.reread {
+            self.reread().await.map_err(failure)?;
         }
         while self.held() > 0 {
             self.step().await.map_err(failure)?;
@@ -811,6 +818,9 @@ struct Process<'a> {
     packing: Option<(days::Part, tokio::task::JoinHandle<Packed>)>,
     /// Days whose packing failed: when to try again, and the back-off.
     pack_retry: BTreeMap<i64, (Instant, Duration)>,
+    /// Whether the definitions and partitions are to be read again before
+    /// the next write ([`Process::reread`]).
+    reread: bool,
 }
 
 /// A packing's outcome and duration.
@@ -827,6 +837,20 @@ impl Process<'_> {
         if let Some(i) = &mut self.inflight {
             i.placed = None;
         }
+        self.reread = true;
+    }
+
+    /// Reads again what the process learnt at its start and keeps up to
+    /// date itself: the types' and counters' positions and which partitions
+    /// exist. On another server, one made on the old one would be missing
+    /// and its rows refused (SQLSTATE 23514) as if they were bad.
+    async fn reread(&mut self) -> Result<(), ProfilesError> {
+        self.layout = define(&self.main, &self.config).await?;
+        let parts = store::partitions(&self.main).await?;
+        (self.marks, self.trail_days) = found(&self.config, &self.layout, parts);
+        self.packed = store::packed_parts(&self.main).await?.into_iter().collect();
+        self.reread = false;
+        Ok(())
     }
 
     /// Enough pending for a whole batch, by count or by bytes.

@@ -184,14 +184,18 @@ pub struct Reader {
     served: Arc<Mutex<Option<Served>>>,
 }
 
-/// One URL per host of a libpq-style host list in a URL's authority
-/// (`postgresql://user@a:5432,b:5433/db?...`), the rest of the URL shared:
-/// a list of replicas is servers to take turns on, not to fail over along.
-/// Any other URL is itself.
+/// One URL per host of a libpq-style host list, in a URL's authority
+/// (`postgresql://user@a:5432,b:5433/db?...`) or its query
+/// (`?host=/a,/b&port=5432,5433`, each host with its port), the rest of the
+/// URL shared: a list of replicas is servers to take turns on, not to fail
+/// over along. Any other URL is itself.
 pub fn split_hosts(url: &str) -> Vec<String> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return vec![url.to_owned()];
     };
+    if let Some(urls) = split_query_hosts(url) {
+        return urls;
+    }
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
     let (user, list) = match authority.rsplit_once('@') {
@@ -204,6 +208,33 @@ pub fn split_hosts(url: &str) -> Vec<String> {
     list.split(',')
         .map(|host| format!("{scheme}://{user}{host}{tail}"))
         .collect()
+}
+
+/// [`split_hosts`] for a list in the query; `None` when there is none.
+fn split_query_hosts(url: &str) -> Option<Vec<String>> {
+    let (base, query) = url.split_once('?')?;
+    let value = |key: &str| {
+        query
+            .split('&')
+            .find_map(|p| p.split_once('=').filter(|(k, _)| *k == key))
+            .map(|(_, v)| tidemark_tls::query_list(v))
+    };
+    let hosts = value("host").filter(|h| h.len() > 1)?;
+    let ports = value("port").unwrap_or_default();
+    let others: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.starts_with("host=") && !p.starts_with("port="))
+        .collect();
+    let urls = hosts.iter().enumerate().map(|(i, host)| {
+        let mut params: Vec<String> = others.iter().map(|p| (*p).to_owned()).collect();
+        params.push(format!("host={host}"));
+        // As libpq: one port for all hosts, or one each.
+        if let Some(port) = ports.get(if ports.len() == hosts.len() { i } else { 0 }) {
+            params.push(format!("port={port}"));
+        }
+        format!("{base}?{}", params.join("&"))
+    });
+    Some(urls.collect())
 }
 
 fn pool(url: &str, connections: usize) -> Result<Pool, ReadError> {
@@ -574,6 +605,22 @@ mod tests {
         assert_eq!(
             split_hosts("postgres://a,b"),
             ["postgres://a", "postgres://b"]
+        );
+        // In the query, each host with its own port, or all with the one.
+        assert_eq!(
+            split_hosts("postgresql://u@/db?host=/a,/b%2C/c&port=1,2,3&sslmode=disable"),
+            [
+                "postgresql://u@/db?sslmode=disable&host=/a&port=1",
+                "postgresql://u@/db?sslmode=disable&host=/b&port=2",
+                "postgresql://u@/db?sslmode=disable&host=/c&port=3",
+            ]
+        );
+        assert_eq!(
+            split_hosts("postgresql://u@/db?host=/a,/b&port=7"),
+            [
+                "postgresql://u@/db?host=/a&port=7",
+                "postgresql://u@/db?host=/b&port=7",
+            ]
         );
         for one in [
             "postgresql://u@h:5432/db",

@@ -473,6 +473,8 @@ impl Cluster {
         }
         let _lock = self.lock()?;
         if !self.pg_ctl(&["status"])?.status.success() {
+            // Its socket directory may have been cleaned away meanwhile.
+            self.prepare_dirs()?;
             self.start()?;
         }
         self.checked(

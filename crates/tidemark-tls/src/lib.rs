@@ -23,6 +23,7 @@
 mod parse;
 mod verify;
 
+pub use parse::list as query_list;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::{Path, PathBuf};
@@ -152,6 +153,14 @@ pub fn parse(url: &str) -> Result<Target, Error> {
     let (rest, ssl) = parse::split(url);
     let mut config: tokio_postgres::Config =
         rest.parse().map_err(|e| Error::Url(format!("{e}")))?;
+    // libpq would take its default socket for an empty entry of a host
+    // list; tokio-postgres would try a host named "".
+    if config.get_hosts().iter().any(|h| match h {
+        tokio_postgres::config::Host::Tcp(name) => name.is_empty(),
+        tokio_postgres::config::Host::Unix(path) => path.as_os_str().is_empty(),
+    }) {
+        return Err(Error::Url("an empty entry in the host list".into()));
+    }
     let get = |k: &str| {
         ssl.iter()
             .rev()
@@ -316,6 +325,10 @@ mod tests {
         let unix = |p: &str| tokio_postgres::config::Host::Unix(p.into());
         assert_eq!(t.config.get_hosts(), &[unix("/a"), unix("/b")]);
         assert_eq!(t.config.get_ports(), &[5432, 5433]);
+        assert!(matches!(
+            parse("postgresql://u@/db?host=/a,,/b"),
+            Err(Error::Url(_))
+        ));
         assert!(matches!(
             parse("postgres://h/db?nonsense=1"),
             Err(Error::Url(_))

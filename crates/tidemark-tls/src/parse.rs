@@ -26,7 +26,7 @@ fn split_url(url: &str) -> (String, Vec<(String, String)>) {
             // server each): tokio-postgres reads it as one path, but takes
             // one host per `host=`.
             Some((k, v)) if decode(k) == "host" => {
-                kept.extend(v.split(',').map(|h| format!("{k}={h}")))
+                kept.extend(list(v).iter().map(|h| format!("{k}={h}")))
             }
             _ => kept.push(part.to_owned()),
         }
@@ -37,6 +37,25 @@ fn split_url(url: &str) -> (String, Vec<(String, String)>) {
         format!("{base}?{}", kept.join("&"))
     };
     (rest, ssl)
+}
+
+/// A query value's comma-separated list, as libpq reads it (decoded, then
+/// split), each entry encoded again for a URL.
+pub fn list(value: &str) -> Vec<String> {
+    decode(value).split(',').map(encode).collect()
+}
+
+/// Percent-encoding of all but unreserved characters and `/` and `:`.
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/:".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// Percent-decoding as in a URL's query (an invalid escape is kept as is).
@@ -148,10 +167,11 @@ mod tests {
             ("postgres://h/db", pairs(&[("sslmode", "require")]))
         );
         assert_eq!(split("postgres://h/db").0, "postgres://h/db");
-        // A host list in the query becomes one `host=` per host.
+        // A host list in the query becomes one `host=` per host, commas
+        // encoded or not, as libpq decodes before it splits.
         assert_eq!(
-            split("postgresql://u@/db?host=/a,%2Fb&port=1,2").0,
-            "postgresql://u@/db?host=/a&host=%2Fb&port=1,2"
+            split("postgresql://u@/db?host=/a,%2Fb%2C%2Fc%20d&port=1,2,3").0,
+            "postgresql://u@/db?host=/a&host=/b&host=/c%20d&port=1,2,3"
         );
     }
 
