@@ -97,6 +97,7 @@ fn a_promoted_standby_that_missed_commits_is_written_as_it_stands() {
     publish(&mut publisher, &day_c);
     publish(&mut publisher, c);
     fence(&mut publisher, &db.url, "fo_ccccc", now);
+    fence(&mut publisher, &db.url, "fo_cccccc", now);
     let kept: Vec<_> = a.iter().chain(&day_c).chain(c).cloned().collect();
     let oracle = oracle(LINKS, &kept, now);
     // Across the two sockets the order is unknown: masters as they stood

@@ -252,17 +252,7 @@ async fn start(config: &Config, url: &str) -> Result<Started, ProfilesError> {
         });
     }
     let parts = store::partitions(&main).await?;
-    // A trail day made by a build before sql/V0015 after that migration ran
-    // (an older process still running meanwhile) has no chunks' partition:
-    // made here, with the day's own if only the chunks' was found.
-    let mut made: Vec<days::Part> = Vec::new();
-    for (which, part) in &parts {
-        // A day is listed once per parent it has a partition of.
-        if *which == Daily::Trail && !made.contains(part) {
-            store::create_partition(&main, Daily::Trail, *part).await?;
-            made.push(*part);
-        }
-    }
+    complete_trail_days(&main, &parts).await?;
     let (marks, trail_days) = found(config, &layout, parts);
     let packed = store::packed_parts(&main).await?.into_iter().collect();
     Ok(Started {
@@ -837,6 +827,12 @@ impl Process<'_> {
         if let Some(i) = &mut self.inflight {
             i.placed = None;
         }
+        // Its outcome was on the old server: the next run packs that day
+        // where it is now, if it is not packed there.
+        if let Some((_, h)) = self.packing.take() {
+            h.abort();
+        }
+        self.pack_retry.clear();
         self.reread = true;
     }
 
@@ -847,6 +843,7 @@ impl Process<'_> {
     async fn reread(&mut self) -> Result<(), ProfilesError> {
         self.layout = define(&self.main, &self.config).await?;
         let parts = store::partitions(&self.main).await?;
+        complete_trail_days(&self.main, &parts).await?;
         (self.marks, self.trail_days) = found(&self.config, &self.layout, parts);
         self.packed = store::packed_parts(&self.main).await?.into_iter().collect();
         self.reread = false;
@@ -1331,6 +1328,26 @@ fn mark_spans(config: &Config, layout: &Layout, t: i16) -> Spans {
 /// The partitions found in the database: `profile_seen`'s per type
 /// position (new ones split by each type's [`mark_span`]) and
 /// `profile_trail`'s.
+/// Completes trail days that have one of their two partitions: made by a
+/// build before sql/V0015 after that migration ran (an older process still
+/// running meanwhile), or cut between the two commits that make a day
+/// (`store::create_partition`, then a failover to a server that got the
+/// first). Made again whole; what exists is kept.
+async fn complete_trail_days(
+    main: &Client,
+    parts: &[(Daily, days::Part)],
+) -> Result<(), ProfilesError> {
+    let mut made: Vec<days::Part> = Vec::new();
+    for (which, part) in parts {
+        // A day is listed once per parent it has a partition of.
+        if *which == Daily::Trail && !made.contains(part) {
+            store::create_partition(main, Daily::Trail, *part).await?;
+            made.push(*part);
+        }
+    }
+    Ok(())
+}
+
 fn found(
     config: &Config,
     layout: &Layout,

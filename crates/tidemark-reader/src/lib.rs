@@ -221,6 +221,10 @@ fn split_query_hosts(url: &str) -> Option<Vec<String>> {
     };
     let hosts = value("host").filter(|h| h.len() > 1)?;
     let ports = value("port").unwrap_or_default();
+    if ports.len() > 1 && ports.len() != hosts.len() {
+        // Left whole: connecting then says the lists do not match.
+        return None;
+    }
     let others: Vec<&str> = query
         .split('&')
         .filter(|p| !p.starts_with("host=") && !p.starts_with("port="))
@@ -623,6 +627,7 @@ mod tests {
             ]
         );
         for one in [
+            "postgresql://u@/db?host=/a,/b,/c&port=1,2",
             "postgresql://u@h:5432/db",
             "postgresql://tidemark@/db?host=/var/tmp/x&port=5432",
             "host=a user=u",

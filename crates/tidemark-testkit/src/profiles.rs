@@ -105,7 +105,9 @@ pub fn publish(p: &mut Publisher, messages: &[(String, String)]) {
 }
 
 /// Sends one impression and one click for `user:<name>` (one per socket) and
-/// waits until both are counted: everything sent before on either socket is in.
+/// waits until both are counted: everything sent before on either socket is
+/// in a batch that has committed the fence's part. The batch's other parts
+/// may still be committing; a second fence waits for them.
 pub fn fence(p: &mut Publisher, url: &str, name: &str, now: i64) {
     for (i, t) in ["impression", "click"].iter().enumerate() {
         let tx = Txid::new(
