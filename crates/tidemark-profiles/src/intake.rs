@@ -42,6 +42,9 @@ pub struct Event {
     pub ids: Identities,
     /// The payload as received (kept for the quarantine).
     pub raw: Box<str>,
+    /// Its place in arrival order, set as it joins the process's queue: a
+    /// batch taken apart is put back together in that order.
+    pub seq: u64,
 }
 
 impl Event {
@@ -178,6 +181,7 @@ impl Handler for Profiles {
             ts: e.ts,
             ids,
             raw: e.payload.into(),
+            seq: 0,
         };
         self.chunk.bytes += event.bytes();
         self.chunk.events.push(event);

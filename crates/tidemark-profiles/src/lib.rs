@@ -205,6 +205,7 @@ pub async fn run(
         packing: None,
         pack_retry: BTreeMap::new(),
         reread: false,
+        arrivals: 0,
     };
     let driven = drive(&mut p, intake, stop, rx, shutdown, shutdown_timeout).await;
     // A packing cut short rolls back whole; the next run packs that day.
@@ -419,7 +420,11 @@ impl Step for Process<'_> {
         if !c.events.is_empty() {
             self.oldest.get_or_insert(now);
         }
-        self.pending.extend(c.events);
+        self.pending.extend(c.events.into_iter().map(|mut e| {
+            e.seq = self.arrivals;
+            self.arrivals += 1;
+            e
+        }));
         self.pending_bytes += c.bytes;
         if let Some(v) = c.clock {
             self.saved.clock_ms = Some(self.saved.clock_ms.map_or(v, |o| o.max(v)));
@@ -811,6 +816,8 @@ struct Process<'a> {
     /// Whether the definitions and partitions are to be read again before
     /// the next write ([`Process::reread`]).
     reread: bool,
+    /// Events received so far ([`Event::seq`]).
+    arrivals: u64,
 }
 
 /// A packing's outcome and duration.
@@ -824,9 +831,7 @@ impl Process<'_> {
             w.known.clear();
         }
         self.ahead = None;
-        if let Some(i) = &mut self.inflight {
-            i.placed = None;
-        }
+        self.rejudge();
         // Its outcome was on the old server: the next run packs that day
         // where it is now, if it is not packed there.
         if let Some((_, h)) = self.packing.take() {
@@ -834,6 +839,25 @@ impl Process<'_> {
         }
         self.pack_retry.clear();
         self.reread = true;
+    }
+
+    /// Takes the batch in flight apart and judges what of it is not yet
+    /// committed again, in arrival order, as a new batch: its links were
+    /// settled, and its parts routed, on what the lost connection's server
+    /// held, and a promoted standby may hold less (persons a lost merge had
+    /// joined stand apart there). What did commit there is a first copy
+    /// already, so judging again counts nothing twice.
+    fn rejudge(&mut self) {
+        let Some(old) = self.inflight.take() else {
+            return;
+        };
+        let parts = old.parts.into_iter().flatten().flatten();
+        let (events, judged) = core::reassemble(old.links, old.rest, parts, old.judged);
+        let mut inflight = self.judge(events);
+        for (k, v) in judged {
+            *inflight.judged.entry(k).or_default() += v;
+        }
+        self.inflight = Some(inflight);
     }
 
     /// Reads again what the process learnt at its start and keeps up to

@@ -301,6 +301,34 @@ pub fn route(
     works
 }
 
+/// A batch taken apart put back together: the events of the link stage's
+/// entries not committed (a rider's event is the workers' too, so once),
+/// of `rest` and of each part not committed, in arrival order
+/// ([`Event::seq`]); and the judged counts not committed (`judged`, or
+/// part 0's once routed).
+pub fn reassemble(
+    links: Vec<Vec<Entry>>,
+    rest: Vec<Event>,
+    parts: impl IntoIterator<Item = Work>,
+    mut judged: Counts,
+) -> (Vec<Event>, Counts) {
+    let mut events: Vec<Event> = links
+        .into_iter()
+        .flatten()
+        .filter(|e| !e.rider)
+        .map(|e| e.event)
+        .chain(rest)
+        .collect();
+    for work in parts {
+        events.extend(work.events);
+        for (k, v) in work.counts {
+            *judged.entry(k).or_default() += v;
+        }
+    }
+    events.sort_unstable_by_key(|e| e.seq);
+    (events, judged)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -463,6 +491,67 @@ mod tests {
         assert_eq!(known, want);
         // user:a shares person 1 with d:1; user:z is the link's own; user:new unknown.
         assert_eq!(ask, ["user:a", "user:z", "user:new"]);
+    }
+
+    #[test]
+    fn a_batch_taken_apart_comes_back_in_arrival_order_without_what_committed() {
+        let hasher = BuildHasherDefault::<DefaultHasher>::default();
+        let mut events = vec![
+            ev(1, 1, T0, Some("a"), &[("d", "1")]),
+            ev(1, 2, T0 - 5, Some("b"), &[]),
+            ev(1, 3, T0, Some("c"), &[("d", "3")]),
+            ev(2, 4, T0, Some("b"), &[]),
+            ev(1, 5, T0, Some("e"), &[]),
+            ev(1, 6, T0, Some("f"), &[]),
+        ];
+        for (i, e) in events.iter_mut().enumerate() {
+            e.seq = 100 + i as u64;
+        }
+        let seqs = |v: &[Event]| -> Vec<u64> { v.iter().map(|e| e.seq).collect() };
+        // user:b is person 2 and seen after event 2 says: event 2 rides.
+        let placed = placed(&[("user:b", (2, T0)), ("d:1", (2, T0))]);
+        let (entries, rest) = split(events, &placed);
+        assert!(entries.iter().any(|e| e.rider), "{entries:?}");
+        let all_rest = seqs(&rest);
+
+        // The link stage committed one link (not a rider: its event is the
+        // workers' too); the rest waits to be routed.
+        let mut links = groups(entries, &placed, 2);
+        let (g, i) = (0..links.len())
+            .find_map(|g| links[g].iter().position(|e| !e.rider).map(|i| (g, i)))
+            .unwrap();
+        let committed = links[g].remove(i).event.seq;
+        let judged = Counts::from([("duplicate", 1)]);
+        let (back, counts) = reassemble(links, rest.clone(), Vec::new(), judged.clone());
+        let want: Vec<u64> = (100..106).filter(|s| *s != committed).collect();
+        assert_eq!(
+            seqs(&back),
+            want,
+            "each uncommitted event once, in arrival order"
+        );
+        assert_eq!(counts, judged);
+
+        // Routed, nothing committed: part 0's judged counts come back.
+        let works = route(
+            rest.clone(),
+            &HashMap::new(),
+            &hasher,
+            2,
+            None,
+            judged.clone(),
+        );
+        let (back, counts) = reassemble(Vec::new(), Vec::new(), works, Counts::new());
+        assert_eq!((seqs(&back), counts), (all_rest.clone(), judged.clone()));
+
+        // Part 0 (with the judged counts) committed its first event.
+        let mut works = route(rest, &HashMap::new(), &hasher, 2, None, judged.clone());
+        // Grouped by person, not in arrival order.
+        let first = works[0].events.remove(0).seq;
+        works[0].counts.clear();
+        let (back, counts) = reassemble(Vec::new(), Vec::new(), works, Counts::new());
+        let want: Vec<u64> = all_rest.into_iter().filter(|s| *s != first).collect();
+        assert_eq!(seqs(&back), want, "the parts' events, in arrival order");
+        assert!(counts.is_empty(), "part 0's counts went with its commit");
     }
 
     #[test]

@@ -35,7 +35,8 @@ use tidemark_person::{CounterSlot, Person};
 use crate::intake::Event;
 
 pub use batch::{
-    carried, groups, has_links, judge, primaries, route, split, touched, unmoved, Placed, Touched,
+    carried, groups, has_links, judge, primaries, reassemble, route, split, touched, unmoved,
+    Placed, Touched,
 };
 pub use links::{Caps, Entry, LinkPlan, LinkStage};
 pub use pace::Pace;

@@ -83,6 +83,7 @@ impl Msg {
             ts: self.ts,
             ids: Identities::read(user.as_deref(), ids.as_deref()),
             raw: self.wire().1.into(),
+            seq: 0,
         }
     }
 
