@@ -16,9 +16,9 @@ use tidemark_wire::Txid;
 
 use super::links::LinkPlan;
 use super::{
-    carried, groups, has_links, judge, primaries, route, split, touched, unmoved, Caps, Counts,
-    Entry, IdRow, Known, Layout, LinkStage, Merge, Placed, Share, StoredId, StoredPerson, TrailRow,
-    Work,
+    carried, groups, has_links, judge, primaries, reassemble, route, split, touched, unmoved, Caps,
+    Counts, Entry, IdRow, Known, Layout, LinkStage, Merge, Placed, Share, StoredId, StoredPerson,
+    TrailRow, Work,
 };
 use crate::intake::Event;
 
@@ -330,6 +330,12 @@ pub struct Sim {
     /// The identifiers and persons the last link-stage transaction read
     /// or wrote.
     touched: (HashSet<String>, HashSet<i64>),
+    /// Cut the next batch after this many transactions (link-stage, then
+    /// workers'): its uncommitted rest is judged again as a batch, as
+    /// `Process::rejudge` does when the coordinator's connection is lost.
+    pub cut: Option<usize>,
+    /// Events received so far (`Event::seq`).
+    arrivals: u64,
 }
 
 impl Sim {
@@ -349,6 +355,8 @@ impl Sim {
             known: Vec::new(),
             ahead: None,
             touched: Default::default(),
+            cut: None,
+            arrivals: 0,
         }
     }
 
@@ -360,8 +368,30 @@ impl Sim {
 
     /// [`Sim::batch`], looking up where `next`'s identifiers sit while the
     /// workers apply this one, as `Process::step` does.
-    pub fn batch_then(&mut self, events: Vec<Event>, next: &[Event]) {
-        let (rest, judged) = judge(events, None);
+    pub fn batch_then(&mut self, mut events: Vec<Event>, next: &[Event]) {
+        for e in &mut events {
+            e.seq = self.arrivals;
+            self.arrivals += 1;
+        }
+        self.batch_carrying(events, Counts::new(), next);
+    }
+
+    /// The rest of a batch cut after some of its transactions, judged again
+    /// with the judged counts not committed.
+    fn rebatch(&mut self, left: (Vec<Event>, Counts), next: &[Event]) {
+        for k in &mut self.known {
+            k.clear();
+        }
+        self.ahead = None;
+        self.batch_carrying(left.0, left.1, next);
+    }
+
+    fn batch_carrying(&mut self, events: Vec<Event>, uncommitted: Counts, next: &[Event]) {
+        let (rest, mut judged) = judge(events, None);
+        for (k, v) in uncommitted {
+            *judged.entry(k).or_default() += v;
+        }
+        let mut cut = self.cut.take();
         let (links, rest, placed) = if has_links(&rest) {
             let ids = carried(&rest);
             let placed = match self.ahead.take() {
@@ -382,30 +412,32 @@ impl Sim {
         self.known.resize_with(self.workers, || Known::new(3));
         // The groups run concurrently: their transactions interleave, here
         // the last group's first, so their order is not arrival order.
-        type Group<'a> = (std::slice::Chunks<'a, Entry>, HashSet<String>, HashSet<i64>);
-        let mut chunks: Vec<Group> = links
-            .iter()
-            .rev()
-            .map(|g| (g.chunks(self.link_chunk), HashSet::new(), HashSet::new()))
-            .collect();
-        let mut done = Vec::new();
-        while !chunks.is_empty() {
-            chunks.retain_mut(|(group, ids, persons)| match group.next() {
-                Some(chunk) => {
-                    let plan = self.links(chunk);
-                    for k in &mut self.known {
-                        k.forget(&plan);
-                    }
-                    let (i, p) = std::mem::take(&mut self.touched);
-                    ids.extend(i);
-                    persons.extend(p);
-                    true
+        let mut at = vec![0; links.len()];
+        let mut done: Vec<(HashSet<String>, HashSet<i64>)> = vec![Default::default(); links.len()];
+        while (0..links.len()).any(|g| at[g] < links[g].len()) {
+            for g in (0..links.len()).rev() {
+                if at[g] == links[g].len() {
+                    continue;
                 }
-                None => {
-                    done.push((std::mem::take(ids), std::mem::take(persons)));
-                    false
+                if cut == Some(0) {
+                    let left: Vec<Vec<Entry>> = links
+                        .into_iter()
+                        .zip(at)
+                        .map(|(l, a)| l.into_iter().skip(a).collect())
+                        .collect();
+                    return self.rebatch(reassemble(left, rest, [], judged), next);
                 }
-            });
+                cut = cut.map(|c| c - 1);
+                let end = (at[g] + self.link_chunk).min(links[g].len());
+                let plan = self.links(&links[g][at[g]..end]);
+                at[g] = end;
+                for k in &mut self.known {
+                    k.forget(&plan);
+                }
+                let (i, p) = std::mem::take(&mut self.touched);
+                done[g].0.extend(i);
+                done[g].1.extend(p);
+            }
         }
         // What lets them run at once: no row read or written by two groups.
         for (i, (ids, persons)) in done.iter().enumerate() {
@@ -446,9 +478,17 @@ impl Sim {
             let placed = self.db.placed(&ids);
             (ids.into_iter().map(str::to_owned).collect(), placed)
         });
-        for (i, w) in works.iter().enumerate() {
+        for i in 0..works.len() {
+            if cut == Some(0) {
+                let left = works.into_iter().skip(i);
+                return self.rebatch(
+                    reassemble(Vec::new(), Vec::new(), left, Counts::new()),
+                    next,
+                );
+            }
+            cut = cut.map(|c| c - 1);
             let mut known = std::mem::take(&mut self.known[i]);
-            self.work_knowing(w, &mut known);
+            self.work_knowing(&works[i], &mut known);
             self.known[i] = known;
         }
     }
@@ -785,6 +825,7 @@ mod tests {
         blocklist_after: u64,
         workers: usize,
         link_chunk: usize,
+        cut: Option<usize>,
     ) -> Result<Ran, String> {
         let mut sim = Sim::new(max_ids, blocklist_after as i32);
         sim.workers = workers;
@@ -798,6 +839,7 @@ mod tests {
             let end = (done + size).min(msgs.len());
             let next = (end + size).min(msgs.len());
             let next: Vec<Event> = msgs[end..next].iter().map(Msg::event).collect();
+            sim.cut = cut;
             sim.batch_then(msgs[done..end].iter().map(Msg::event).collect(), &next);
             for m in &msgs[done..end] {
                 if !receive(&mut want, m) {
@@ -818,7 +860,9 @@ mod tests {
     /// per-type counts, first and last, counters, trails, the merge log and
     /// counts by reason; on random streams (1-59 messages), in batches of
     /// random sizes, with random `max_ids` (1-6), `blocklist_after` (0-3),
-    /// workers (1-3) and link-stage transaction sizes (1-7).
+    /// workers (1-3), link-stage transaction sizes (1-7), and in half the
+    /// cases every batch cut after 0-11 transactions and its rest judged
+    /// again (`Process::rejudge`).
     #[test]
     fn the_core_agrees_with_the_reference() {
         let config = ProptestConfig {
@@ -833,18 +877,34 @@ mod tests {
             0..4u64,
             1..4usize,
             1..8usize,
+            prop::option::of(0..12usize),
         );
         let whole = std::cell::Cell::new(0);
         let result = proptest::test_runner::TestRunner::new(config).run(
             &case,
-            |(msgs, sizes, max_ids, blocklist_after, workers, link_chunk)| {
-                match run(&msgs, &sizes, max_ids, blocklist_after, workers, link_chunk) {
+            |(msgs, sizes, max_ids, blocklist_after, workers, link_chunk, cut)| {
+                match run(
+                    &msgs,
+                    &sizes,
+                    max_ids,
+                    blocklist_after,
+                    workers,
+                    link_chunk,
+                    cut,
+                ) {
                     Ok(Ran::Whole) => whole.set(whole.get() + 1),
                     Ok(Ran::Cut) => {}
                     Err(e) => {
                         let stream: Vec<String> = msgs.iter().map(|m| m.wire().1).collect();
                         let stream = stream.join("\n");
-                        prop_assert!(false, "{}\nbatches {:?}\nstream:\n{}", e, sizes, stream);
+                        prop_assert!(
+                            false,
+                            "{}\nbatches {:?}, cut {:?}\nstream:\n{}",
+                            e,
+                            sizes,
+                            cut,
+                            stream
+                        );
                     }
                 }
                 Ok(())
@@ -913,6 +973,6 @@ mod tests {
             user: Some(json!("u0")),
             ids: Some(json!({"a": "1"})),
         }];
-        assert_eq!(run(&msgs, &[1], 50, 100, 2, 500), Ok(Ran::Whole));
+        assert_eq!(run(&msgs, &[1], 50, 100, 2, 500, None), Ok(Ran::Whole));
     }
 }
