@@ -9,7 +9,6 @@
 //! Sizes scale with `TIDEMARK_EXACT_SCALE` (1 = CI; `just check-exact N SCALE`).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -546,10 +545,7 @@ fn exact_with_connections_cut_at_random() {
 fn exact_across_a_postgresql_restart_under_load() {
     // A clean (fast) stop keeps unlogged tables: nothing may be lost, the
     // shard holds what it received and the publisher waits meanwhile.
-    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("restart-home");
-    let cluster = tidemark_store::Cluster::new(&home).unwrap();
-    let _ = cluster.destroy();
-    run_ok(&["db", "up", "--home", home.to_str().unwrap()]);
+    let cluster = tidemark_testkit::own_cluster("restart-home", false);
     let db = TestDb::external("restart", &cluster.url());
     let m = market("restart", "2m", 400.0, &[]);
     let endpoint = free_endpoint();

@@ -43,11 +43,8 @@ fn a_promoted_standby_that_missed_commits_is_written_as_it_stands() {
     let _heavy = tidemark_testkit::HEAVY
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    let home = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("profiles-failover-home");
-    let cluster = tidemark_store::Cluster::new(&home).unwrap();
-    let _ = cluster.destroy();
-    let h = home.to_str().unwrap();
-    run_ok(&["db", "up", "--standby", "--home", h]);
+    let cluster = own_cluster("profiles-failover-home", true);
+    let h = cluster.home().to_str().unwrap();
     let (primary, standby) = (cluster.url(), cluster.standby().url());
     let db = TestDb::external("profiles_failover", &host_list(&primary, &standby));
     let mut publisher = Publisher::new();

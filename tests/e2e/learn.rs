@@ -477,10 +477,7 @@ fn offline_learning_over_an_export_equals_online_learning_weight_for_weight() {
 #[test]
 fn the_learner_waits_out_a_lost_database_and_goes_on() {
     // A cluster of its own, stopped under the learner and started again.
-    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("learn-away-home");
-    let cluster = tidemark_store::Cluster::new(&home).unwrap();
-    let _ = cluster.destroy();
-    tidemark_testkit::run_ok(&["db", "up", "--home", home.to_str().unwrap()]);
+    let cluster = tidemark_testkit::own_cluster("learn-away-home", false);
     let db = TestDb::external("learn_away", &cluster.url());
     let dir = workdir("away");
     let cfg = config(&dir, &db);

@@ -456,10 +456,7 @@ fn a_postgresql_crash_under_ingest_loses_nothing_committed() {
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     // A cluster of its own: crashing the shared one would disturb other tests.
-    let home = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("profiles-crash-home");
-    let cluster = tidemark_store::Cluster::new(&home).unwrap();
-    let _ = cluster.destroy();
-    run_ok(&["db", "up", "--home", home.to_str().unwrap()]);
+    let cluster = own_cluster("profiles-crash-home", false);
     let db = TestDb::external("profiles_crash", &cluster.url());
     let mut publisher = Publisher::new();
     let mut proc = ShardProc::start_profiles(&db, "crash", &publisher.endpoint, CONFIG);

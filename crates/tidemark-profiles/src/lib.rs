@@ -853,11 +853,7 @@ impl Process<'_> {
         };
         let parts = old.parts.into_iter().flatten().flatten();
         let (events, judged) = core::reassemble(old.links, old.rest, parts, old.judged);
-        let mut inflight = self.judge(events);
-        for (k, v) in judged {
-            *inflight.judged.entry(k).or_default() += v;
-        }
-        self.inflight = Some(inflight);
+        self.inflight = Some(self.judge(events, judged));
     }
 
     /// Reads again what the process learnt at its start and keeps up to
@@ -895,7 +891,7 @@ impl Process<'_> {
             }
             self.pending_bytes -= bytes;
             let events: Vec<Event> = self.pending.drain(..n).collect();
-            self.inflight = Some(self.judge(events));
+            self.inflight = Some(self.judge(events, Counts::new()));
         }
         let (main, url) = (&mut self.main, self.url);
         let saved = &self.saved;
@@ -1132,8 +1128,9 @@ impl Process<'_> {
     /// Drops later copies within the batch and stale copies
     /// (`core::judge`: older than each type's `dedup` behind the clock;
     /// before the event clock's first tick nothing is stale, SPEC 11); the
-    /// rest stays in arrival order for `settle`.
-    fn judge(&mut self, events: Vec<Event>) -> Inflight {
+    /// rest stays in arrival order for `settle`. `uncommitted`: counts of
+    /// an earlier judging of these events not committed yet ([`Self::rejudge`]).
+    fn judge(&mut self, events: Vec<Event>, uncommitted: Counts) -> Inflight {
         if let Some(m) = events.iter().map(|e| e.created).max() {
             self.newest_created = Some(self.newest_created.map_or(m, |o| o.max(m)));
         }
@@ -1141,7 +1138,7 @@ impl Process<'_> {
             let dedup = &self.config.dedup;
             dedup.iter().map(|d| c - d.as_millis() as i64).collect()
         });
-        let (rest, judged) = core::judge(events, stale_before.as_deref());
+        let (rest, judged) = core::judge(events, stale_before.as_deref(), uncommitted);
         Inflight {
             links: Vec::new(),
             settled: false,
@@ -1349,9 +1346,6 @@ fn mark_spans(config: &Config, layout: &Layout, t: i16) -> Spans {
     Spans::new(mark_span(mark_dedup(config, layout, t)))
 }
 
-/// The partitions found in the database: `profile_seen`'s per type
-/// position (new ones split by each type's [`mark_span`]) and
-/// `profile_trail`'s.
 /// Completes trail days that have one of their two partitions: made by a
 /// build before sql/V0015 after that migration ran (an older process still
 /// running meanwhile), or cut between the two commits that make a day
@@ -1372,6 +1366,9 @@ async fn complete_trail_days(
     Ok(())
 }
 
+/// The partitions found in the database: `profile_seen`'s per type
+/// position (new ones split by each type's [`mark_span`]) and
+/// `profile_trail`'s.
 fn found(
     config: &Config,
     layout: &Layout,

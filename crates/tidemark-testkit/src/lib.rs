@@ -119,6 +119,21 @@ pub fn run_ok(args: &[&str]) -> Output {
     out
 }
 
+/// A cluster of the test's own under `tmp_dir()/<home>`, made afresh and
+/// started (with its hot standby when `standby`), for tests that stop,
+/// crash or promote it: doing so to the shared one would disturb others.
+pub fn own_cluster(home: &str, standby: bool) -> tidemark_store::Cluster {
+    let home = tmp_dir().join(home);
+    let cluster = tidemark_store::Cluster::new(&home).unwrap();
+    let _ = cluster.destroy();
+    let h = home.to_str().unwrap();
+    run_ok(&["db", "up", "--home", h]);
+    if standby {
+        run_ok(&["db", "up", "--standby", "--home", h]);
+    }
+    cluster
+}
+
 /// Runs a future to completion on a private runtime in its own thread, so
 /// sync helpers work from sync tests and from inside `#[tokio::test]` alike.
 pub fn block_on<F: Future + Send + 'static>(f: F) -> F::Output

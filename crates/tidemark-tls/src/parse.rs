@@ -1,5 +1,6 @@
 //! Takes the TLS settings out of a connection string, leaving the rest as
-//! it was written for tokio-postgres to parse.
+//! it was written for tokio-postgres to parse, but for a URL query's host
+//! list, split as libpq splits it.
 
 /// The settings this crate serves itself.
 const KEYS: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];

@@ -18,7 +18,13 @@ pub type Placed = HashMap<String, (i64, i64)>;
 /// stays in arrival order. The counts
 /// (`duplicate`, `stale`, both present even at 0) commit with worker 0's
 /// share.
-pub fn judge(events: Vec<Event>, stale_before: Option<&[i64]>) -> (Vec<Event>, Counts) {
+/// `counts` are those judged before and not committed yet (a batch judged
+/// again: [`reassemble`]), added to.
+pub fn judge(
+    events: Vec<Event>,
+    stale_before: Option<&[i64]>,
+    mut counts: Counts,
+) -> (Vec<Event>, Counts) {
     let mut seen = HashSet::with_capacity(events.len());
     let (mut duplicate, mut stale) = (0, 0);
     let mut rest = Vec::with_capacity(events.len());
@@ -33,10 +39,9 @@ pub fn judge(events: Vec<Event>, stale_before: Option<&[i64]>) -> (Vec<Event>, C
         }
         rest.push(e);
     }
-    (
-        rest,
-        Counts::from([("duplicate", duplicate), ("stale", stale)]),
-    )
+    *counts.entry("duplicate").or_default() += duplicate;
+    *counts.entry("stale").or_default() += stale;
+    (rest, counts)
 }
 
 /// Whether any event of the batch carries several identifiers: only then
@@ -352,13 +357,17 @@ mod tests {
             ev(2, 1, T0, Some("u"), &[]),
             created(ev(1, 2, T0, Some("u"), &[]), T0 - 10),
         ];
-        let (rest, counts) = judge(events.clone(), None);
+        let (rest, counts) = judge(events.clone(), None, Counts::new());
         assert_eq!(rest.len(), 3);
         assert_eq!(counts, Counts::from([("duplicate", 1), ("stale", 0)]));
-        let (rest, counts) = judge(events, Some(&[T0 - 9, T0 - 9, T0 - 9]));
+        let (rest, counts) = judge(
+            events,
+            Some(&[T0 - 9, T0 - 9, T0 - 9]),
+            Counts::from([("stale", 2)]),
+        );
         let kept: Vec<(usize, i64)> = rest.iter().map(|e| (e.type_index, e.ts)).collect();
         assert_eq!(kept, [(1, T0), (2, T0)], "the first copy wins");
-        assert_eq!(counts, Counts::from([("duplicate", 1), ("stale", 1)]));
+        assert_eq!(counts, Counts::from([("duplicate", 1), ("stale", 3)]));
     }
 
     #[test]

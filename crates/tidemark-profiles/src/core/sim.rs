@@ -387,10 +387,7 @@ impl Sim {
     }
 
     fn batch_carrying(&mut self, events: Vec<Event>, uncommitted: Counts, next: &[Event]) {
-        let (rest, mut judged) = judge(events, None);
-        for (k, v) in uncommitted {
-            *judged.entry(k).or_default() += v;
-        }
+        let (rest, judged) = judge(events, None, uncommitted);
         let mut cut = self.cut.take();
         let (links, rest, placed) = if has_links(&rest) {
             let ids = carried(&rest);
