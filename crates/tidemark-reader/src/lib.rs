@@ -213,10 +213,14 @@ pub fn split_hosts(url: &str) -> Vec<String> {
 /// [`split_hosts`] for a list in the query; `None` when there is none.
 fn split_query_hosts(url: &str) -> Option<Vec<String>> {
     let (base, query) = url.split_once('?')?;
-    let value = |key: &str| {
+    // Keys compared decoded, as libpq and tidemark-tls read them
+    // (`h%6Fst=` is `host=`).
+    let key = |p: &str| tidemark_tls::query_decode(p.split_once('=').map_or(p, |(k, _)| k));
+    let value = |name: &str| {
         query
             .split('&')
-            .find_map(|p| p.split_once('=').filter(|(k, _)| *k == key))
+            .find(|p| key(p) == name)
+            .and_then(|p| p.split_once('='))
             .map(|(_, v)| tidemark_tls::query_list(v))
     };
     let hosts = value("host").filter(|h| h.len() > 1)?;
@@ -227,7 +231,7 @@ fn split_query_hosts(url: &str) -> Option<Vec<String>> {
     }
     let others: Vec<&str> = query
         .split('&')
-        .filter(|p| !p.starts_with("host=") && !p.starts_with("port="))
+        .filter(|p| !matches!(key(p).as_str(), "host" | "port"))
         .collect();
     let urls = hosts.iter().enumerate().map(|(i, host)| {
         let mut params: Vec<String> = others.iter().map(|p| (*p).to_owned()).collect();
@@ -621,6 +625,14 @@ mod tests {
         );
         assert_eq!(
             split_hosts("postgresql://u@/db?host=/a,/b&port=7"),
+            [
+                "postgresql://u@/db?host=/a&port=7",
+                "postgresql://u@/db?host=/b&port=7",
+            ]
+        );
+        // Keys are read decoded, as tidemark-tls (and libpq) read them.
+        assert_eq!(
+            split_hosts("postgresql://u@/db?h%6Fst=/a,/b&p%6Frt=7"),
             [
                 "postgresql://u@/db?host=/a&port=7",
                 "postgresql://u@/db?host=/b&port=7",

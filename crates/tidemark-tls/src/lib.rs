@@ -23,7 +23,7 @@
 mod parse;
 mod verify;
 
-pub use parse::list as query_list;
+pub use parse::{decode as query_decode, list as query_list};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::{Path, PathBuf};

@@ -60,7 +60,7 @@ fn encode(s: &str) -> String {
 }
 
 /// Percent-decoding as in a URL's query (an invalid escape is kept as is).
-fn decode(s: &str) -> String {
+pub fn decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
