@@ -58,12 +58,8 @@ fn a_promoted_standby_that_missed_commits_is_written_as_it_stands() {
         &messages[third..2 * third],
         &messages[2 * third..],
     );
-    // Fence names of distinct lengths: a fence's txids follow its length.
-    // Fenced twice: the second's events wait for the batch the first's
-    // shared with the part's last events to commit whole.
     publish(&mut publisher, a);
     fence(&mut publisher, &db.url, "fo_a", now);
-    fence(&mut publisher, &db.url, "fo_aa", now);
     let lsn = query_rows(&primary, "SELECT pg_current_wal_lsn()::text")[0][0]
         .clone()
         .unwrap();
@@ -78,8 +74,7 @@ fn a_promoted_standby_that_missed_commits_is_written_as_it_stands() {
     let day_b = [event_days_back("impression", "lost_day_b", now, 1)];
     publish(&mut publisher, b);
     publish(&mut publisher, &day_b);
-    fence(&mut publisher, &db.url, "fo_bbb", now);
-    fence(&mut publisher, &db.url, "fo_bbbb", now);
+    fence(&mut publisher, &db.url, "fo_b", now);
     let count_ids = "SELECT count(*) FROM tidemark.profile_ids";
     let ids_with_b = query_i64(&primary, count_ids).unwrap();
     cluster.crash().unwrap();
@@ -93,13 +88,18 @@ fn a_promoted_standby_that_missed_commits_is_written_as_it_stands() {
     let day_c = [event_days_back("impression", "lost_day_c", now, 2)];
     publish(&mut publisher, &day_c);
     publish(&mut publisher, c);
-    fence(&mut publisher, &db.url, "fo_ccccc", now);
-    fence(&mut publisher, &db.url, "fo_cccccc", now);
+    fence(&mut publisher, &db.url, "fo_c", now);
     let kept: Vec<_> = a.iter().chain(&day_c).chain(c).cloned().collect();
     let oracle = oracle(LINKS, &kept, now);
     // Across the two sockets the order is unknown: masters as they stood
     // in the log are not compared (as after kill -9).
     compare_links(&standby, &oracle, &kept, now, false);
+    // The registration (`profile_status` reads it) names the process's
+    // backend on the new primary, not one of the old.
+    let registered = "SELECT count(*) FROM tidemark.profile_process p
+         JOIN pg_stat_activity a ON a.pid = p.pid
+         WHERE p.name = 'failover' AND a.application_name = 'tidemark profiles failover: links'";
+    assert_eq!(query_i64(&standby, registered), Some(1));
     let log = proc.log();
     assert!(log.contains("connection was lost; reconnected"), "{log}");
     proc.stop();

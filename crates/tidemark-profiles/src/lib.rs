@@ -859,13 +859,21 @@ impl Process<'_> {
     /// Reads again what the process learnt at its start and keeps up to
     /// date itself: the types' and counters' positions and which partitions
     /// exist. On another server, one made on the old one would be missing
-    /// and its rows refused (SQLSTATE 23514) as if they were bad.
+    /// and its rows refused (SQLSTATE 23514) as if they were bad. Writes its
+    /// registration again, which that server may never have received.
     async fn reread(&mut self) -> Result<(), ProfilesError> {
         self.layout = define(&self.main, &self.config).await?;
         let parts = store::partitions(&self.main).await?;
         complete_trail_days(&self.main, &parts).await?;
         (self.marks, self.trail_days) = found(&self.config, &self.layout, parts);
         self.packed = store::packed_parts(&self.main).await?.into_iter().collect();
+        store::rejoin(
+            &self.main,
+            &self.config.name,
+            &describe(&self.config),
+            self.saved,
+        )
+        .await?;
         self.reread = false;
         Ok(())
     }

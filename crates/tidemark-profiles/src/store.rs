@@ -100,6 +100,28 @@ pub async fn register(
     Ok(saved)
 }
 
+/// Writes the registration again after a reconnect: the server may be a
+/// promoted standby that never received it (`profile_status` reads it), and
+/// the connection's backend is a new one. `started_at` is kept if present.
+pub async fn rejoin(
+    c: &Client,
+    name: &str,
+    config: &serde_json::Value,
+    saved: Saved,
+) -> Result<(), StoreError> {
+    c.execute(
+        "INSERT INTO tidemark.profile_process (name, clock_ms, reference_ms, config, pid, host)
+         VALUES ($1, $2, $3, $4, pg_backend_pid(), inet_client_addr()::text)
+         ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config, pid = EXCLUDED.pid,
+             host = EXCLUDED.host, updated_at = now(),
+             clock_ms = greatest(tidemark.profile_process.clock_ms, EXCLUDED.clock_ms),
+             reference_ms = greatest(tidemark.profile_process.reference_ms, EXCLUDED.reference_ms)",
+        &[&name, &saved.clock_ms, &saved.reference_ms, config],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Saves the clock and reference (never moving either back) and adds
 /// `counts` to the process-wide rows (worker -1: intake's own reasons).
 pub async fn save_status(
