@@ -44,7 +44,7 @@ fn profiles_match_the_reference_row_by_row() {
     fence(&mut publisher, &db.url, "fence1", now);
     compare(&db.url, &oracle, &messages, now);
 
-    // Counts by reason, as the oracle counts them (the fence adds two applied).
+    // Counts by reason, as the oracle counts them, and the fence's events.
     let counts = query_rows(
         &db.url,
         "SELECT key, value::text FROM tidemark.profile_status, jsonb_each(counts) ORDER BY 1",
@@ -56,7 +56,7 @@ fn profiles_match_the_reference_row_by_row() {
             .map_or(0, |r| r[1].as_ref().unwrap().parse::<u64>().unwrap())
     };
     let want = oracle.counts();
-    assert_eq!(got("applied"), want["applied"] + 2);
+    assert_eq!(got("applied"), want["applied"] + FENCE_EVENTS);
     for k in [
         "duplicate",
         "stale",
@@ -124,7 +124,7 @@ fn a_kill_9_loses_nothing_committed_and_never_double_counts() {
     .unwrap();
     assert_eq!(
         applied as u64,
-        oracle.counts()["applied"] + 2,
+        oracle.counts()["applied"] + FENCE_EVENTS,
         "applied once each"
     );
     assert!(applied_before.unwrap_or(0) <= applied);

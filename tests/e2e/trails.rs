@@ -88,7 +88,6 @@ fn packed_days_read_as_the_reference_across_kill_9_replay_and_late_events() {
         (a == b).then_some(())
     });
     publish(&mut publisher, &late);
-    // (A fence's txids follow its name's length.)
     fence(&mut publisher, &db.url, "late fence", now);
 
     // Packing happened, and the late events stayed chunks of their own.

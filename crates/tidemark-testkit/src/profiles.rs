@@ -104,14 +104,36 @@ pub fn publish(p: &mut Publisher, messages: &[(String, String)]) {
     }
 }
 
-/// Sends one impression and one click for `user:<name>` (one per socket) and
-/// waits until both are counted: everything sent before on either socket is
-/// in a batch that has committed the fence's part. The batch's other parts
-/// may still be committing; a second fence waits for them.
+/// Waits until everything sent before on either socket has committed:
+/// sends one impression and one click for `user:<name>` (one per socket)
+/// and waits until both are counted, then does so again for
+/// `user:<name>/after`. The first pair's batch may still be committing its
+/// other parts when the pair is counted; batches commit one after another,
+/// so the second pair, in a later batch, is counted only once it has.
 pub fn fence(p: &mut Publisher, url: &str, name: &str, now: i64) {
+    for id in fence_ids(name) {
+        fence_once(p, url, &id["user:".len()..], now);
+    }
+}
+
+/// Events a fence applies (an impression and a click, twice).
+pub const FENCE_EVENTS: u64 = 4;
+
+/// The identifiers a fence's events carry.
+pub fn fence_ids(name: &str) -> [String; 2] {
+    [format!("user:{name}"), format!("user:{name}/after")]
+}
+
+fn fence_once(p: &mut Publisher, url: &str, name: &str, now: i64) {
+    // Txids from the name (FNV-1a), so that distinct fences never share one
+    // (a copy would be dropped as a duplicate) and a fence sent again does;
+    // small, so that they begin with zeros like the streams' own.
+    let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
     for (i, t) in ["impression", "click"].iter().enumerate() {
         let tx = Txid::new(
-            0xfe_0000 + i as u128 + u128::from(name.len() as u32) * 7,
+            0xfe_0000_0000 | u128::from(hash) << 1 | i as u128,
             now as u64,
         );
         p.event(t, &tx, now, &format!(r#""user": "{name}""#));
