@@ -73,10 +73,11 @@ bench-profiles seconds="300":
     target/release/tidemark-bench profile-read --standby
     target/release/tidemark-bench trail-read
 
-# Issue 24: storage on the event clock, 10 days at 20,000 events/s in 30 minutes
-bench-soak days="10" minutes="30":
+# Issue 24: storage on the event clock, 10 days at 20,000 events/s in 30 minutes, marks and
+# 7-day trails (trail="" for marks alone)
+bench-soak days="10" minutes="30" trail="--trail":
     cargo build --release --workspace
-    target/release/tidemark-bench profile-soak --days {{days}} --minutes {{minutes}}
+    target/release/tidemark-bench profile-soak --days {{days}} --minutes {{minutes}} {{trail}}
 
 # Issues 11 and 24: chain, tree and star link shapes (longest transaction each), linked ingest
 # with trails (persons with several devices and a member login), reads under linked load

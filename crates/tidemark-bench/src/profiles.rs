@@ -179,14 +179,17 @@ pub struct Xacts {
 }
 
 /// One transaction seen: its connection's role, the longest age seen (ms),
-/// the lock it was seen waiting on, and whether it wrote (had a
-/// transaction id: only then can it hold row locks).
+/// the lock it was seen waiting on, whether it wrote (had a transaction id:
+/// only then can it hold row locks), and, for the longest one's report, the
+/// statement it was on when last seen and when it started.
 #[derive(Default)]
 struct Xact {
     role: String,
     age: f64,
     lock: Option<String>,
     wrote: bool,
+    query: String,
+    start: f64,
 }
 
 impl Xacts {
@@ -195,6 +198,9 @@ impl Xacts {
         let c = tidemark_store::connect(url).await?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let t0 = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs_f64();
         let handle = tokio::spawn(async move {
             let q = crate::store::transactions_statement(&c).await?;
             let mut seen: BTreeMap<(i32, u64), Xact> = BTreeMap::new();
@@ -213,6 +219,8 @@ impl Xacts {
                     });
                     x.age = x.age.max(r.get(2));
                     x.wrote |= r.get::<_, bool>(5);
+                    x.query = r.get::<_, Option<String>>(6).unwrap_or_default();
+                    x.start = (key.1 as f64 / 1e6 - t0).max(0.0);
                     if let Some(lock) = r.get::<_, Option<String>>(3) {
                         x.lock = Some(lock);
                     }
@@ -246,10 +254,13 @@ impl Xacts {
             for lock in xs.iter().filter_map(|x| x.lock.as_deref()) {
                 *locks.entry(lock).or_default() += 1;
             }
+            let longest = xs.iter().max_by(|a, b| a.age.total_cmp(&b.age));
+            let (at, query) = longest.map_or((0.0, ""), |x| (x.start, x.query.as_str()));
             lines.push(format!(
-                "{role}: {} transactions seen (sampled every 5 ms), longest {:.0} ms, p99 {:.0} ms, {} over 100 ms, {} waited on a lock {locks:?}",
+                "{role}: {} transactions seen (sampled every 5 ms), longest {:.0} ms (began {at:.0} s in, last seen on {:?}), p99 {:.0} ms, {} over 100 ms, {} waited on a lock {locks:?}",
                 ages.len(),
                 q(1.0),
+                query.split_whitespace().collect::<Vec<_>>().join(" "),
                 q(0.99),
                 ages.iter().filter(|a| **a > 100.0).count(),
                 locks.values().sum::<usize>()

@@ -118,7 +118,7 @@ pub async fn transactions_statement(c: &Client) -> anyhow::Result<Statement> {
         "SELECT pid, (extract(epoch FROM xact_start) * 1e6)::bigint,
                 extract(epoch FROM clock_timestamp() - xact_start)::float8 * 1e3,
                 CASE WHEN wait_event_type = 'Lock' THEN wait_event END,
-                application_name, backend_xid IS NOT NULL
+                application_name, backend_xid IS NOT NULL, left(query, 70)
          FROM pg_stat_activity
          WHERE datname = current_database() AND pid <> pg_backend_pid()
            AND xact_start IS NOT NULL AND backend_type = 'client backend'",
