@@ -219,7 +219,7 @@ fn split_query_hosts(url: &str) -> Option<Vec<String>> {
     let value = |name: &str| {
         query
             .split('&')
-            .find(|p| key(p) == name)
+            .find(|p| p.contains('=') && key(p) == name)
             .and_then(|p| p.split_once('='))
             .map(|(_, v)| tidemark_tls::query_list(v))
     };

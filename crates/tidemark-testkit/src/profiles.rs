@@ -110,6 +110,7 @@ pub fn publish(p: &mut Publisher, messages: &[(String, String)]) {
 /// `user:<name>/after`. The first pair's batch may still be committing its
 /// other parts when the pair is counted; batches commit one after another,
 /// so the second pair, in a later batch, is counted only once it has.
+/// A name already fenced in the database fences nothing: use each once.
 pub fn fence(p: &mut Publisher, url: &str, name: &str, now: i64) {
     for id in fence_ids(name) {
         fence_once(p, url, &id["user:".len()..], now);
@@ -125,9 +126,9 @@ pub fn fence_ids(name: &str) -> [String; 2] {
 }
 
 fn fence_once(p: &mut Publisher, url: &str, name: &str, now: i64) {
-    // Txids from the name (FNV-1a), so that distinct fences never share one
-    // (a copy would be dropped as a duplicate) and a fence sent again does;
-    // small, so that they begin with zeros like the streams' own.
+    // Txids from the name (FNV-1a), so that distinct fences do not share
+    // one (a copy would be dropped as a duplicate), and apart from the
+    // streams' (80 random bits) in a range of their own.
     let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
     });
