@@ -473,10 +473,15 @@ pub async fn packed_parts(c: &Client) -> Result<Vec<i64>, StoreError> {
 /// Parallel query is off in it: ingest is parallel across connections
 /// already, and a lookup's parallel workers took the CPU of transactions
 /// holding row locks (worker transactions p99 71-87 ms with, 48-50 ms
-/// without; docs/benchmarks.md, part eight).
+/// without; docs/benchmarks.md, part eight). Random reads are priced as
+/// the cached, SSD-backed reads they are (`random_page_cost` 1.1, not the
+/// spinning disks' 4): at the default the planner answered a batch's
+/// lookup of 15,000 identifiers with a scan of the whole identifier table,
+/// which grows with it (141 ms at 1.36M identifiers, against 49 ms through
+/// the index; part ten).
 pub async fn connect(url: &str, name: &str) -> Result<Client, StoreError> {
     let c = tidemark_store::connect_as(url, name).await?;
-    c.batch_execute("SET max_parallel_workers_per_gather = 0")
+    c.batch_execute("SET max_parallel_workers_per_gather = 0; SET random_page_cost = 1.1")
         .await?;
     Ok(c)
 }
