@@ -87,16 +87,7 @@ pub async fn register(
             reference_ms: r.get(1),
         })
         .unwrap_or_default();
-    c.execute(
-        "INSERT INTO tidemark.profile_process (name, clock_ms, reference_ms, config, pid, host)
-         VALUES ($1, $2, $3, $4, pg_backend_pid(), inet_client_addr()::text)
-         ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config, pid = EXCLUDED.pid,
-             host = EXCLUDED.host, started_at = now(), updated_at = now(),
-             clock_ms = greatest(tidemark.profile_process.clock_ms, EXCLUDED.clock_ms),
-             reference_ms = greatest(tidemark.profile_process.reference_ms, EXCLUDED.reference_ms)",
-        &[&name, &saved.clock_ms, &saved.reference_ms, config],
-    )
-    .await?;
+    write_registration(c, name, config, saved, true).await?;
     Ok(saved)
 }
 
@@ -109,14 +100,33 @@ pub async fn rejoin(
     config: &serde_json::Value,
     saved: Saved,
 ) -> Result<(), StoreError> {
+    write_registration(c, name, config, saved, false).await
+}
+
+/// The registration's row, with this connection's backend; the clock and
+/// reference never move back; `started_at` is now when `started`.
+async fn write_registration(
+    c: &Client,
+    name: &str,
+    config: &serde_json::Value,
+    saved: Saved,
+    started: bool,
+) -> Result<(), StoreError> {
     c.execute(
         "INSERT INTO tidemark.profile_process (name, clock_ms, reference_ms, config, pid, host)
          VALUES ($1, $2, $3, $4, pg_backend_pid(), inet_client_addr()::text)
          ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config, pid = EXCLUDED.pid,
              host = EXCLUDED.host, updated_at = now(),
+             started_at = CASE WHEN $5 THEN now() ELSE tidemark.profile_process.started_at END,
              clock_ms = greatest(tidemark.profile_process.clock_ms, EXCLUDED.clock_ms),
              reference_ms = greatest(tidemark.profile_process.reference_ms, EXCLUDED.reference_ms)",
-        &[&name, &saved.clock_ms, &saved.reference_ms, config],
+        &[
+            &name,
+            &saved.clock_ms,
+            &saved.reference_ms,
+            config,
+            &started,
+        ],
     )
     .await?;
     Ok(())
