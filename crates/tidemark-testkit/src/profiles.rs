@@ -110,7 +110,8 @@ pub fn publish(p: &mut Publisher, messages: &[(String, String)]) {
 /// `user:<name>/after`. The first pair's batch may still be committing its
 /// other parts when the pair is counted; batches commit one after another,
 /// so the second pair, in a later batch, is counted only once it has.
-/// A name already fenced in the database fences nothing: use each once.
+/// Each name once per database: a name used again would fence nothing,
+/// so it fails.
 pub fn fence(p: &mut Publisher, url: &str, name: &str, now: i64) {
     for id in fence_ids(name) {
         fence_once(p, url, &id["user:".len()..], now);
@@ -132,6 +133,12 @@ fn fence_once(p: &mut Publisher, url: &str, name: &str, now: i64) {
     let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
     });
+    let id = format!("user:{name}");
+    let before = profile_get(url, &[id.as_str()], now).pop();
+    assert!(
+        before.is_none_or(|v| v["counts"].as_object().is_none_or(|c| c.is_empty())),
+        "fence {name:?} was used before in this database: it would fence nothing"
+    );
     for (i, t) in ["impression", "click"].iter().enumerate() {
         let tx = Txid::new(
             0xfe_0000_0000 | u128::from(hash) << 1 | i as u128,
@@ -139,7 +146,6 @@ fn fence_once(p: &mut Publisher, url: &str, name: &str, now: i64) {
         );
         p.event(t, &tx, now, &format!(r#""user": "{name}""#));
     }
-    let id = format!("user:{name}");
     wait_for("the fence events to be counted", || {
         let v = profile_get(url, &[id.as_str()], now).pop()?;
         let counts = v["counts"].as_object()?.len();
