@@ -2,7 +2,7 @@
 
 # The README's test command
 test:
-    cargo test --workspace
+    bash scripts/test.sh
     cargo run -q -- db down --home target/tmp/tidemark-test
 
 # Formatting and lints, as CI runs them

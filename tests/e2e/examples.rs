@@ -5,6 +5,12 @@ use std::collections::BTreeSet;
 
 use tidemark_testkit::{query_rows, wait_for, ShardProc, TestDb, GUARDED_CLOCK};
 
+/// The Python with pyzmq that `scripts/test.sh` prepared (`TIDEMARK_PYTHON`),
+/// else the system's `python3`.
+fn python() -> std::ffi::OsString {
+    std::env::var_os("TIDEMARK_PYTHON").unwrap_or_else(|| "python3".into())
+}
+
 /// `examples/publisher.py` (pyzmq, written from docs/contract.md) feeds a shard
 /// on the event clock; every observation is the one its record implies:
 /// `ctr` for each transaction with an impression, labelled 1 when it was
@@ -18,12 +24,12 @@ fn the_python_publisher_feeds_a_shard_row_by_row() {
     std::fs::create_dir_all(&dir).unwrap();
     let record = dir.join("made.jsonl");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/publisher.py");
-    let out = std::process::Command::new("python3")
+    let out = std::process::Command::new(python())
         .arg(script)
         .args(["--bind", &endpoint, "--transactions", "200", "--record"])
         .arg(&record)
         .output()
-        .expect("python3 runs (CI installs pyzmq)");
+        .expect("python runs (scripts/test.sh provides one with pyzmq)");
     assert!(
         out.status.success(),
         "{}",

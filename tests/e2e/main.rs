@@ -11,6 +11,7 @@ mod deploy;
 mod exact;
 mod examples;
 mod failover;
+mod finite;
 mod floods;
 mod guide;
 mod hostile;

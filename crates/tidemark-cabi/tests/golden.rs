@@ -36,6 +36,11 @@ const BIDS: &[&str] = &[
     r#"{"app":"","list":[1,2],"obj":{"a":1},"none":null,"os":"ios"}"#,
     r#"{"country":true,"exchange":false}"#,
     r#"{"country":2,"exchange":0.5,"price":4}"#,
+    // Out of range (SPEC 10, v1.3): left out of the row, the rest scored.
+    r#"{"n":9.2e18,"app":"app1","country":"us"}"#,
+    r#"{"n":-1e308,"ratio":1e15,"price":1e308,"clk_1h":-1e308}"#,
+    r#"{"country":1e300,"exchange":0,"ratio":1.0000001e15}"#,
+    r#"{"country":4e7,"exchange":3e7,"n":3.4e38}"#,
 ];
 
 /// Deterministic weights: every target, most slots, both signs.
@@ -137,7 +142,7 @@ fn the_golden_checkpoint_is_stable_and_scores_as_recorded() {
     }
 }
 
-/// The golden checkpoint as a self-tuning learner writes it (version 3): the
+/// The golden checkpoint as a self-tuning learner writes it: the
 /// same weights, every target with a grid whose other settings' state a
 /// bidder must skip. It scores exactly as `golden.tdm`.
 fn tuned() -> Checkpoint {
@@ -177,11 +182,28 @@ fn the_tuned_golden_checkpoint_scores_as_the_plain_one() {
     }
     let bytes = std::fs::read(&path).unwrap();
     assert_eq!(bytes, c.to_bytes(), "golden-tuned.tdm changed");
-    assert_eq!(bytes[8], 3, "format version 3");
+    assert_eq!(bytes[8], 4, "format version 4");
     let scorer = Scorer::open(&path).unwrap();
     for (bid, want) in BIDS.iter().zip(expected()) {
         let got = scorer.score(&serde_json::from_str(bid).unwrap()).to_json();
         assert_eq!(got, want, "{bid}");
+    }
+}
+
+#[test]
+fn files_of_older_versions_keep_scoring_as_recorded() {
+    // golden-v2.tdm and golden-tuned-v3.tdm are golden.tdm and
+    // golden-tuned.tdm as versions 2 and 3 wrote them: a bidder's old file
+    // still loads and scores every bid as the newest reader does (the
+    // bound on values applies to them too).
+    for file in ["golden-v2.tdm", "golden-tuned-v3.tdm"] {
+        let bytes = std::fs::read(fixtures().join(file)).unwrap();
+        assert!(bytes[8] < 4, "{file} is an older version");
+        let scorer = Scorer::open(&fixtures().join(file)).unwrap();
+        for (bid, want) in BIDS.iter().zip(expected()) {
+            let got = scorer.score(&serde_json::from_str(bid).unwrap()).to_json();
+            assert_eq!(got, want, "{file}: {bid}");
+        }
     }
 }
 

@@ -1,8 +1,8 @@
-//! The bytes of a checkpoint (version 3), little-endian:
+//! The bytes of a checkpoint (version 4), little-endian:
 //!
 //! ```text
 //! magic        8 bytes   "TDMKCKPT"
-//! version      u32       3 when a target tunes itself, else 2 (version 1 is still read)
+//! version      u32       4 (versions 1 to 3 are still read)
 //! header_len   u32
 //! header       JSON, header_len bytes (hashing, targets with their counts, positions, metrics)
 //! weights      per target, in header order: count × (u32 index, f32 weight), non-zero only
@@ -13,7 +13,10 @@
 //! ```
 //!
 //! Version 3 adds only resume state: a bidder's reader ignores `tuning` and
-//! scores with the target's weights, as in version 2.
+//! scores with the target's weights, as in version 2. Version 4 records
+//! `hashing.max_abs`, the bound past which a value is left out of a row
+//! (SPEC 10, v1.3). Every number in a file is finite: a reader refuses one
+//! that is not, whatever its checksum says.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -29,8 +32,10 @@ pub const MAGIC: &[u8; 8] = b"TDMKCKPT";
 /// `hashing.transforms`; a reader that ignored them would score differently,
 /// so older readers must refuse it. Version 3 added per-target `tuning`
 /// (written only when a target has it; otherwise the file is version 2).
-/// Versions 1 and 2 are still read.
-pub const FORMAT_VERSION: u32 = 3;
+/// Version 4 added `hashing.max_abs`: a reader that did not leave values
+/// past it out of a row would score differently. Versions 1 to 3 are still
+/// read (with the bound of this build, [`tidemark_features::MAX_ABS`]).
+pub const FORMAT_VERSION: u32 = 4;
 
 /// How a self-tuning target chose its weights: the settings that learn side
 /// by side over the same rows, and which one the target's own weights,
@@ -101,6 +106,40 @@ pub struct Target {
     pub tuning: Option<Tuning>,
 }
 
+impl Target {
+    /// The first number of this target that is not finite, or a setting no
+    /// learner can use, named (`None`: all is well).
+    pub fn non_finite(&self) -> Option<String> {
+        if !usable(self.alpha, self.beta, self.l1, self.l2) {
+            return Some("alpha, beta, l1 or l2 unusable".into());
+        }
+        if !self.margin.is_finite() {
+            return Some("margin".into());
+        }
+        if let Some((i, _)) = self.weights.iter().find(|(_, w)| !w.is_finite()) {
+            return Some(format!("weight at index {i}"));
+        }
+        let bad_state = |s: &[(u32, f32, f32)]| {
+            (s.iter())
+                .find(|(_, z, n)| !(z.is_finite() && n.is_finite() && *n >= 0.0))
+                .map(|(i, _, _)| *i)
+        };
+        if let Some(i) = bad_state(&self.state) {
+            return Some(format!("state (z, n) at index {i}"));
+        }
+        let u = self.tuning.as_ref()?;
+        if !(u.half_life.is_finite() && u.half_life >= 1.0 && u.decayed_rows.is_finite()) {
+            return Some("tuning.half_life or tuning.decayed_rows".into());
+        }
+        u.candidates.iter().enumerate().find_map(|(k, c)| {
+            if !(usable(c.alpha, c.beta, c.l1, c.l2) && c.loss.is_finite()) {
+                return Some(format!("tuning candidate {k}: settings or loss"));
+            }
+            bad_state(&c.state).map(|i| format!("tuning candidate {k}: state at index {i}"))
+        })
+    }
+}
+
 /// A whole checkpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
@@ -125,6 +164,9 @@ pub enum FormatError {
     UnsupportedVersion(u32),
     /// The checksum or structure is wrong.
     Corrupt(String),
+    /// A number that is not finite (or a setting no learner can use):
+    /// what the file's writer should never have written.
+    NonFinite(String),
 }
 
 impl fmt::Display for FormatError {
@@ -137,6 +179,10 @@ impl fmt::Display for FormatError {
                 "checkpoint format version {v} is not supported (this build reads versions 1 to {FORMAT_VERSION})"
             ),
             FormatError::Corrupt(why) => write!(f, "corrupt checkpoint: {why}"),
+            FormatError::NonFinite(what) => write!(
+                f,
+                "checkpoint holds a number that is not finite ({what}): refused, as no model may score with it"
+            ),
         }
     }
 }
@@ -159,6 +205,7 @@ impl Checkpoint {
                 "bits": self.hashing.bits,
                 "crosses": self.hashing.crosses.iter().map(|(a, b)| [a, b]).collect::<Vec<_>>(),
                 "bias_index": self.hashing.bias_index(),
+                "max_abs": self.hashing.max_abs,
                 "transforms": self.hashing.transforms.iter()
                     .map(|(n, t)| (n.clone(), t.to_json()))
                     .collect::<serde_json::Map<_, _>>(),
@@ -169,14 +216,21 @@ impl Checkpoint {
         })
     }
 
-    /// The version [`Checkpoint::to_bytes`] writes: 3 only when a target
-    /// tunes itself, so files without tuning stay readable by version-2 readers.
+    /// The version [`Checkpoint::to_bytes`] writes.
     pub fn version(&self) -> u32 {
-        if self.targets.iter().any(|t| t.tuning.is_some()) {
-            3
-        } else {
-            2
+        FORMAT_VERSION
+    }
+
+    /// The first number in the checkpoint that is not finite (or not a
+    /// usable setting), named: what no checkpoint may hold (SPEC 10, v1.3).
+    pub fn non_finite(&self) -> Option<String> {
+        if !(self.hashing.max_abs.is_finite() && self.hashing.max_abs > 0.0) {
+            return Some("hashing.max_abs".into());
         }
+        self.targets.iter().find_map(|t| {
+            t.non_finite()
+                .map(|why| format!("target {}: {why}", t.name))
+        })
     }
 
     /// The checkpoint as bytes.
@@ -282,7 +336,13 @@ impl Checkpoint {
                 .collect::<Result<_, _>>()?,
             _ => return Err(corrupt("hashing.transforms")),
         };
-        let hashing = Hashing::new(bits, seed, crosses).with_transforms(transforms);
+        let mut hashing = Hashing::new(bits, seed, crosses).with_transforms(transforms);
+        if version >= 4 {
+            hashing.max_abs = h["max_abs"]
+                .as_f64()
+                .filter(|m| m.is_finite() && *m > 0.0)
+                .ok_or_else(|| corrupt("hashing.max_abs"))?;
+        }
         let slots = hashing.slots() as u32;
         let metas = header["targets"]
             .as_array()
@@ -392,6 +452,14 @@ impl Checkpoint {
         if at != body.len() {
             return Err(corrupt("trailing bytes"));
         }
+        // A checksum proves the bytes are the ones written, not that the
+        // writer was sound: no reader scores with a non-finite number.
+        if let Some(why) = targets.iter().find_map(|t| {
+            t.non_finite()
+                .map(|why| format!("target {}: {why}", t.name))
+        }) {
+            return Err(FormatError::NonFinite(why));
+        }
         let positions = header["positions"]
             .as_object()
             .ok_or_else(|| corrupt("positions"))?
@@ -439,14 +507,12 @@ fn target_header(t: &Target) -> Value {
     h
 }
 
-/// Settings a learner can resume with: finite, non-negative, `alpha` > 0
-/// (an `alpha` of 0 would divide by zero at every step). A damaged but
-/// checksum-valid file is refused here rather than learned from.
+/// Settings a learner can resume with: `alpha` within [1e-9, 1e9], the
+/// others within [0, 1e30] (`tidemark-ftrl`'s `Params::validate`, the bounds
+/// that keep its state finite). A damaged but checksum-valid file is refused
+/// here rather than learned from.
 fn usable(alpha: f64, beta: f64, l1: f64, l2: f64) -> bool {
-    [alpha, beta, l1, l2]
-        .iter()
-        .all(|v| v.is_finite() && *v >= 0.0)
-        && alpha > 0.0
+    (1e-9..=1e9).contains(&alpha) && [beta, l1, l2].iter().all(|v| (0.0..=1e30).contains(v))
 }
 
 /// The most settings a learner runs side by side (`tidemark-ftrl`'s
@@ -548,10 +614,10 @@ mod tests {
             Err(FormatError::Corrupt(_))
         ));
         let mut future = bytes.clone();
-        future[8] = 4;
+        future[8] = 5;
         assert!(matches!(
             Checkpoint::from_bytes(&future, true),
-            Err(FormatError::UnsupportedVersion(4))
+            Err(FormatError::UnsupportedVersion(5))
         ));
         for cut in 0..bytes.len() {
             assert!(Checkpoint::from_bytes(&bytes[..cut], true).is_err());
@@ -559,9 +625,8 @@ mod tests {
     }
 
     #[test]
-    fn tuning_round_trips_as_version_3_and_a_bidder_skips_it() {
+    fn tuning_round_trips_and_a_bidder_skips_it() {
         let mut c = sample();
-        assert_eq!(c.version(), 2);
         let candidate = |alpha: f64, loss: f64, state: Vec<(u32, f32, f32)>| Candidate {
             alpha,
             beta: 1.0,
@@ -582,9 +647,8 @@ mod tests {
                 candidate(0.4, 1.75, vec![(0, 1.0, 2.0), (15, -1.0, 0.5)]),
             ],
         });
-        assert_eq!(c.version(), 3);
         let bytes = c.to_bytes();
-        assert_eq!(bytes[8], 3);
+        assert_eq!(bytes[8], 4);
         assert_eq!(Checkpoint::from_bytes(&bytes, true).unwrap(), c);
         let lean = Checkpoint::from_bytes(&bytes, false).unwrap();
         assert_eq!(lean.targets[0].weights, c.targets[0].weights);
@@ -618,6 +682,54 @@ mod tests {
             d.targets[0].tuning = Some(u);
         });
         damaged(&|d| d.targets[0].alpha = f64::NAN);
+    }
+
+    #[test]
+    fn every_reader_refuses_a_number_that_is_not_finite() {
+        // Written with a valid checksum, as a learner without the guard did:
+        // each is refused, and says what it found.
+        type Damage<'a> = &'a dyn Fn(&mut Checkpoint);
+        let cases: [(&str, Damage); 6] = [
+            ("weight", &|c| c.targets[0].weights[1].1 = f32::NAN),
+            ("weight", &|c| c.targets[0].weights[0].1 = f32::INFINITY),
+            ("state", &|c| c.targets[0].state[2].2 = f32::INFINITY),
+            ("state", &|c| c.targets[0].state[0].1 = f32::NEG_INFINITY),
+            ("state", &|c| c.targets[0].state[1].2 = -1.0),
+            ("alpha", &|c| c.targets[0].alpha = 1e-30),
+        ];
+        for (what, damage) in cases {
+            let mut c = sample();
+            damage(&mut c);
+            assert!(
+                c.non_finite().unwrap().contains(what),
+                "{:?}",
+                c.non_finite()
+            );
+            let bytes = c.to_bytes();
+            let lean = Checkpoint::from_bytes(&bytes, false);
+            let full = Checkpoint::from_bytes(&bytes, true);
+            assert!(full.is_err(), "{what}: {full:?}");
+            if what == "weight" {
+                // A bidder's reader, which skips the state, refuses it too.
+                assert!(matches!(lean, Err(FormatError::NonFinite(_))), "{lean:?}");
+            }
+        }
+        // A non-finite margin or loss cannot even be written as JSON (null):
+        // still refused, as corrupt.
+        let mut c = sample();
+        c.targets[0].margin = f64::NAN;
+        assert!(c.non_finite().is_some());
+        assert!(Checkpoint::from_bytes(&c.to_bytes(), false).is_err());
+        assert_eq!(sample().non_finite(), None);
+    }
+
+    #[test]
+    fn records_the_bound_on_values() {
+        let mut c = sample();
+        c.hashing.max_abs = 1e6;
+        let back = Checkpoint::from_bytes(&c.to_bytes(), false).unwrap();
+        assert_eq!(back.hashing.max_abs, 1e6);
+        assert_eq!(back.header()["hashing"]["max_abs"], 1e6);
     }
 
     #[test]

@@ -18,6 +18,11 @@
 //! A number under a name with a [`Transform`] is first transformed: its
 //! value replaced (`log1p`, `clip`), or made the categorical bucket label
 //! (`buckets`), everywhere above, crosses included.
+//!
+//! A number (after its transform) or a cross's product that is not finite
+//! or exceeds [`MAX_ABS`] in magnitude is left out of the row (SPEC 10,
+//! v1.3), in training and scoring alike: one absurd value in one bid must
+//! not reach any model.
 
 #![warn(missing_docs)]
 
@@ -32,6 +37,9 @@ pub use transform::{Shaped, Transform};
 /// The hashing settings a checkpoint records.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hashing {
+    /// Values beyond this magnitude (or not finite) are left out of a row:
+    /// [`MAX_ABS`], recorded in the checkpoint.
+    pub max_abs: f64,
     /// Features hash into `2^bits` slots.
     pub bits: u8,
     /// The hash seed.
@@ -63,17 +71,43 @@ impl<'a> Val<'a> {
     }
 }
 
+/// The largest magnitude a value entering a model may have (SPEC 10, v1.3):
+/// a numeric feature after its transform, or a cross's product, that is not
+/// finite or exceeds it is left out of the row. Within it every gradient,
+/// its square and every learner state stays finite in binary32.
+pub const MAX_ABS: f64 = 1e15;
+
 /// A value after its transform: the bytes hashed under the name (none for
-/// a number, whose index is its name's) and the value `x`.
+/// a number, whose index is its name's) and the value `x` in binary64,
+/// before its range is checked and it is rounded to the hashed binary32.
 #[inline]
-pub fn shape<'a>(t: Option<&Transform>, v: Val<'a>) -> (Option<Cow<'a, [u8]>>, f32) {
+pub fn shape<'a>(t: Option<&Transform>, v: Val<'a>) -> (Option<Cow<'a, [u8]>>, f64) {
     match (v, t) {
         (Val::Bytes(b), _) => (Some(Cow::Borrowed(b)), 1.0),
-        (Val::Number(x), None) => (None, x as f32),
+        (Val::Number(x), None) => (None, x),
         (Val::Number(x), Some(t)) => match t.apply(x) {
             Shaped::Number(y) => (None, y),
             Shaped::Bucket(label) => (Some(Cow::Owned(label.into_bytes())), 1.0),
         },
+    }
+}
+
+/// A feature a row left out because its value was out of range: a name, or
+/// the two names of a cross.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutOfRange<'a> {
+    /// The numeric feature of this name.
+    Feature(&'a str),
+    /// The cross of these two names.
+    Cross(&'a str, &'a str),
+}
+
+impl std::fmt::Display for OutOfRange<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OutOfRange::Feature(n) => f.write_str(n),
+            OutOfRange::Cross(a, b) => write!(f, "{a}*{b}"),
+        }
     }
 }
 
@@ -82,6 +116,7 @@ impl Hashing {
     pub fn new(bits: u8, seed: u32, crosses: Vec<(String, String)>) -> Hashing {
         assert!((1..=30).contains(&bits), "bits must be in 1..=30");
         Hashing {
+            max_abs: MAX_ABS,
             bits,
             seed,
             crosses,
@@ -105,18 +140,33 @@ impl Hashing {
         }
     }
 
-    /// Appends the feature `name` (whose seed is `name_seed`) with value `v`.
+    /// Whether `x` may enter a model: finite and within `max_abs`.
     #[inline]
-    pub fn push(&self, name_seed: u32, t: Option<&Transform>, v: Val, out: &mut Vec<(u32, f32)>) {
+    pub fn in_range(&self, x: f64) -> bool {
+        x.abs() <= self.max_abs
+    }
+
+    /// Appends the feature `name` (whose seed is `name_seed`) with value `v`;
+    /// `false` when it is left out because its value is out of range.
+    #[inline]
+    #[must_use]
+    pub fn push(
+        &self,
+        name_seed: u32,
+        t: Option<&Transform>,
+        v: Val,
+        out: &mut Vec<(u32, f32)>,
+    ) -> bool {
         // The common cases first, without building a `shape`.
         match (v, t) {
             (Val::Bytes(b), _) => out.push((self.categorical(name_seed, b), 1.0)),
-            (Val::Number(x), None) => out.push((name_seed & self.mask(), x as f32)),
             (v, t) => match shape(t, v) {
-                (Some(bytes), x) => out.push((self.categorical(name_seed, &bytes), x)),
-                (None, x) => out.push((name_seed & self.mask(), x)),
+                (Some(bytes), x) => out.push((self.categorical(name_seed, &bytes), x as f32)),
+                (None, x) if self.in_range(x) => out.push((name_seed & self.mask(), x as f32)),
+                (None, _) => return false,
             },
         }
+        true
     }
 
     /// `2^bits - 1`: the hashed slots' mask.
@@ -135,11 +185,25 @@ impl Hashing {
     }
 
     /// Appends the features of a JSON object, then the bias, to `out`.
-    /// Values other than strings, numbers and bools are skipped.
+    /// Values other than strings, numbers and bools are skipped, and numbers
+    /// out of range left out ([`Hashing::hash_json_counted`] names them).
     pub fn hash_json(&self, features: &serde_json::Map<String, Value>, out: &mut Vec<(u32, f32)>) {
+        self.hash_json_counted(features, out, |_| {});
+    }
+
+    /// [`Hashing::hash_json`], calling `left_out` for each feature or cross
+    /// left out because its value is out of range.
+    pub fn hash_json_counted(
+        &self,
+        features: &serde_json::Map<String, Value>,
+        out: &mut Vec<(u32, f32)>,
+        mut left_out: impl FnMut(OutOfRange<'_>),
+    ) {
         for (name, v) in features {
             if let Some(v) = Val::of_json(v) {
-                self.push(self.name_seed(name), self.transform(name), v, out);
+                if !self.push(self.name_seed(name), self.transform(name), v, out) {
+                    left_out(OutOfRange::Feature(name));
+                }
             }
         }
         for (a, b) in &self.crosses {
@@ -150,25 +214,36 @@ impl Hashing {
                 continue;
             };
             let seed = self.cross_seed(a, b);
-            self.push_cross(seed, (self.transform(a), va), (self.transform(b), vb), out);
+            if !self.push_cross(seed, (self.transform(a), va), (self.transform(b), vb), out) {
+                left_out(OutOfRange::Cross(a, b));
+            }
         }
         out.push((self.bias_index(), 1.0));
     }
 
     /// Appends the cross (seed `cross_seed(a, b)`) of two present values,
-    /// each with its feature's transform.
+    /// each with its feature's transform; `false` when it is left out
+    /// because the product is out of range. The product is that of the two
+    /// factors rounded to binary32, computed exactly (in binary64) and then
+    /// rounded once: the binary32 product, and no overflow goes unseen.
     #[inline]
+    #[must_use]
     pub fn push_cross(
         &self,
         cross_seed: u32,
         a: (Option<&Transform>, Val),
         b: (Option<&Transform>, Val),
         out: &mut Vec<(u32, f32)>,
-    ) {
+    ) -> bool {
         let (ba, xa) = shape(a.0, a.1);
         let (bb, xb) = shape(b.0, b.1);
+        let x = f64::from(xa as f32) * f64::from(xb as f32);
+        if !self.in_range(x) {
+            return false;
+        }
         let (ba, bb) = (ba.unwrap_or_default(), bb.unwrap_or_default());
-        out.push((self.cross(cross_seed, &ba, &bb), xa * xb));
+        out.push((self.cross(cross_seed, &ba, &bb), x as f32));
+        true
     }
 
     /// The seed of a column or feature name: index of a categorical value `v`

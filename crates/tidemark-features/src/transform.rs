@@ -30,8 +30,9 @@ pub enum Transform {
 /// A transformed value: still numeric, or a bucket's label.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Shaped {
-    /// The numeric feature with this value.
-    Number(f32),
+    /// The numeric feature with this value (binary64: the caller checks its
+    /// range before rounding it to the hashed binary32 `x`).
+    Number(f64),
     /// The categorical feature with these bytes.
     Bucket(String),
 }
@@ -82,8 +83,8 @@ impl Transform {
     /// Applies the transform to `x`.
     pub fn apply(&self, x: f64) -> Shaped {
         match self {
-            Transform::Log1p => Shaped::Number((x.signum() * x.abs().ln_1p()) as f32),
-            Transform::Clip { min, max } => Shaped::Number(x.clamp(*min, *max) as f32),
+            Transform::Log1p => Shaped::Number(x.signum() * x.abs().ln_1p()),
+            Transform::Clip { min, max } => Shaped::Number(x.clamp(*min, *max)),
             Transform::Buckets(bounds) => {
                 Shaped::Bucket(bounds.partition_point(|b| *b <= x).to_string())
             }
@@ -178,11 +179,8 @@ mod tests {
     fn values() {
         let n = |t: &Transform, x: f64| t.apply(x);
         assert_eq!(n(&Transform::Log1p, 0.0), Shaped::Number(0.0));
-        assert_eq!(n(&Transform::Log1p, 3.0), Shaped::Number(4f64.ln() as f32));
-        assert_eq!(
-            n(&Transform::Log1p, -3.0),
-            Shaped::Number(-(4f64.ln()) as f32)
-        );
+        assert_eq!(n(&Transform::Log1p, 3.0), Shaped::Number(4f64.ln()));
+        assert_eq!(n(&Transform::Log1p, -3.0), Shaped::Number(-(4f64.ln())));
         let clip = Transform::Clip { min: 0.0, max: 2.0 };
         assert_eq!(n(&clip, 5.0), Shaped::Number(2.0));
         assert_eq!(n(&clip, -5.0), Shaped::Number(0.0));

@@ -3,7 +3,7 @@
 //! needed ("lazy weights"), so only `z` and `n` are stored.
 
 use tidemark_checkpoint::{Candidate, Target, Tuning};
-use tidemark_features::sigmoid;
+use tidemark_features::{sigmoid, MAX_ABS};
 
 /// Learning-rate and regularisation settings (SPEC 8 defaults).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,6 +29,37 @@ impl Default for Params {
     }
 }
 
+/// Bounds that keep every learner state finite in binary32 whatever the
+/// rows (SPEC 10, v1.3). With inputs within [`MAX_ABS`] (1e15) a gradient is
+/// at most 1e15 and its square 1e30; `n` stops at [`N_MAX`], so `√n` is at
+/// most ~1e15 and, with `alpha ≥ ALPHA_MIN`, the step `σ` at most ~1e24;
+/// weights stop at [`W_MAX`], so `σ·w` is at most ~1e36 and `Σ w·x` over any
+/// row stays far below binary32's 3.4e38; `z` stops at [`Z_MAX`]. A state at
+/// a bound still moves: the bounds cost nothing a real model ever reaches.
+pub const N_MAX: f32 = 1e30;
+/// See [`N_MAX`].
+pub const Z_MAX: f32 = 1e30;
+/// See [`N_MAX`]: a weight beyond it would be for a value below 1e-12.
+pub const W_MAX: f32 = 1e12;
+/// The smallest `alpha` (and the largest is its inverse): `1/alpha` and the
+/// steps it scales stay finite in binary32.
+pub const ALPHA_MIN: f64 = 1e-9;
+/// The largest `beta`, `l1` or `l2` a setting may have (the label-rate
+/// setting's `l1` is [`RATE_ONLY_L1`]).
+pub const PARAM_MAX: f64 = 1e30;
+
+/// Whether a value in a row may enter the model: finite and within
+/// [`MAX_ABS`] (hashing leaves others out; a row built elsewhere is held to
+/// the same rule here, the value counting as 0).
+#[inline(always)]
+fn admitted(v: f32) -> f32 {
+    if f64::from(v).abs() <= MAX_ABS {
+        v
+    } else {
+        0.0
+    }
+}
+
 /// The L1 of the setting that is the label rate alone: no coordinate's
 /// evidence `|z|` ever reaches it, so every weight stays 0 and the setting
 /// predicts the running label rate ([`Ftrl::margin`]), the online constant.
@@ -48,20 +79,22 @@ impl Params {
         self.l1 >= RATE_ONLY_L1
     }
 
-    /// Checks the settings are usable: all finite and non-negative, `alpha` positive.
+    /// Checks the settings are usable: `alpha` within [1e-9, 1e9], the
+    /// others within [0, 1e30] (bounds that keep the state finite, [`N_MAX`]).
     pub fn validate(&self) -> Result<(), String> {
-        for (name, v) in [
-            ("alpha", self.alpha),
-            ("beta", self.beta),
-            ("l1", self.l1),
-            ("l2", self.l2),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(format!("{name} must be a non-negative number, got {v}"));
+        for (name, v) in [("beta", self.beta), ("l1", self.l1), ("l2", self.l2)] {
+            if !(0.0..=PARAM_MAX).contains(&v) {
+                return Err(format!(
+                    "{name} must be a number from 0 to {PARAM_MAX:e}, got {v}"
+                ));
             }
         }
-        if self.alpha == 0.0 {
-            return Err("alpha must be greater than 0".into());
+        if !(ALPHA_MIN..=1.0 / ALPHA_MIN).contains(&self.alpha) {
+            return Err(format!(
+                "alpha must be a number from {ALPHA_MIN:e} to {:e}, got {}",
+                1.0 / ALPHA_MIN,
+                self.alpha
+            ));
         }
         Ok(())
     }
@@ -211,7 +244,11 @@ impl<const L: usize> Lanes<L> {
         for j in 0..L {
             let v = -(z[j] - self.l1[j].copysign(z[j]))
                 / ((self.beta[j] + n[j].sqrt()) * self.inv_alpha[j] + self.l2[j]);
-            w[j] = if z[j].abs() <= self.l1[j] { 0.0 } else { v };
+            w[j] = if z[j].abs() <= self.l1[j] {
+                0.0
+            } else {
+                v.clamp(-W_MAX, W_MAX)
+            };
         }
         w
     }
@@ -325,7 +362,8 @@ impl Ftrl {
         }
         // As `Lanes::weights` computes it, to the bit.
         let inv_alpha = 1.0 / p.alpha as f32;
-        -(z - l1.copysign(z)) / (((p.beta as f32) + sqrt_n) * inv_alpha + p.l2 as f32)
+        (-(z - l1.copysign(z)) / (((p.beta as f32) + sqrt_n) * inv_alpha + p.l2 as f32))
+            .clamp(-W_MAX, W_MAX)
     }
 
     /// Where slot `i`'s cell starts in `zn`.
@@ -353,6 +391,7 @@ impl Ftrl {
         self.w.clear();
         let mut s = [self.margin; L];
         for &(i, v) in x {
+            let v = admitted(v);
             let at = self.cell(i);
             let z: &[f32; L] = self.zn[at..at + L].try_into().expect("L lanes");
             let n: &[f32; L] = self.zn[at + L..at + 2 * L].try_into().expect("L lanes");
@@ -377,7 +416,7 @@ impl Ftrl {
             + x.iter()
                 .map(|&(i, v)| {
                     let at = self.cell(i);
-                    Ftrl::weight(p, self.zn[at + c], self.zn[at + l + c].sqrt()) * v
+                    Ftrl::weight(p, self.zn[at + c], self.zn[at + l + c].sqrt()) * admitted(v)
                 })
                 .sum::<f32>();
         sigmoid(f64::from(s))
@@ -412,11 +451,13 @@ impl Ftrl {
             let at = self.cell(i);
             let (z, n) = self.zn[at..at + 2 * L].split_at_mut(L);
             let w = &self.w[f * L..][..L];
+            let v = admitted(v);
             for j in 0..L {
+                // Bounded as N_MAX says, so no state becomes non-finite.
                 let g = g0[j] * v;
-                let n2 = n[j] + g * g;
+                let n2 = (n[j] + g * g).min(N_MAX);
                 let sigma = (n2.sqrt() - n[j].sqrt()) * inv_alpha[j];
-                z[j] += g - sigma * w[j];
+                z[j] = (z[j] + g - sigma * w[j]).clamp(-Z_MAX, Z_MAX);
                 n[j] = n2;
             }
         }
@@ -521,10 +562,12 @@ impl Ftrl {
     }
 
     fn set_state(&mut self, j: usize, state: &[(u32, f32, f32)]) {
+        // Within the bounds the update keeps (a reader refuses non-finite
+        // numbers; a hand-made file may still hold ones past the bounds).
         for &(i, z, n) in state {
             let at = self.cell(i);
-            self.zn[at + j] = z;
-            self.zn[at + self.lanes + j] = n;
+            self.zn[at + j] = z.clamp(-Z_MAX, Z_MAX);
+            self.zn[at + self.lanes + j] = n.clamp(0.0, N_MAX);
         }
     }
 }
@@ -570,6 +613,52 @@ mod tests {
             out.push(pr);
         }
         out
+    }
+
+    #[test]
+    fn a_state_at_the_edge_of_binary32_stays_finite() {
+        // What many rows of the largest admitted values lead to: n and z
+        // as large as binary32 holds. Further rows, rows outside the rule
+        // and a grid of settings at their bounds must keep every number finite.
+        let edge = |m: &Ftrl| {
+            let mut t = m.to_target("t", serde_json::Value::Null);
+            t.state = (0..8)
+                .map(|i| (i, if i % 2 == 0 { 3e38 } else { -3e38 }, 3e38))
+                .collect();
+            t
+        };
+        let settings = vec![
+            Params {
+                alpha: ALPHA_MIN,
+                beta: 0.0,
+                l1: 0.0,
+                l2: 0.0,
+            },
+            Params {
+                alpha: 1.0 / ALPHA_MIN,
+                beta: PARAM_MAX,
+                l1: 0.0,
+                l2: PARAM_MAX,
+            },
+            Params::default(),
+        ];
+        for p in settings {
+            let mut m = Ftrl::from_target(&edge(&Ftrl::new(p, 17)), 17);
+            for k in 0..2000u32 {
+                let v = match k % 5 {
+                    0 => 1e15,
+                    1 => -1e15,
+                    2 => f32::NAN,
+                    3 => f32::INFINITY,
+                    _ => 1e-30,
+                };
+                let x = [(k % 8, v), ((k + 3) % 8, -v), (16, 1.0)];
+                let p = m.learn(&x, k % 3 == 0);
+                assert!((0.0..=1.0).contains(&p), "{p}");
+            }
+            let t = m.to_target("t", serde_json::Value::Null);
+            assert_eq!(t.non_finite(), None, "{p:?}");
+        }
     }
 
     #[test]

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
-use tidemark_checkpoint::Checkpoint;
-use tidemark_features::Hashing;
+use tidemark_checkpoint::{Checkpoint, Target};
+use tidemark_features::{Hashing, OutOfRange};
 
 use crate::{Ftrl, Grid, Metrics, Params};
 
@@ -18,9 +18,22 @@ pub struct Models {
     pub targets: BTreeMap<String, (Ftrl, Metrics)>,
     /// The settings a target seen for the first time tunes over.
     pub grid: Grid,
+    /// Per `(target, feature)`: values left out of rows as out of range
+    /// (SPEC 10, v1.3). At most [`OUT_OF_RANGE_NAMES`] pairs; later names
+    /// count under the feature [`OTHER_FEATURES`], so a publisher inventing
+    /// names cannot grow it.
+    pub out_of_range: BTreeMap<(String, String), u64>,
+    /// Pairs counted for the first time since the last
+    /// [`Models::take_new_out_of_range`]: what a log line names once.
+    new_out_of_range: Vec<(String, String)>,
     window: u64,
     x: Vec<(u32, f32)>,
 }
+
+/// The most `(target, feature)` pairs [`Models::out_of_range`] names.
+pub const OUT_OF_RANGE_NAMES: usize = 256;
+/// The feature name counting out-of-range values past [`OUT_OF_RANGE_NAMES`].
+pub const OTHER_FEATURES: &str = "(other)";
 
 impl Models {
     /// No targets yet; metrics slide over about `window` rows; new targets
@@ -30,6 +43,8 @@ impl Models {
             hashing,
             targets: BTreeMap::new(),
             grid: Grid::off(),
+            out_of_range: BTreeMap::new(),
+            new_out_of_range: Vec::new(),
             window,
             x: Vec::with_capacity(64),
         }
@@ -63,7 +78,9 @@ impl Models {
         label: bool,
     ) -> f64 {
         self.x.clear();
-        self.hashing.hash_json(features, &mut self.x);
+        let (counts, new) = (&mut self.out_of_range, &mut self.new_out_of_range);
+        self.hashing
+            .hash_json_counted(features, &mut self.x, |f| count(counts, new, target, f));
         let slots = self.hashing.slots();
         let (window, grid) = (self.window, &self.grid);
         let (model, metrics) = self
@@ -82,6 +99,28 @@ impl Models {
         let mut x = Vec::with_capacity(features.len() + 1);
         self.hashing.hash_json(features, &mut x);
         Some(model.score(&x))
+    }
+
+    /// The `(target, feature)` pairs first counted out of range since the
+    /// last call.
+    pub fn take_new_out_of_range(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.new_out_of_range)
+    }
+
+    /// Puts `target` back as `from` holds it (its last good checkpoint), or,
+    /// without one, forgets it so its next row starts it afresh: what a
+    /// learner does with a target it found unfit to write (SPEC 10, v1.3).
+    pub fn restore(&mut self, target: &str, from: Option<&Target>) {
+        match from {
+            Some(t) => {
+                let model = Ftrl::from_target(t, self.hashing.slots());
+                self.targets
+                    .insert(target.to_owned(), (model, Metrics::new(self.window)));
+            }
+            None => {
+                self.targets.remove(target);
+            }
+        }
     }
 
     /// Rows learned over every target.
@@ -134,6 +173,31 @@ impl Models {
     }
 }
 
+/// Counts one value of `target` left out as out of range.
+fn count(
+    counts: &mut BTreeMap<(String, String), u64>,
+    new: &mut Vec<(String, String)>,
+    target: &str,
+    f: OutOfRange<'_>,
+) {
+    let name = f.to_string();
+    let key = (target.to_owned(), name);
+    if let Some(n) = counts.get_mut(&key) {
+        *n += 1;
+        return;
+    }
+    let key = if counts.len() < OUT_OF_RANGE_NAMES {
+        key
+    } else {
+        (target.to_owned(), OTHER_FEATURES.to_owned())
+    };
+    let n = counts.entry(key.clone()).or_insert(0);
+    if *n == 0 && new.len() < OUT_OF_RANGE_NAMES {
+        new.push(key);
+    }
+    *n += 1;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,5 +238,170 @@ mod tests {
             b.learn("cvr", Params::default, &x, true)
         );
         assert_eq!(a.targets["cvr"].0.choice(), b.targets["cvr"].0.choice());
+    }
+
+    /// Any f64 a bid can carry, specials and extremes often.
+    fn hostile() -> impl proptest::strategy::Strategy<Value = f64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<f64>(),
+            Just(f64::NAN),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(f64::MAX),
+            Just(-1e308),
+            Just(9.2e18),
+            Just(3.4e38),
+            Just(1e15),
+            Just(-1e15),
+            Just(1.0000001e15),
+            Just(1e-40),
+            -10.0..10.0f64,
+        ]
+    }
+
+    fn hostile_hashing() -> Hashing {
+        use tidemark_features::Transform;
+        Hashing::new(
+            10,
+            3,
+            vec![("a".into(), "b".into()), ("b".into(), "s".into())],
+        )
+        .with_transforms(BTreeMap::from([
+            ("b".to_owned(), Transform::Log1p),
+            (
+                "c".to_owned(),
+                Transform::Clip {
+                    min: -1e20,
+                    max: 1e20,
+                },
+            ),
+        ]))
+    }
+
+    /// The row as JSON (serde_json writes NaN and infinities as null, so the
+    /// row is built as a map, as a caller holding f64s would).
+    fn row(a: f64, b: f64, c: f64, s: &str) -> Map<String, Value> {
+        let mut m = Map::new();
+        for (k, v) in [("a", a), ("b", b), ("c", c)] {
+            if let Some(n) = serde_json::Number::from_f64(v) {
+                m.insert(k.to_owned(), Value::Number(n));
+            }
+        }
+        m.insert("s".to_owned(), Value::String(s.to_owned()));
+        m
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+        /// Whatever the numbers, every state stays finite, the checkpoint
+        /// holds only finite numbers and reads back, and every score is a
+        /// probability (SPEC 10, v1.3).
+        #[test]
+        fn any_numbers_leave_every_model_finite(
+            rows in proptest::collection::vec(
+                (hostile(), hostile(), hostile(), 0..3u8, proptest::bool::ANY), 1..60),
+        ) {
+            let mut m = Models::new(hostile_hashing(), 50).with_grid(Grid::default());
+            for (a, b, c, s, y) in &rows {
+                let x = row(*a, *b, *c, &format!("s{s}"));
+                let p = m.learn("ctr", Params::default, &x, *y);
+                proptest::prop_assert!((0.0..=1.0).contains(&p), "p {p}");
+            }
+            let c = m.to_checkpoint(BTreeMap::new(), 1);
+            proptest::prop_assert_eq!(c.non_finite(), None);
+            let back = Checkpoint::from_bytes(&c.to_bytes(), true).unwrap();
+            let resumed = Models::from_checkpoint(&back, 50);
+            for (a, b, cc, s, _) in &rows {
+                let x = row(*a, *b, *cc, &format!("s{s}"));
+                let p = resumed.predict("ctr", &x).unwrap();
+                proptest::prop_assert!((0.0..=1.0).contains(&p), "p {p}");
+                proptest::prop_assert_eq!(p, m.predict("ctr", &x).unwrap());
+            }
+        }
+
+        /// A value out of range is left out of its row: learning the row
+        /// with it is learning the row without it. (Checked on features
+        /// without crosses, against the rule as SPEC 10 states it: not
+        /// finite, or over 1e15 in magnitude after the transform.)
+        #[test]
+        fn a_value_out_of_range_is_left_out_of_its_row(
+            rows in proptest::collection::vec((hostile(), hostile(), proptest::bool::ANY), 1..40),
+        ) {
+            use tidemark_features::Transform;
+            let hashing = Hashing::new(10, 3, vec![])
+                .with_transforms(BTreeMap::from([("b".to_owned(), Transform::Log1p)]));
+            let mut with = Models::new(hashing.clone(), 50);
+            let mut without = Models::new(hashing, 50);
+            let mut left_out = 0u64;
+            for (a, b, y) in &rows {
+                let full = row(*a, *b, 0.5, "x");
+                let mut kept = full.clone();
+                let log1p = |x: f64| x.signum() * x.abs().ln_1p();
+                for (k, v) in [("a", *a), ("b", log1p(*b))] {
+                    let present = full.contains_key(k);
+                    if present && !(v.is_finite() && v.abs() <= 1e15) {
+                        kept.remove(k);
+                        left_out += 1;
+                    }
+                }
+                let p1 = with.learn("ctr", Params::default, &full, *y);
+                let p2 = without.learn("ctr", Params::default, &kept, *y);
+                proptest::prop_assert_eq!(p1, p2);
+            }
+            let counted: u64 = with.out_of_range.values().sum();
+            proptest::prop_assert_eq!(counted, left_out);
+        }
+    }
+
+    #[test]
+    fn extreme_rows_by_the_thousand_keep_the_state_finite() {
+        // The largest values admitted, every row: n reaches its bound after
+        // two rows and z after more; the model still learns a plain row.
+        let mut m = Models::new(Hashing::new(6, 0, vec![]), 100).with_grid(Grid::default());
+        let f = |s: &str| serde_json::from_str::<Map<String, Value>>(s).unwrap();
+        for i in 0..20_000 {
+            let v = if i % 3 == 0 { 1e15 } else { -1e15 };
+            let x = f(&format!(r#"{{"n":{v:e},"k":{}}}"#, v / 7.0));
+            m.learn("ctr", Params::default, &x, i % 2 == 0);
+        }
+        let c = m.to_checkpoint(BTreeMap::new(), 0);
+        assert_eq!(c.non_finite(), None);
+        let x = f(r#"{"app":"a"}"#);
+        for _ in 0..100 {
+            let p = m.learn("ctr", Params::default, &x, true);
+            assert!(p.is_finite());
+        }
+        assert!(
+            Checkpoint::from_bytes(&m.to_checkpoint(BTreeMap::new(), 0).to_bytes(), true).is_ok()
+        );
+    }
+
+    #[test]
+    fn out_of_range_counts_by_target_and_name_are_bounded() {
+        let mut m = Models::new(Hashing::new(6, 0, vec![("a".into(), "b".into())]), 100);
+        let f = |s: &str| serde_json::from_str::<Map<String, Value>>(s).unwrap();
+        m.learn("ctr", Params::default, &f(r#"{"a":1e300,"b":2}"#), false);
+        m.learn("cvr", Params::default, &f(r#"{"a":1e10,"b":1e10}"#), false);
+        assert_eq!(m.out_of_range[&("ctr".into(), "a".into())], 1);
+        // 1e300 as binary32 is infinite: the cross's product too.
+        assert_eq!(m.out_of_range[&("ctr".into(), "a*b".into())], 1);
+        assert_eq!(m.out_of_range[&("cvr".into(), "a*b".into())], 1);
+        assert_eq!(m.take_new_out_of_range().len(), 3);
+        assert!(m.take_new_out_of_range().is_empty());
+        for i in 0..1000 {
+            m.learn(
+                "ctr",
+                Params::default,
+                &f(&format!(r#"{{"n{i}":1e99}}"#)),
+                false,
+            );
+        }
+        assert_eq!(m.out_of_range.len(), OUT_OF_RANGE_NAMES + 1);
+        assert_eq!(
+            m.out_of_range[&("ctr".into(), OTHER_FEATURES.into())],
+            1000 - (OUT_OF_RANGE_NAMES as u64 - 3)
+        );
     }
 }

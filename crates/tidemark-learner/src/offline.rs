@@ -112,6 +112,9 @@ pub struct Report {
     pub calibration: f64,
     /// The setting predicting at the end, and the grid's recent losses.
     pub choice: Choice,
+    /// Values (after their transform) and crosses' products left out of
+    /// their rows: over 1e15 in magnitude (SPEC 10, v1.3).
+    pub out_of_range: u64,
 }
 
 impl Report {
@@ -128,6 +131,7 @@ impl Report {
         serde_json::json!({
             "rows": self.rows, "positives": self.positives, "seconds": self.seconds,
             "rows_per_second": self.rows_per_second(), "logloss": self.logloss,
+            "numeric_out_of_range": self.out_of_range,
             "auc": finite(self.auc), "calibration": finite(self.calibration),
             "chosen": {"alpha": p.alpha, "beta": p.beta, "l1": p.l1, "l2": p.l2},
             "switches": c.switches, "last_switch": c.last_switch,
@@ -151,6 +155,13 @@ impl std::fmt::Display for Report {
             "calibration {:.4} (mean prediction / label rate)",
             self.calibration
         )?;
+        if self.out_of_range > 0 {
+            writeln!(
+                f,
+                "left out    {} numeric values over 1e15 in magnitude (numeric_out_of_range)",
+                self.out_of_range
+            )?;
+        }
         write!(f, "setting     alpha {} l2 {}", p.alpha, p.l2)?;
         if c.settings.len() > 1 {
             write!(
@@ -202,6 +213,7 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Ftrl), OfflineE
     // Crosses as column positions, resolved once the names are known.
     let mut cross_cols: Vec<(usize, usize, u32)> = Vec::new();
     let mut x: Vec<(u32, f32)> = Vec::with_capacity(64);
+    let mut out_of_range = 0u64;
     let mut line = Vec::with_capacity(4096);
     let mut fields: Vec<(usize, usize)> = Vec::with_capacity(64);
     let started = Instant::now();
@@ -295,7 +307,9 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Ftrl), OfflineE
                     // The hot path: a categorical cell, hashed in place.
                     x.push((hashing.categorical(col.seed, &line[a..b]), 1.0));
                 } else if let Some(v) = value(j)? {
-                    hashing.push(col.seed, col.transform.as_ref(), v, &mut x);
+                    if !hashing.push(col.seed, col.transform.as_ref(), v, &mut x) {
+                        out_of_range += 1;
+                    }
                 }
             }
             for &(ca, cb, seed) in &cross_cols {
@@ -304,7 +318,9 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Ftrl), OfflineE
                 }
                 if let (Some(va), Some(vb)) = (value(ca)?, value(cb)?) {
                     let (ta, tb) = (cols[ca].transform.as_ref(), cols[cb].transform.as_ref());
-                    hashing.push_cross(seed, (ta, va), (tb, vb), &mut x);
+                    if !hashing.push_cross(seed, (ta, va), (tb, vb), &mut x) {
+                        out_of_range += 1;
+                    }
                 }
             }
             x.push((bias, 1.0));
@@ -335,6 +351,7 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Ftrl), OfflineE
         auc: auc(&mut pairs),
         calibration: t.calibration(),
         choice: model.choice(),
+        out_of_range,
     };
     Ok((report, model))
 }

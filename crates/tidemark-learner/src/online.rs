@@ -151,6 +151,8 @@ struct State {
     models: Models,
     positions: BTreeMap<String, i64>,
     since_checkpoint: u64,
+    /// Per target: checkpoints at which it was found unfit and restored.
+    refused: BTreeMap<String, u64>,
 }
 
 /// Starts from the latest checkpoint in the directory, or from nothing.
@@ -159,6 +161,7 @@ fn resume(config: &Config) -> Result<State, TrainError> {
         models: Models::new(config.hashing.clone(), config.window).with_grid(config.grid.clone()),
         positions: BTreeMap::new(),
         since_checkpoint: 0,
+        refused: BTreeMap::new(),
     };
     let Some(path) = tidemark_checkpoint::latest(&config.checkpoint_dir) else {
         return Ok(fresh);
@@ -179,6 +182,7 @@ fn resume(config: &Config) -> Result<State, TrainError> {
         models: Models::from_checkpoint(&c, config.window).with_grid(config.grid.clone()),
         positions: c.positions,
         since_checkpoint: 0,
+        refused: BTreeMap::new(),
     })
 }
 
@@ -254,6 +258,16 @@ impl State {
             self.models
                 .learn(&o.target, || config.params(&o.target), &features, o.label);
         }
+        // Once per (target, feature), bounded: a flood of hostile values
+        // is counted in the metrics, not logged row by row.
+        for (target, feature) in self.models.take_new_out_of_range() {
+            tracing::warn!(
+                target,
+                feature,
+                "a numeric value not finite or over 1e15 in magnitude: left out of its rows \
+                 (counted as numeric_out_of_range, logged once per target and feature)"
+            );
+        }
         rows.len() as u64
     }
 
@@ -313,6 +327,22 @@ impl State {
                 ));
             }
         }
+        for ((target, feature), n) in &self.models.out_of_range {
+            v.push(counter(
+                "numeric_out_of_range",
+                "numeric values (after their transform) or crosses' products left out of a row: not finite, or over 1e15 in magnitude",
+                &[("target", target), ("feature", feature)],
+                *n as f64,
+            ));
+        }
+        for (target, n) in &self.refused {
+            v.push(counter(
+                "checkpoint_refused",
+                "times a target held a number that is not finite when a checkpoint was due: not written, the target resumed from its last good checkpoint",
+                &[("target", target)],
+                *n as f64,
+            ));
+        }
         for (stream, seq) in &self.positions {
             v.push(gauge(
                 "position",
@@ -325,7 +355,14 @@ impl State {
     }
 
     fn checkpoint(&mut self, config: &Config) -> Result<PathBuf, TrainError> {
-        let c = self.models.to_checkpoint(self.positions.clone(), now_ms());
+        let mut c = self.models.to_checkpoint(self.positions.clone(), now_ms());
+        let unfit: Vec<(String, String)> = (c.targets.iter())
+            .filter_map(|t| t.non_finite().map(|why| (t.name.clone(), why)))
+            .collect();
+        if !unfit.is_empty() {
+            self.restore(config, &unfit);
+            c = self.models.to_checkpoint(self.positions.clone(), now_ms());
+        }
         let path = tidemark_checkpoint::publish(&config.checkpoint_dir, &c, config.keep).map_err(
             |error| TrainError::Checkpoint {
                 dir: config.checkpoint_dir.clone(),
@@ -335,6 +372,31 @@ impl State {
         tracing::info!(checkpoint = %path.display(), summary = ?self.models.summary(), "checkpoint written");
         self.since_checkpoint = 0;
         Ok(path)
+    }
+}
+
+impl State {
+    /// Puts each unfit target back as the last checkpoint written holds it
+    /// (or starts it afresh without one), so bidders get a sound model again
+    /// at this very checkpoint instead of none for ever (SPEC 10, v1.3). The
+    /// rows it learned since are lost to it; the positions stay, as every
+    /// other target learned them.
+    fn restore(&mut self, config: &Config, unfit: &[(String, String)]) {
+        let last = tidemark_checkpoint::latest(&config.checkpoint_dir)
+            .and_then(|p| Checkpoint::read(&p, true).ok());
+        for (target, why) in unfit {
+            let good = last
+                .as_ref()
+                .and_then(|c| c.targets.iter().find(|t| &t.name == target));
+            tracing::error!(
+                target,
+                found = why,
+                resumed_from = if good.is_some() { "the last checkpoint" } else { "nothing (no checkpoint holds it)" },
+                "a target holds a number that is not finite: it is not written; it resumes from its last good state"
+            );
+            *self.refused.entry(target.clone()).or_insert(0) += 1;
+            self.models.restore(target, good);
+        }
     }
 }
 
@@ -386,4 +448,55 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemark_ftrl::Params;
+
+    #[test]
+    fn an_unfit_target_is_not_written_and_resumes_from_its_last_good_checkpoint() {
+        let dir = std::env::temp_dir().join(format!("tidemark-unfit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let config = Config::from_toml(&format!(
+            "checkpoint_dir = {:?}\n[[sources]]\nname = \"a\"\n",
+            dir.display().to_string()
+        ))
+        .unwrap();
+        let mut state = resume(&config).unwrap();
+        let row = |i: u32| match serde_json::json!({"app": format!("a{}", i % 5), "n": i % 3}) {
+            serde_json::Value::Object(m) => m,
+            _ => unreachable!(),
+        };
+        for i in 0..200 {
+            for t in ["ctr", "cvr"] {
+                state.models.learn(t, Params::default, &row(i), i % 4 == 0);
+            }
+        }
+        let good = Checkpoint::read(&state.checkpoint(&config).unwrap(), true).unwrap();
+        let good_ctr = good.targets.iter().find(|t| t.name == "ctr").unwrap();
+
+        // A target holding NaN, as a learner without the guards made one.
+        let mut bad = good_ctr.clone();
+        bad.state[0].1 = f32::NAN;
+        state.models.restore("ctr", Some(&bad));
+        for i in 0..50 {
+            state
+                .models
+                .learn("cvr", Params::default, &row(i), i % 4 == 0);
+        }
+        let path = state.checkpoint(&config).unwrap();
+        let written = Checkpoint::read(&path, true).expect("a checkpoint every reader loads");
+        let ctr = written.targets.iter().find(|t| t.name == "ctr").unwrap();
+        assert_eq!(
+            (ctr.trained, &ctr.weights, &ctr.state),
+            (good_ctr.trained, &good_ctr.weights, &good_ctr.state),
+            "ctr is back as the last good checkpoint held it"
+        );
+        let cvr = written.targets.iter().find(|t| t.name == "cvr").unwrap();
+        assert_eq!(cvr.trained, 250, "the other target kept what it learned");
+        assert_eq!(state.refused["ctr"], 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

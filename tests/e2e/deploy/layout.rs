@@ -61,7 +61,7 @@ fn queried(text: &str) -> std::collections::BTreeSet<String> {
 
 #[test]
 fn the_shipped_alerts_pass_promtool_and_their_unit_tests() {
-    // CI installs Debian's prometheus package for promtool (.ci/run).
+    // scripts/test.sh installs Debian's prometheus package for promtool.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus");
     for args in [
         ["check", "rules", "alerts.yml"],
@@ -71,7 +71,7 @@ fn the_shipped_alerts_pass_promtool_and_their_unit_tests() {
             .args(args)
             .current_dir(&dir)
             .output()
-            .expect("promtool (apt-get install prometheus)");
+            .expect("promtool: run the tests with scripts/test.sh, or apt-get install prometheus");
         assert!(
             out.status.success(),
             "promtool {args:?}:\n{}{}",
