@@ -273,8 +273,7 @@ fn exact_with_junk_and_poison_mixed_in() {
             )
             .into_bytes(),
         ],
-        // Last on its connection: the socket drops the connection that
-        // carried it, and whatever was queued behind it there (SPEC 2).
+        // Over 64 KiB, within the transport limit: refused alone (SPEC 2).
         vec![format!("click-{ok}").into_bytes(), oversize.into_bytes()],
     ];
     let poison: Vec<Vec<Vec<u8>>> = vec![
@@ -329,9 +328,7 @@ fn exact_with_junk_and_poison_mixed_in() {
         "rejected_nul_char",
         "rejected_ts_range",
         "rejected_non_finite",
-        // A frame over 64 KiB never reaches the decoder: the socket drops
-        // its connection, which is restored (SPEC 2).
-        "connections_restored",
+        "rejected_oversize",
         "rejected_topic_mismatch",
         "rejected_bad_txid",
         "future_bid",
@@ -339,6 +336,8 @@ fn exact_with_junk_and_poison_mixed_in() {
     ] {
         assert!(counter(&db, "x", reason) >= 1, "{reason} not counted");
     }
+    // The oversized event cost no connection (SPEC 2, v1.3).
+    assert_eq!(counter(&db, "x", "connections_restored"), 0);
 }
 
 /// A test-owned publisher that kills the shard and republishes like a

@@ -43,15 +43,18 @@ fn a_panic_in_intake_exits_non_zero_after_writing_what_was_accepted() {
     assert_eq!(counter(&db, "p", "rows_written"), 5, "{log}");
 }
 
-/// A frame over the wire's limit is never read whole: the shard's socket
-/// drops the connection (libzmq does not reconnect a connecting socket
-/// after that), intake connects again within a second and counts it, and
-/// honest messages before and after the oversized one are all kept.
+/// A frame over the transport limit (1 MiB) is never read whole: the
+/// shard's socket drops the connection (libzmq does not reconnect a
+/// connecting socket after that), intake connects again within a second
+/// and counts it, and honest messages before and after the oversized one
+/// are all kept. The endpoint is given by host name, which the socket's
+/// monitor reports by the address it resolved to (SPEC 2, v1.3).
 #[test]
 fn an_oversized_frame_costs_one_connection_which_comes_back() {
     let db = TestDb::new("oversize");
     let mut publ = Publisher::new();
-    let mut shard = ShardProc::start(&db, "o", &publ.endpoint, "batch_delay = \"20ms\"");
+    let by_name = publ.endpoint.replace("127.0.0.1", "localhost");
+    let mut shard = ShardProc::start(&db, "o", &by_name, "batch_delay = \"20ms\"");
     publ.wait_subscribed("tick", 2);
     let now = now_ms();
     let bid =
@@ -109,7 +112,20 @@ fn the_proxy_restores_a_publisher_connection_dropped_for_an_oversized_frame() {
     let topic = tidemark_wire::topic("bid", &Txid::new(1, now as u64));
     publ.raw(&[topic.as_bytes(), b"{}"]);
     assert!(sub.recv_multipart(0).is_ok(), "an honest message first");
-    publ.raw(&[topic.as_bytes(), &vec![b' '; 1 << 20]]);
+    // Over 64 KiB, within the transport limit: dropped alone, counted, and
+    // the message behind it on the same connection goes on.
+    publ.raw(&[topic.as_bytes(), &vec![b' '; 70_000]]);
+    publ.raw(&[topic.as_bytes(), b"{\"next\":1}"]);
+    let got = tidemark_testkit::wait_for("the message behind it", || sub.recv_multipart(0).ok());
+    assert_eq!(got[1], b"{\"next\":1}");
+    let oversize = tidemark_testkit::wait_for("the oversize counted", || {
+        let t = tidemark_testkit::try_scrape(&metrics)?;
+        tidemark_testkit::metric(&t, r#"tidemark_proxy_refused_total{reason="oversize"}"#)
+            .filter(|n| *n >= 1.0)
+    });
+    assert_eq!(oversize, 1.0);
+    // Over the transport limit: the connection goes, and comes back.
+    publ.raw(&[topic.as_bytes(), &vec![b' '; (1 << 20) + 1]]);
     publ.wait_subscribed("bid-", 2);
     let restored = tidemark_testkit::wait_for("the restore counted", || {
         let t = tidemark_testkit::try_scrape(&metrics)?;

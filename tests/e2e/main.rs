@@ -19,6 +19,7 @@ mod hosts;
 mod keys;
 mod learn;
 mod marks;
+mod oversize;
 mod profiles;
 mod shard;
 mod starting;

@@ -31,7 +31,7 @@ pub const MAGIC: &[u8; 8] = b"TDMKCKPT";
 /// The newest format version this crate writes. Version 2 added
 /// `hashing.transforms`; a reader that ignored them would score differently,
 /// so older readers must refuse it. Version 3 added per-target `tuning`
-/// (written only when a target has it; otherwise the file is version 2).
+/// (until version 4, a file without it was written as version 2).
 /// Version 4 added `hashing.max_abs`: a reader that did not leave values
 /// past it out of a row would score differently. Versions 1 to 3 are still
 /// read (with the bound of this build, [`tidemark_features::MAX_ABS`]).

@@ -7,6 +7,13 @@
 //! `CONNECT_RETRIED` (it retries by itself); a `DISCONNECTED` with no retry
 //! is a connection it dropped for good, which the watch restores by
 //! disconnecting and connecting the endpoint again.
+//!
+//! Since SPEC 2 v1.3 only a frame over the transport limit (1 MiB) is
+//! refused this way; a payload over 64 KiB below it is read and refused
+//! alone by the decoder. The monitor names an endpoint given by host name
+//! (`tcp://feed.local:5555`) by the address it resolved to
+//! (`tcp://10.0.0.7:5555`), so the watch maps a reported address back to
+//! the configured endpoint that resolves to it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,9 +28,9 @@ const DISCONNECTED: u16 = 0x0200;
 /// same I/O thread in one go, so this is ample).
 const RETRY_WITHIN: Duration = Duration::from_millis(500);
 
-/// The maximum message size every socket reading the wire sets: a frame
-/// is a topic or a payload, and a payload is the larger limit.
-pub const MAX_FRAME: i64 = tidemark_wire::MAX_PAYLOAD as i64;
+/// The maximum message size every socket reading the wire sets: the
+/// transport limit (SPEC 2), above the payload's and the topic's limits.
+pub const MAX_FRAME: i64 = tidemark_wire::MAX_FRAME as i64;
 
 /// What the watch knows of one endpoint the socket connects to.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,6 +46,9 @@ enum State {
 pub struct Watch {
     monitor: zmq::Socket,
     endpoints: HashMap<String, State>,
+    /// Addresses the monitor reported, mapped to the configured endpoint
+    /// that resolves to them (see the module docs).
+    aliases: HashMap<String, String>,
 }
 
 impl Watch {
@@ -56,6 +66,7 @@ impl Watch {
         Ok(Watch {
             monitor,
             endpoints: endpoints.iter().map(|e| (e.clone(), State::Up)).collect(),
+            aliases: HashMap::new(),
         })
     }
 
@@ -70,13 +81,13 @@ impl Watch {
             let Some(event) = head.get(..2).map(|b| u16::from_ne_bytes([b[0], b[1]])) else {
                 continue;
             };
-            let Some(state) = self
-                .endpoints
-                .get_mut(String::from_utf8_lossy(endpoint).as_ref())
-            else {
+            let reported = String::from_utf8_lossy(endpoint);
+            let Some(configured) = self.configured(&reported) else {
                 continue;
             };
-            *state = next(*state, event, now);
+            if let Some(state) = self.endpoints.get_mut(&configured) {
+                *state = next(*state, event, now);
+            }
         }
         let mut restored = Vec::new();
         for (endpoint, state) in &mut self.endpoints {
@@ -95,6 +106,48 @@ impl Watch {
         }
         restored
     }
+}
+
+impl Watch {
+    /// The configured endpoint a reported one stands for: itself, or the
+    /// endpoint given by host name that resolves to the reported address.
+    fn configured(&mut self, reported: &str) -> Option<String> {
+        if self.endpoints.contains_key(reported) {
+            return Some(reported.to_owned());
+        }
+        if let Some(c) = self.aliases.get(reported) {
+            return Some(c.clone());
+        }
+        // Resolved again on each unknown address: a name may move.
+        let found = self
+            .endpoints
+            .keys()
+            .find(|e| resolves_to(e, reported))
+            .cloned()?;
+        self.aliases.insert(reported.to_owned(), found.clone());
+        Some(found)
+    }
+}
+
+/// Whether `tcp://HOST:PORT` resolves to the address `reported`
+/// (`tcp://IP:PORT`, as libzmq prints it). Other transports never do.
+fn resolves_to(configured: &str, reported: &str) -> bool {
+    use std::net::{SocketAddr, ToSocketAddrs};
+    let (Some(host), Some(addr)) = (
+        configured.strip_prefix("tcp://"),
+        reported.strip_prefix("tcp://"),
+    ) else {
+        return false;
+    };
+    let Ok(addr) = addr.parse::<SocketAddr>() else {
+        return false;
+    };
+    // libzmq's `tcp://*:port` or `tcp://iface;host:port` forms name a
+    // source address first: the host is what follows the last `;`.
+    let host = host.rsplit(';').next().unwrap_or(host);
+    host.to_socket_addrs()
+        .map(|mut all| all.any(|a| a == addr))
+        .unwrap_or(false)
 }
 
 /// An endpoint's state after a monitor event.
@@ -122,5 +175,15 @@ mod tests {
             State::Up
         );
         assert_eq!(after(&[CONNECTED, 0x0800]), State::Up);
+    }
+
+    #[test]
+    fn an_endpoint_given_by_host_name_owns_the_address_it_resolves_to() {
+        assert!(resolves_to("tcp://localhost:5555", "tcp://127.0.0.1:5555"));
+        assert!(!resolves_to("tcp://localhost:5555", "tcp://127.0.0.1:5556"));
+        assert!(!resolves_to("tcp://localhost:5555", "tcp://10.9.8.7:5555"));
+        assert!(resolves_to("tcp://127.0.0.1:7", "tcp://127.0.0.1:7"));
+        assert!(!resolves_to("ipc:///tmp/x", "tcp://127.0.0.1:7"));
+        assert!(!resolves_to("tcp://localhost:5555", "not an address"));
     }
 }

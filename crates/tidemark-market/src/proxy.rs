@@ -2,7 +2,7 @@
 //! know one address. Subscriptions travel upstream, so filtering still happens
 //! at the publishers. Its own loop (not `zmq_proxy`) forwards whole messages
 //! and counts them by kind as it goes; every queue is bounded (`hwm`
-//! messages per connection each way, frames of at most the wire's limit),
+//! messages per connection each way, frames of at most the transport limit),
 //! so a stalled shard or an oversized frame costs memory the configuration
 //! sets, never more.
 //!
@@ -81,13 +81,14 @@ pub struct ProxyOptions {
 }
 
 /// What the proxy refuses, counted under `tidemark_proxy_refused_total{reason}`.
-const REFUSALS: [&str; 2] = ["unlisted_key", "foreign_tick"];
+const REFUSALS: [&str; 3] = ["unlisted_key", "foreign_tick", "oversize"];
 
 /// Runs the forwarder until the process ends; with `metrics_addr`, serves
 /// `tidemark_proxy_messages_total{kind}`, `..._refused_total{reason}` and
 /// `tidemark_proxy_connections_restored_total` there. Every connection
 /// queues at most `hwm` messages each way, and no frame over the wire's
-/// limit (SPEC 2) is read.
+/// transport limit (SPEC 2) is read; one over the payload's or topic's limit
+/// below it is dropped alone, counted `oversize`.
 pub fn run(o: &ProxyOptions) -> Result<(), PublishError> {
     use tidemark_intake::watch::{Watch, MAX_FRAME};
     let (xsub_connect, xsub_bind, xpub_bind, hwm) = (&o.publishers, &o.frontend, &o.backend, o.hwm);
@@ -158,7 +159,7 @@ pub fn run(o: &ProxyOptions) -> Result<(), PublishError> {
         "proxy forwarding"
     );
     let counts: Arc<Vec<AtomicU64>> = Arc::new(KINDS.iter().map(|_| AtomicU64::new(0)).collect());
-    let refused: Arc<[AtomicU64; 2]> = Arc::default();
+    let refused: Arc<[AtomicU64; 3]> = Arc::default();
     let restored = Arc::new(AtomicU64::new(0));
     let _endpoint = match &o.metrics_addr {
         Some(addr) => {
@@ -206,18 +207,23 @@ pub fn run(o: &ProxyOptions) -> Result<(), PublishError> {
         let ready = [items[0].is_readable(), items[1].is_readable()];
         if ready[0] {
             for _ in 0..BURST {
-                match forward(&up, &down, &counts, names.as_ref()).map_err(socket("forward"))? {
+                match forward(&up, &down, &counts, names.as_ref(), true)
+                    .map_err(socket("forward"))?
+                {
                     Forwarded::Nothing => break,
                     Forwarded::One => {}
                     Forwarded::ForeignTick => {
                         refused[1].fetch_add(1, Ordering::Relaxed);
+                    }
+                    Forwarded::Oversize => {
+                        refused[2].fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
         }
         if ready[1] {
             for _ in 0..BURST {
-                if forward(&down, &up, &counts, None).map_err(socket("forward"))?
+                if forward(&down, &up, &counts, None, false).map_err(socket("forward"))?
                     == Forwarded::Nothing
                 {
                     break;
@@ -262,17 +268,22 @@ enum Forwarded {
     One,
     /// A tick under a name its key is not listed with was dropped.
     ForeignTick,
+    /// A message with a frame over its limit (topic 128 bytes, payload
+    /// 64 KiB) but within the transport's was dropped, alone (SPEC 2).
+    Oversize,
 }
 
 /// Moves one whole message from `from` to `to`, counting it by kind. With
 /// `names` (keys listed), a tick goes on only if its `publisher` is the
 /// name its connection's key is listed with (`User-Id`), or that key is a
-/// forwarder's.
+/// forwarder's. From the publishers' side (`from_publishers`), a message
+/// whose topic or payload is over its limit is dropped alone.
 fn forward(
     from: &zmq::Socket,
     to: &zmq::Socket,
     counts: &[AtomicU64],
     names: Option<&HashMap<String, bool>>,
+    from_publishers: bool,
 ) -> zmq::Result<Forwarded> {
     let mut frame = zmq::Message::new();
     match from.recv(&mut frame, zmq::DONTWAIT) {
@@ -280,37 +291,40 @@ fn forward(
         Err(zmq::Error::EAGAIN) => return Ok(Forwarded::Nothing),
         Err(e) => return Err(e),
     }
-    let kind = kind(&frame);
+    // A whole message is already here (ZeroMQ delivers them whole), so
+    // reading it all before sending any of it costs no wait.
+    let mut frames = vec![frame];
+    while frames.last().is_some_and(|f| f.get_more()) {
+        let mut next = zmq::Message::new();
+        from.recv(&mut next, 0)?;
+        frames.push(next);
+    }
+    if from_publishers && oversize(&frames) {
+        return Ok(Forwarded::Oversize);
+    }
+    let kind = kind(&frames[0]);
     counts[kind].fetch_add(1, Ordering::Relaxed);
     if let (Some(names), "tick") = (names, KINDS[kind]) {
-        // A whole message is already here (ZeroMQ delivers them whole).
-        let user = frame.gets("User-Id").unwrap_or_default().to_owned();
-        let mut frames = vec![frame];
-        while frames.last().is_some_and(|f| f.get_more()) {
-            let mut next = zmq::Message::new();
-            from.recv(&mut next, 0)?;
-            frames.push(next);
-        }
+        let user = frames[0].gets("User-Id").unwrap_or_default().to_owned();
         let forwarder = names.get(&user).copied().unwrap_or(false);
         if !forwarder && tick_name(frames.get(1).map(|f| &f[..])).as_deref() != Some(user.as_str())
         {
             return Ok(Forwarded::ForeignTick);
         }
-        let last = frames.len() - 1;
-        for (i, f) in frames.into_iter().enumerate() {
-            to.send(f, if i < last { zmq::SNDMORE } else { 0 })?;
-        }
-        return Ok(Forwarded::One);
     }
-    loop {
-        let more = frame.get_more();
-        to.send(frame, if more { zmq::SNDMORE } else { 0 })?;
-        if !more {
-            return Ok(Forwarded::One);
-        }
-        frame = zmq::Message::new();
-        from.recv(&mut frame, 0)?;
+    let last = frames.len() - 1;
+    for (i, f) in frames.into_iter().enumerate() {
+        to.send(f, if i < last { zmq::SNDMORE } else { 0 })?;
     }
+    Ok(Forwarded::One)
+}
+
+/// Whether a message's topic (its first frame) or another frame is over
+/// its limit (SPEC 2).
+fn oversize(frames: &[zmq::Message]) -> bool {
+    let mut sizes = frames.iter().map(|f| f.len());
+    let topic = sizes.next().unwrap_or(0);
+    topic > tidemark_wire::MAX_TOPIC || sizes.any(|n| n > tidemark_wire::MAX_PAYLOAD)
 }
 
 /// The `publisher` of a tick's payload, if it has one.

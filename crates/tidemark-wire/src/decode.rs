@@ -16,6 +16,15 @@ use crate::{EventType, Txid, Types};
 /// Largest payload accepted (SPEC 2).
 pub const MAX_PAYLOAD: usize = 64 * 1024;
 
+/// Largest topic accepted (SPEC 2).
+pub const MAX_TOPIC: usize = 128;
+
+/// The transport limit (SPEC 2, v1.3): every socket reading the wire sets
+/// ZeroMQ's maximum message size to it, so nothing larger is held whole in
+/// memory. A frame over [`MAX_PAYLOAD`] or [`MAX_TOPIC`] but within it is
+/// read and refused alone ([`Reject::Oversize`]), costing nothing else.
+pub const MAX_FRAME: usize = 1024 * 1024;
+
 /// `ts` must be below 2^53 (SPEC 3): exact in a double, and a valid timestamptz.
 pub const MAX_TS: i64 = 1 << 53;
 
@@ -95,7 +104,8 @@ pub struct Tick<'a> {
 pub enum Reject {
     /// Not exactly two frames; carries the count seen.
     FrameCount(usize),
-    /// Payload larger than [`MAX_PAYLOAD`]; carries its size.
+    /// Payload larger than [`MAX_PAYLOAD`], or topic larger than
+    /// [`MAX_TOPIC`]; carries the frame's size.
     Oversize(usize),
     /// Topic is neither `tick` nor `<type>-<txid>`.
     BadTopic,
@@ -173,7 +183,10 @@ impl fmt::Display for Reject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reject::FrameCount(n) => write!(f, "expected 2 frames, got {n}"),
-            Reject::Oversize(n) => write!(f, "payload of {n} bytes exceeds {MAX_PAYLOAD}"),
+            Reject::Oversize(n) => write!(
+                f,
+                "a frame of {n} bytes exceeds its limit (topic {MAX_TOPIC}, payload {MAX_PAYLOAD})"
+            ),
             Reject::BadTopic => f.write_str("topic is not `tick` nor `<type>-<txid>`"),
             Reject::UnknownType => f.write_str("unknown event type"),
             Reject::BadTxid => f.write_str("txid is not 32 lowercase hex digits"),
@@ -221,6 +234,9 @@ impl Decoder {
     pub fn decode<'a>(&self, topic: &'a [u8], payload: &'a [u8]) -> Result<Message<'a>, Reject> {
         if payload.len() > MAX_PAYLOAD {
             return Err(Reject::Oversize(payload.len()));
+        }
+        if topic.len() > MAX_TOPIC {
+            return Err(Reject::Oversize(topic.len()));
         }
         let topic = self.parse_topic(topic)?;
         let text = std::str::from_utf8(payload).map_err(|_| Reject::BadUtf8)?;

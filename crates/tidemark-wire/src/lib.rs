@@ -19,7 +19,9 @@ mod txid;
 mod types;
 
 pub use conf::{parse_toml, parse_toml_env};
-pub use decode::{Decoder, Event, Features, Identity, Message, Reject, Tick, MAX_PAYLOAD};
+pub use decode::{
+    Decoder, Event, Features, Identity, Message, Reject, Tick, MAX_FRAME, MAX_PAYLOAD, MAX_TOPIC,
+};
 pub use duration::{parse_duration, HumanDuration};
 pub use encode::{event_payload, tick_payload, topic};
 pub use instant::parse_instant;

@@ -108,6 +108,10 @@ fn rejects_oversize_payloads() {
         rejected(&format!("click-{TX}"), &big),
         Reject::Oversize(big.len())
     );
+    // A topic over 128 bytes is oversize too, whatever it holds.
+    let p = format!(r#"{{"type":"click","txid":"{TX}","ts":1}}"#);
+    let long = format!("click-{TX}{}", "0".repeat(MAX_TOPIC));
+    assert_eq!(rejected(&long, &p), Reject::Oversize(long.len()));
 }
 
 #[test]
