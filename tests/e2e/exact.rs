@@ -372,9 +372,10 @@ impl Killer {
     }
 }
 
-/// Sends a market file with ticks as SPEC 3 asks, killing the shard at
-/// random moments during intake, or while it sweeps and emits the tail.
-fn kill_9_run(label: &str, during_emission: bool) {
+/// Sends a market file with ticks as SPEC 3 asks, killing the shard (and
+/// restarting it at once) at `kills` random moments during intake, or while
+/// it sweeps and emits the tail.
+pub(crate) fn kill_9_run(label: &str, during_emission: bool, kills: usize) {
     let m = market(label, "90s", 300.0, &[]);
     let db = TestDb::new(label);
     let publ = Publisher::new();
@@ -398,7 +399,7 @@ fn kill_9_run(label: &str, during_emission: bool) {
     let kill_at: Vec<usize> = if during_emission {
         Vec::new()
     } else {
-        (0..3)
+        (0..kills)
             .map(|_| next(m.lines.len() as u64) as usize)
             .collect()
     };
@@ -470,12 +471,12 @@ fn kill_9_run(label: &str, during_emission: bool) {
 
 #[test]
 fn exact_after_kill_9_during_intake() {
-    kill_9_run("kill_intake", false);
+    kill_9_run("kill_intake", false, 3);
 }
 
 #[test]
 fn exact_after_kill_9_during_emission() {
-    kill_9_run("kill_emission", true);
+    kill_9_run("kill_emission", true, 3);
 }
 
 #[test]

@@ -21,6 +21,7 @@ mod learn;
 mod marks;
 mod oversize;
 mod profiles;
+mod restarts;
 mod shard;
 mod starting;
 mod statistics;

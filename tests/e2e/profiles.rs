@@ -8,7 +8,7 @@ use tidemark_wire::Txid;
 use tidemark_testkit::profiles::*;
 use tidemark_testkit::*;
 
-const CONFIG: &str = r#"
+pub(crate) const CONFIG: &str = r#"
 clock = "wall"
 trail = "7d"
 batch_delay = "50ms"

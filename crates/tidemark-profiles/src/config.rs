@@ -70,6 +70,9 @@ pub struct Config {
     pub batch_delay: Duration,
     /// How long a stop waits for the database to take what is held.
     pub shutdown_timeout: Duration,
+    /// How long a starting process waits for the session its predecessor
+    /// left behind to let go of the profile lock (SPEC 7, 12).
+    pub lock_grace: Duration,
     /// Rows `tidemark.profile_quarantine` may hold.
     pub quarantine_max: i64,
     /// Where to serve Prometheus metrics (`host:port`), if anywhere.
@@ -109,6 +112,8 @@ tidemark_intake::raw_config! {
         batch_delay: String,
         #[serde(default = "default_shutdown_timeout")]
         shutdown_timeout: String,
+        #[serde(default = "default_lock_grace")]
+        lock_grace: String,
         #[serde(default = "default_quarantine_max")]
         quarantine_max: i64,
         metrics_addr: Option<String>,
@@ -132,6 +137,9 @@ fn default_batch_delay() -> String {
 }
 fn default_shutdown_timeout() -> String {
     "30s".into()
+}
+fn default_lock_grace() -> String {
+    "60s".into()
 }
 fn default_quarantine_max() -> i64 {
     10_000
@@ -309,6 +317,7 @@ impl Config {
             max_pending_bytes: raw.max_pending_bytes as usize,
             batch_delay: duration("batch_delay", &raw.batch_delay)?,
             shutdown_timeout: duration("shutdown_timeout", &raw.shutdown_timeout)?,
+            lock_grace: duration("lock_grace", &raw.lock_grace)?,
             quarantine_max: raw.quarantine_max,
             metrics_addr: raw.metrics_addr,
         })

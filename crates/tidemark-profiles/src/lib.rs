@@ -234,7 +234,7 @@ struct Started {
 /// opens the workers' connections and reads the partitions; all of it again
 /// if any of it fails on a connection cut.
 async fn start(config: &Config, url: &str) -> Result<Started, ProfilesError> {
-    let main = open_main(url, &config.name).await?;
+    let main = open_main(url, &config.name, config.lock_grace).await?;
     let saved = store::register(&main, &config.name, &describe(config)).await?;
     let layout = define(&main, config).await?;
     let mut workers = Vec::new();
@@ -552,13 +552,30 @@ fn worker_name(process: &str, index: usize) -> String {
 }
 
 /// Connects (as `tidemark profiles NAME: links`), migrates and takes the
-/// database's profile lock.
-async fn open_main(url: &str, name: &str) -> Result<Client, ProfilesError> {
+/// database's profile lock, waiting up to `grace` for a predecessor's
+/// session to let go of it (SPEC 12): a process killed a moment ago leaves
+/// its session behind until the server notices.
+async fn open_main(url: &str, name: &str, grace: Duration) -> Result<Client, ProfilesError> {
     let mut c = store::connect(url, &format!("tidemark profiles {name}: links")).await?;
     tidemark_store::migrate(&mut c).await?;
-    if !store::try_lock(&c).await? {
-        let pid = store::lock_holder(&c).await?.map_or(0, |h| h.0);
-        return Err(ProfilesError::AlreadyRunning(pid));
+    let deadline = Instant::now() + grace;
+    let mut said = false;
+    while !store::try_lock(&c).await? {
+        let holder = store::lock_holder(&c).await?;
+        let pid = holder.as_ref().map_or(0, |h| h.0);
+        if Instant::now() >= deadline {
+            return Err(ProfilesError::AlreadyRunning(pid));
+        }
+        if !said {
+            said = true;
+            tracing::warn!(
+                pid,
+                holder = holder.and_then(|h| h.1).unwrap_or_default(),
+                "the profile lock is held, perhaps by the session of a predecessor that was \
+                 killed: waiting up to lock_grace ({grace:?}) for it to go"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Ok(c)
 }
@@ -570,7 +587,7 @@ async fn reopen_main(
     name: &str,
     grace: &mut tidemark_store::LockGrace,
 ) -> Result<Client, ProfilesError> {
-    match open_main(url, name).await {
+    match open_main(url, name, Duration::ZERO).await {
         Err(ProfilesError::AlreadyRunning(pid)) => match grace.refused("the profile lock", pid) {
             Some(e) => Err(ProfilesError::Store(e)),
             None => Err(ProfilesError::LockLost),

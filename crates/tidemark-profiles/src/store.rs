@@ -491,8 +491,11 @@ pub async fn packed_parts(c: &Client) -> Result<Vec<i64>, StoreError> {
 /// the index; part ten).
 pub async fn connect(url: &str, name: &str) -> Result<Client, StoreError> {
     let c = tidemark_store::connect_as(url, name).await?;
-    c.batch_execute("SET max_parallel_workers_per_gather = 0; SET random_page_cost = 1.1")
-        .await?;
+    c.batch_execute(&format!(
+        "SET max_parallel_workers_per_gather = 0; SET random_page_cost = 1.1; {}",
+        tidemark_store::WRITER_SESSION
+    ))
+    .await?;
     Ok(c)
 }
 

@@ -54,6 +54,9 @@ pub struct Config {
     pub quarantine_max: i64,
     /// How long a stopping shard tries to write what it holds (SPEC 7).
     pub shutdown_timeout: Duration,
+    /// How long a starting shard waits for the session its predecessor
+    /// left behind to let go of the shard's lock (SPEC 7, 12).
+    pub lock_grace: Duration,
     /// Buffered rows one sweep transaction aims at (sweeps are sized by rows,
     /// not by creation time: a sparse day is one, a dense minute several).
     pub sweep_rows: u64,
@@ -133,6 +136,7 @@ tidemark_intake::raw_config! {
         retention_check: Option<String>,
         quarantine_max: Option<i64>,
         shutdown_timeout: Option<String>,
+        lock_grace: Option<String>,
         sweep_rows: Option<u64>,
         partition_rows: Option<u64>,
         metrics_addr: Option<String>,
@@ -259,6 +263,7 @@ impl Config {
                 &raw.shutdown_timeout,
                 Duration::from_secs(30),
             )?,
+            lock_grace: dur("lock_grace", &raw.lock_grace, Duration::from_secs(60))?,
             sweep_rows: positive("sweep_rows", raw.sweep_rows, 250_000)?,
             partition_rows: positive("partition_rows", raw.partition_rows, 1_000_000)?,
             metrics_addr: raw.metrics_addr,

@@ -56,6 +56,12 @@ impl From<deadpool_postgres::PoolError> for StoreError {
     }
 }
 
+/// What every session that writes sets (SPEC 12, v1.3): no statement waits
+/// on a lock for more than 10 s (the error is transient: the work is tried
+/// again, so an operator's idle transaction delays it, never wedges it),
+/// and none runs for more than 10 minutes.
+pub const WRITER_SESSION: &str = "SET lock_timeout = '10s'; SET statement_timeout = '10min'";
+
 /// How long DDL (creating or dropping a partition) waits for a lock (SPEC
 /// 12). `CREATE TABLE … PARTITION OF` and `DROP TABLE` want an exclusive
 /// lock on the parent; while they wait, every insert and read of the table
@@ -189,7 +195,10 @@ impl StoreError {
     /// Classifies an error for retrying or isolating.
     pub fn class(&self) -> ErrorClass {
         let e = match self {
-            StoreError::Db(e) => e,
+            // A migration cut off by a lost connection is as transient as
+            // any statement: it runs in one transaction, so it is tried
+            // again whole (SPEC 12).
+            StoreError::Db(e) | StoreError::Migration { source: e, .. } => e,
             // The pool timed out or was closed: the server may come back.
             StoreError::Pool(_) => return ErrorClass::Transient,
             _ => return ErrorClass::Unknown,
@@ -202,9 +211,16 @@ impl StoreError {
             return ErrorClass::Transient;
         };
         let c = code.code();
-        // 55P03: a lock not had within `lock_timeout` (DDL behind another
-        // session's transaction): later it may be.
-        if c.starts_with("08") || c.starts_with("57P") || c.starts_with("40") || c == "55P03" {
+        // 55P03: a lock not had within `lock_timeout` (DDL, or a row, behind
+        // another session's transaction): later it may be. 57014: a
+        // statement cancelled (its `statement_timeout`, or an operator's
+        // pg_cancel_backend), never an error in what was asked.
+        if c.starts_with("08")
+            || c.starts_with("57P")
+            || c.starts_with("40")
+            || c == "55P03"
+            || c == "57014"
+        {
             ErrorClass::Transient
         } else if c.starts_with("53") {
             ErrorClass::Resource
@@ -402,9 +418,13 @@ async fn open(url: &str, name: Option<&str>) -> Result<Client, StoreError> {
     // that vanished within about 35 s, and the advisory lock a shard or the
     // profile process held goes with it (a SET, not startup `options`, which
     // poolers such as PgBouncer refuse). No effect over a unix socket.
+    // And while a statement runs (a lock wait included), the server checks
+    // every 2 s that the client is still there (PostgreSQL 14+): a process
+    // killed mid-statement leaves no session holding its locks (SPEC 12).
     client
         .batch_execute(
-            "SET tcp_keepalives_idle = 15; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 4",
+            "SET tcp_keepalives_idle = 15; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 4; \
+             SET client_connection_check_interval = '2s'",
         )
         .await?;
     Ok(client)

@@ -100,6 +100,29 @@ fn every_unit_starts_a_command_line_tidemark_takes() {
     }
 }
 
+/// A crash loop never leaves a unit failed for good (SPEC 12, v1.3): each
+/// start waits out its predecessor's session, so systemd must never stop
+/// restarting it.
+#[test]
+fn every_unit_restarts_without_a_start_limit() {
+    for unit in units() {
+        let text = std::fs::read_to_string(&unit).unwrap();
+        let unit_section = text.split("[Service]").next().unwrap();
+        assert!(
+            unit_section
+                .lines()
+                .any(|l| l.trim() == "StartLimitIntervalSec=0"),
+            "{}: StartLimitIntervalSec=0 in [Unit]",
+            unit.display()
+        );
+        assert!(
+            text.lines().any(|l| l.starts_with("Restart=")),
+            "{}",
+            unit.display()
+        );
+    }
+}
+
 #[test]
 fn the_systemd_units_verify() {
     if Command::new("systemd-analyze")

@@ -248,8 +248,9 @@ pub async fn record_emission_gap(
 /// asks for the flush itself (its observations are the durable product).
 pub async fn configure_session(c: &Client, shard: &str) -> Result<(), StoreError> {
     c.batch_execute(&format!(
-        "SET application_name = {}; SET synchronous_commit = off",
-        tidemark_store::quote_literal(&format!("tidemark shard {shard}"))
+        "SET application_name = {}; SET synchronous_commit = off; {}",
+        tidemark_store::quote_literal(&format!("tidemark shard {shard}")),
+        tidemark_store::WRITER_SESSION
     ))
     .await?;
     Ok(())

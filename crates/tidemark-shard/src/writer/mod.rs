@@ -32,9 +32,6 @@ use crate::phases::{Phases, Watermarks};
 use crate::ShardError;
 use tidemark_intake::wall_ms;
 
-/// How long a starting shard waits for its name's lock before refusing.
-const LOCK_WAIT: Duration = Duration::from_secs(5);
-
 /// A shard's connection and buffer state.
 pub struct Writer {
     config: Config,
@@ -86,18 +83,29 @@ async fn connect(config: &Config, layout: &Layout, url: &str) -> Result<Client, 
     let mut client = tidemark_store::connect(url).await?;
     tidemark_store::migrate(&mut client).await?;
     state::configure_session(&client, &config.name).await?;
-    // A shard killed a moment ago may leave its backend finishing a statement:
-    // give such a lock a few seconds to go before refusing.
-    let deadline = Instant::now() + LOCK_WAIT;
+    // A shard killed a moment ago leaves its session behind until the server
+    // notices (at once when idle; a statement in progress runs until it checks
+    // its client): wait for it within `lock_grace` before refusing (SPEC 12).
+    let deadline = Instant::now() + config.lock_grace;
+    let mut said = false;
     while !state::try_lock(&client, &config.name).await? {
+        let holder = state::lock_holder(&client, &config.name).await?;
+        let pid = holder.as_ref().map_or(0, |h| h.0);
         if Instant::now() >= deadline {
-            let pid = state::lock_holder(&client, &config.name)
-                .await?
-                .map_or(0, |h| h.0);
             return Err(ShardError::AlreadyRunning {
                 name: config.name.clone(),
                 pid,
             });
+        }
+        if !said {
+            said = true;
+            tracing::warn!(
+                pid,
+                holder = holder.and_then(|h| h.1).unwrap_or_default(),
+                "the shard's lock is held, perhaps by the session of a predecessor that was \
+                 killed: waiting up to lock_grace ({:?}) for it to go",
+                config.lock_grace
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
