@@ -23,6 +23,7 @@ mod oversize;
 mod profiles;
 mod restarts;
 mod shard;
+mod staleness;
 mod starting;
 mod statistics;
 mod status;

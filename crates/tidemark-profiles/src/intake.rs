@@ -45,6 +45,10 @@ pub struct Event {
     /// Its place in arrival order, set as it joins the process's queue: a
     /// batch taken apart is put back together in that order.
     pub seq: u64,
+    /// The process clock when intake accepted it (`None` before the clock
+    /// has a value): it is judged stale or not against this, once, however
+    /// long the database then keeps it waiting (SPEC 11, v1.3).
+    pub accepted: Option<i64>,
 }
 
 impl Event {
@@ -97,6 +101,8 @@ pub fn spawn(
             tally,
             chunk: Chunk::default(),
             started: Instant::now(),
+            // As the coordinator judged before this run's first tick.
+            clock: saved_clock,
             out,
         },
     };
@@ -113,6 +119,9 @@ struct Profiles {
     chunk: Chunk,
     started: Instant,
     out: mpsc::Sender<Chunk>,
+    /// The process clock as intake knows it now (event clock): what an
+    /// event accepted now is stamped with.
+    clock: Option<i64>,
 }
 
 impl Profiles {
@@ -182,6 +191,11 @@ impl Handler for Profiles {
             ids,
             raw: e.payload.into(),
             seq: 0,
+            accepted: if self.wall_clock {
+                Some(wall_ms())
+            } else {
+                self.clock
+            },
         };
         self.chunk.bytes += event.bytes();
         self.chunk.events.push(event);
@@ -199,6 +213,7 @@ impl Handler for Profiles {
         }
         if clock.is_some() {
             self.chunk.clock = clock;
+            self.clock = clock;
         }
     }
 
@@ -219,6 +234,7 @@ impl Handler for Profiles {
             self.chunk.clock = Some(wall_ms());
         } else if clock.is_some() {
             self.chunk.clock = clock;
+            self.clock = clock;
         }
         self.hand_over(false, stop)
     }

@@ -1159,11 +1159,11 @@ impl Process<'_> {
         if let Some(m) = events.iter().map(|e| e.created).max() {
             self.newest_created = Some(self.newest_created.map_or(m, |o| o.max(m)));
         }
-        let stale_before: Option<Vec<i64>> = self.saved.clock_ms.map(|c| {
-            let dedup = &self.config.dedup;
-            dedup.iter().map(|d| c - d.as_millis() as i64).collect()
-        });
-        let (rest, judged) = core::judge(events, stale_before.as_deref(), uncommitted);
+        let dedup: Vec<i64> = (self.config.dedup.iter())
+            .map(|d| d.as_millis() as i64)
+            .collect();
+        let oldest = events.iter().filter_map(|e| e.accepted).min();
+        let (rest, judged) = core::judge(events, &dedup, uncommitted);
         Inflight {
             links: Vec::new(),
             settled: false,
@@ -1172,14 +1172,17 @@ impl Process<'_> {
             touched: Default::default(),
             judged,
             parts: None,
-            trail_from: self.trail_from(),
+            trail_from: self.trail_from(oldest),
         }
     }
 
-    /// Events at or after this get trail rows: their day is kept.
-    fn trail_from(&self) -> Option<i64> {
+    /// Events at or after this get trail rows: their day is kept. Counted
+    /// from the batch's oldest acceptance clock when older than the clock,
+    /// so an event held by the database keeps the trail its day had then.
+    fn trail_from(&self, oldest_accepted: Option<i64>) -> Option<i64> {
         let trail = self.config.trail?.as_millis() as i64;
         let now = self.saved.clock_ms.or(self.saved.reference_ms).unwrap_or(0);
+        let now = oldest_accepted.map_or(now, |o| o.min(now));
         Some(day_of(now - trail))
     }
 
@@ -1189,6 +1192,9 @@ impl Process<'_> {
         let Some(clock) = self.saved.clock_ms else {
             return Ok(());
         };
+        // Nothing an event still held may need goes: retired from the
+        // oldest clock an event waiting was accepted at (SPEC 11, v1.3).
+        let clock = (self.pending.iter().filter_map(|e| e.accepted)).fold(clock, i64::min);
         if !self.lock_waits.ready() {
             return Ok(());
         }

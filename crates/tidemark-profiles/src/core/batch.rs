@@ -13,23 +13,22 @@ use crate::intake::Event;
 /// identifier -> (person, first ts).
 pub type Placed = HashMap<String, (i64, i64)>;
 
-/// Drops later copies within the batch and stale copies (txid created
-/// before `stale_before` of its type, indexed by `type_index`); the rest
-/// stays in arrival order. The counts
+/// Drops later copies within the batch and stale copies: a txid created
+/// more than its type's `dedup` (ms, indexed by `type_index`) before the
+/// clock the event was accepted at ([`Event::accepted`]: judged once, as it
+/// stood then, SPEC 11 v1.3); the rest stays in arrival order. The counts
 /// (`duplicate`, `stale`, both present even at 0) commit with worker 0's
 /// share.
 /// `counts` are those judged before and not committed yet (a batch judged
 /// again: [`reassemble`]), added to.
-pub fn judge(
-    events: Vec<Event>,
-    stale_before: Option<&[i64]>,
-    mut counts: Counts,
-) -> (Vec<Event>, Counts) {
+pub fn judge(events: Vec<Event>, dedup: &[i64], mut counts: Counts) -> (Vec<Event>, Counts) {
     let mut seen = HashSet::with_capacity(events.len());
     let (mut duplicate, mut stale) = (0, 0);
     let mut rest = Vec::with_capacity(events.len());
     for e in events {
-        if stale_before.is_some_and(|s| e.created < s[e.type_index]) {
+        if e.accepted
+            .is_some_and(|c| e.created < c.saturating_sub(dedup[e.type_index]))
+        {
             stale += 1;
             continue;
         }
@@ -357,17 +356,26 @@ mod tests {
             ev(2, 1, T0, Some("u"), &[]),
             created(ev(1, 2, T0, Some("u"), &[]), T0 - 10),
         ];
-        let (rest, counts) = judge(events.clone(), None, Counts::new());
-        assert_eq!(rest.len(), 3);
+        let dedup = [9, 9, 9];
+        let (rest, counts) = judge(events.clone(), &dedup, Counts::new());
+        assert_eq!(rest.len(), 3, "accepted before the clock had a value");
         assert_eq!(counts, Counts::from([("duplicate", 1), ("stale", 0)]));
-        let (rest, counts) = judge(
-            events,
-            Some(&[T0 - 9, T0 - 9, T0 - 9]),
-            Counts::from([("stale", 2)]),
-        );
+        let at = |mut e: Event, clock: i64| {
+            e.accepted = Some(clock);
+            e
+        };
+        let events: Vec<Event> = events.into_iter().map(|e| at(e, T0)).collect();
+        let (rest, counts) = judge(events.clone(), &dedup, Counts::from([("stale", 2)]));
         let kept: Vec<(usize, i64)> = rest.iter().map(|e| (e.type_index, e.ts)).collect();
         assert_eq!(kept, [(1, T0), (2, T0)], "the first copy wins");
         assert_eq!(counts, Counts::from([("duplicate", 1), ("stale", 3)]));
+        // Judged by the clock each was accepted at, whatever it is now: the
+        // old copy accepted while still in time is kept.
+        let mut early = events;
+        early[3].accepted = Some(T0 - 5);
+        let (rest, counts) = judge(early, &dedup, Counts::new());
+        assert_eq!(rest.len(), 3);
+        assert_eq!(counts, Counts::from([("duplicate", 1), ("stale", 0)]));
     }
 
     #[test]

@@ -84,6 +84,7 @@ impl Msg {
             ids: Identities::read(user.as_deref(), ids.as_deref()),
             raw: self.wire().1.into(),
             seq: 0,
+            accepted: None,
         }
     }
 
@@ -387,7 +388,8 @@ impl Sim {
     }
 
     fn batch_carrying(&mut self, events: Vec<Event>, uncommitted: Counts, next: &[Event]) {
-        let (rest, judged) = judge(events, None, uncommitted);
+        // The simulator stamps no acceptance clock: nothing is stale.
+        let (rest, judged) = judge(events, &[0; TYPES.len()], uncommitted);
         let mut cut = self.cut.take();
         let (links, rest, placed) = if has_links(&rest) {
             let ids = carried(&rest);

@@ -1,0 +1,82 @@
+//! Staleness fixed at acceptance (SPEC 11, v1.3): an event a profile
+//! process accepted in time is applied however long the database then
+//! keeps it waiting, row by row against the reference.
+
+use tidemark_testkit::profiles::*;
+use tidemark_testkit::*;
+use tidemark_wire::Txid;
+
+/// The tests' profile configuration, impressions remembered 20 s only: a
+/// wait of 30 s outlasts the horizon of every impression it holds.
+fn config() -> String {
+    format!(
+        "{}\n[dedup]\nimpression = \"20s\"\n",
+        crate::profiles::CONFIG
+    )
+}
+
+/// Impressions and clicks of 60 persons, created within the last 8 s of
+/// `now`, a tenth sent twice.
+fn fresh(now: i64, n: usize) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let t = if i % 4 == 3 { "click" } else { "impression" };
+        let created = now - (i as i64 % 8) * 1000;
+        let tx = Txid::new(0x0005_7a1e_0000_0000 + i as u128, created as u64);
+        let m = (
+            format!("{t}-{}", tx.as_str()),
+            format!(
+                r#"{{"type": "{t}", "txid": "{}", "ts": {created}, "user": "s{}"}}"#,
+                tx.as_str(),
+                i % 60
+            ),
+        );
+        if i % 10 == 0 {
+            out.push(m.clone());
+        }
+        out.push(m);
+    }
+    out
+}
+
+#[test]
+fn events_held_by_a_locked_database_past_their_horizon_are_all_applied() {
+    let config = config();
+    let db = TestDb::new("stale_held");
+    let mut publisher = Publisher::new();
+    let mut proc = ShardProc::start_profiles(&db, "held", &publisher.endpoint, &config);
+    publisher.wait_subscribed("tick", 2);
+    fence(&mut publisher, &db.url, "held_before", now_ms());
+
+    // An operator's transaction holds the table every event's first copy is
+    // marked in: nothing can be applied while it lasts.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let operator = rt.block_on(tidemark_store::connect(&db.url)).unwrap();
+    rt.block_on(
+        operator.batch_execute("BEGIN; LOCK TABLE tidemark.profile_seen IN EXCLUSIVE MODE"),
+    )
+    .unwrap();
+    let now = now_ms();
+    let messages = fresh(now, 2400);
+    // Several batches' worth (`batch_events` 700): the first is judged at
+    // once, the others only once the database lets go. The reference takes
+    // each event at the clock it was accepted at: `now`.
+    let oracle = oracle(&config, &messages, now);
+    publish(&mut publisher, &messages);
+    // Held past the impressions' 20-s horizon, then let go.
+    std::thread::sleep(std::time::Duration::from_secs(30));
+    rt.block_on(operator.batch_execute("COMMIT")).unwrap();
+    fence(&mut publisher, &db.url, "held_after", now_ms());
+    compare(&db.url, &oracle, &messages, now);
+    let stale = query_i64(
+        &db.url,
+        "SELECT coalesce(sum(n), 0)::bigint FROM tidemark.profile_counts WHERE reason = 'stale'",
+    );
+    assert_eq!(stale, Some(0), "nothing accepted in time is stale");
+    assert_eq!(oracle.counts()["applied"], 2400);
+    proc.stop();
+}
