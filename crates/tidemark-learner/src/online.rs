@@ -153,6 +153,8 @@ struct State {
     since_checkpoint: u64,
     /// Per target: checkpoints at which it was found unfit and restored.
     refused: BTreeMap<String, u64>,
+    /// Streams whose position is ahead of their last seq, said once.
+    ahead: std::collections::BTreeSet<String>,
 }
 
 /// Starts from the latest checkpoint in the directory, or from nothing.
@@ -162,6 +164,7 @@ fn resume(config: &Config) -> Result<State, TrainError> {
         positions: BTreeMap::new(),
         since_checkpoint: 0,
         refused: BTreeMap::new(),
+        ahead: Default::default(),
     };
     let Some(path) = tidemark_checkpoint::latest(&config.checkpoint_dir) else {
         return Ok(fresh);
@@ -183,6 +186,7 @@ fn resume(config: &Config) -> Result<State, TrainError> {
         positions: c.positions,
         since_checkpoint: 0,
         refused: BTreeMap::new(),
+        ahead: Default::default(),
     })
 }
 
@@ -211,7 +215,14 @@ impl State {
                 let src = &*src;
                 async move {
                     let c = src.another().await?;
-                    observations::read(&c, shard, after, config.batch).await
+                    let rows = observations::read(&c, shard, after, config.batch).await?;
+                    // Nothing new: is the position ahead of the stream (a
+                    // failover lost what was read)? Said, and read on.
+                    let ahead = match rows.is_empty() && after > i64::MIN {
+                        true => observations::last_seq(&c, shard).await?.unwrap_or(0) < after,
+                        false => false,
+                    };
+                    Ok::<_, StoreError>((rows, ahead))
                 }
             });
             let batches = try_join_all(reads).await?;
@@ -236,7 +247,19 @@ impl State {
             }
         };
         let mut n = 0;
-        for (shard, rows) in batches {
+        for (shard, (rows, ahead)) in batches {
+            let stream = key(&src.source.name, &shard);
+            if ahead && self.ahead.insert(stream.clone()) {
+                tracing::warn!(
+                    stream,
+                    position = self.positions.get(&stream).copied(),
+                    "the saved position is ahead of the stream's last seq (a database failover \
+                     or crash lost observations this learner had read); reading on from it, as \
+                     the shard's seq jumps past every number it may have given before"
+                );
+            } else if !ahead && !rows.is_empty() {
+                self.ahead.remove(&stream);
+            }
             n += self.learn(config, &rows);
             if let Some(last) = rows.last() {
                 self.positions
@@ -341,6 +364,14 @@ impl State {
                 "times a target held a number that is not finite when a checkpoint was due: not written, the target resumed from its last good checkpoint",
                 &[("target", target)],
                 *n as f64,
+            ));
+        }
+        for stream in &self.ahead {
+            v.push(gauge(
+                "position_ahead",
+                "1 while a stream's saved position is ahead of its last seq (a failover or crash lost observations already read)",
+                &[("stream", stream)],
+                1.0,
             ));
         }
         for (stream, seq) in &self.positions {

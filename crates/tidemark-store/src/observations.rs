@@ -81,6 +81,16 @@ pub async fn read(
     .collect())
 }
 
+/// The last `seq` a shard's stream holds (`None`: no observation yet).
+pub async fn last_seq(c: &Client, shard: &str) -> Result<Option<i64>, StoreError> {
+    Ok(c.query_one(
+        "SELECT max(seq) FROM tidemark.observations WHERE shard = $1",
+        &[&shard],
+    )
+    .await?
+    .get(0))
+}
+
 /// The feature names used by a target's observations, sorted, each with
 /// whether every value it has (of the kinds hashed) is a number.
 pub async fn feature_names(

@@ -183,11 +183,24 @@ fn feature_of(v: &serde_json::Value) -> reference::Feature {
 /// A shard's observations as the reference shapes them; panics on a second
 /// row for one (target, txid) or a gap in `seq`.
 pub fn observed(db: &TestDb, shard: &str) -> Rows {
+    let (rows, seqs) = observed_with_seq(db, shard);
+    for (i, seq) in seqs.iter().enumerate() {
+        assert_eq!(*seq, i as i64 + 1, "seq has a gap or a repeat");
+    }
+    rows
+}
+
+/// A shard's observations as the reference shapes them, and their `seq`s in
+/// order (which may jump past a recorded gap, SPEC 5); panics on a second
+/// row for one (target, txid) or a repeated `seq`.
+pub fn observed_with_seq(db: &TestDb, shard: &str) -> (Rows, Vec<i64>) {
     let (url, shard) = (db.url.clone(), shard.to_owned());
     let rows = block_on(async move { crate::store::observations(&url, &shard).await });
     let mut out = Rows::new();
-    for (i, (target, txid, label, features, seq)) in rows.into_iter().enumerate() {
-        assert_eq!(seq, i as i64 + 1, "seq has a gap or a repeat");
+    let mut seqs = Vec::with_capacity(rows.len());
+    for (target, txid, label, features, seq) in rows {
+        assert!(seqs.last().is_none_or(|l| *l < seq), "seq {seq} repeated");
+        seqs.push(seq);
         let features = features
             .as_object()
             .expect("features are an object")
@@ -198,7 +211,7 @@ pub fn observed(db: &TestDb, shard: &str) -> Rows {
         let dup = out.insert(key.clone(), reference::Expected { label, features });
         assert!(dup.is_none(), "a second observation for {key:?}");
     }
-    out
+    (out, seqs)
 }
 
 /// Asserts the two sets of rows are equal, showing the first differences.

@@ -67,6 +67,14 @@ fn a_postgresql_crash_is_recorded_as_a_gap_and_the_shard_carries_on() {
         .filter(|n| *n >= 1)
     });
     shard.stop();
+    // Its seq jumped past any number an earlier primary (or the commits the
+    // crash took) may have given a learner (SPEC 5, 12).
+    let seq = query_i64(
+        &url,
+        &format!("SELECT min(seq) FROM tidemark.observations WHERE txid = '{after}'"),
+    )
+    .unwrap();
+    assert!(seq > 1 << 32, "seq {seq} after the gap");
     let lost_observed = query_i64(
         &url,
         &format!("SELECT count(*) FROM tidemark.observations WHERE txid <> '{after}'"),

@@ -183,6 +183,31 @@ pub async fn record_gap(
     Ok(())
 }
 
+/// The next observation number the server holds for a shard.
+pub async fn next_seq(c: &impl GenericClient, shard: &str) -> Result<i64, StoreError> {
+    let r = c
+        .query_one(
+            "SELECT next_seq FROM tidemark.shards WHERE name = $1",
+            &[&shard],
+        )
+        .await?;
+    Ok(r.get(0))
+}
+
+/// Sets the next observation number (a jump after a gap, SPEC 12).
+pub async fn set_next_seq(
+    c: &impl GenericClient,
+    shard: &str,
+    next: i64,
+) -> Result<(), StoreError> {
+    c.execute(
+        "UPDATE tidemark.shards SET next_seq = $2, updated_at = now() WHERE name = $1",
+        &[&shard, &next],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Records the last database error a shard met (shown by `shard_status`).
 pub async fn record_error(c: &Client, shard: &str, error: &str) -> Result<(), StoreError> {
     c.execute(

@@ -32,6 +32,12 @@ use crate::phases::{Phases, Watermarks};
 use crate::ShardError;
 use tidemark_intake::wall_ms;
 
+/// How far `seq` jumps when the buffer was emptied (SPEC 5, 12): past any
+/// number an earlier primary (or the last commits a crash lost) may have
+/// given and a learner read. No primary emits 2^32 observations its standby
+/// never receives; 2^31 such jumps fit in a bigint.
+pub const SEQ_JUMP: i64 = 1 << 32;
+
 /// A shard's connection and buffer state.
 pub struct Writer {
     config: Config,
@@ -221,11 +227,18 @@ impl Writer {
     }
 
     /// An empty sentinel on a shard that ran before: the unlogged buffer was
-    /// emptied (PostgreSQL crashed). Record what creation times were lost,
-    /// in the transaction that puts the sentinel back, so a retry after an
-    /// error still sees the loss.
+    /// emptied (PostgreSQL crashed, or a standby was promoted: SPEC 12).
+    /// Record what creation times were lost, and move `seq` past any number
+    /// an earlier primary may have given, in the transaction that puts the
+    /// sentinel back, so a retry after an error still sees the loss.
+    ///
+    /// What the server holds is read back from it, not taken from memory: a
+    /// promoted standby (or a crash with `synchronous_commit = off`) may
+    /// miss the last sweeps this process made, whose observations it never
+    /// received, so the gap starts at the watermarks the server holds.
     async fn check_sentinel(&mut self, existed: bool) -> Result<(), ShardError> {
         let p = self.partition_ms();
+        let held = state::watermarks(&self.client, &self.config.name).await?;
         let tx = self.client.transaction().await.map_err(StoreError::from)?;
         let was_there = self.layout.check_sentinel(&tx).await?;
         if was_there || !existed {
@@ -233,34 +246,48 @@ impl Writer {
             return Ok(());
         }
         let buffered = &self.rows_by_bucket;
-        // What may have been buffered: from the last phase's watermark (or the
-        // oldest bucket written, before any sweep) to the clock plus max_future.
+        // What may have been buffered: from the oldest watermark the server
+        // holds (or the memory's, or the oldest bucket written, before any
+        // sweep) to the clock plus max_future.
+        let oldest_held = held.values().copied().min();
+        let max_future = self.config.subscription.max_future.as_millis() as i64;
         let (from, to) = match (&self.wm, self.applied) {
             (Some(wm), applied) => (
-                wm.last,
-                applied.unwrap_or(wm.impression)
-                    + self.config.subscription.max_future.as_millis() as i64,
+                oldest_held.map_or(wm.last, |h| h.min(wm.last)),
+                applied.unwrap_or(wm.impression) + max_future,
             ),
             (None, _) => match (buffered.keys().next(), buffered.keys().next_back()) {
                 (Some(first), Some(last)) => (first - 1, last + p),
-                _ => {
-                    tx.commit().await.map_err(StoreError::from)?;
-                    return Ok(());
-                }
+                _ => match oldest_held {
+                    Some(h) => (h, h + max_future),
+                    // Never swept, nothing buffered: nothing was emitted.
+                    None => {
+                        tx.commit().await.map_err(StoreError::from)?;
+                        return Ok(());
+                    }
+                },
             },
         };
-        let reason = "buffer emptied (PostgreSQL crash or restart after crash)";
+        let reason = "buffer emptied (PostgreSQL crash, or a standby promoted)";
         state::record_gap(&tx, &self.config.name, from, to, reason).await?;
         let gaps = [(Counter::Gaps.name().to_owned(), 1)];
         state::add_counters(&tx, &self.config.name, &gaps).await?;
+        let held_seq = state::next_seq(&tx, &self.config.name).await?;
+        let next_seq = self.next_seq.max(held_seq).saturating_add(SEQ_JUMP);
+        state::set_next_seq(&tx, &self.config.name, next_seq).await?;
         tx.commit().await.map_err(StoreError::from)?;
-        self.rows_by_bucket.clear();
         tracing::error!(
             shard = self.config.name,
             from_ms = from,
             to_ms = to,
-            "the unlogged buffer was emptied (PostgreSQL crashed): observations of transactions created in this range may be missing; recorded in tidemark.gaps"
+            seq_from = self.next_seq.max(held_seq),
+            seq_to = next_seq,
+            "the unlogged buffer was emptied (PostgreSQL crashed, or a standby was promoted): \
+             observations of transactions created in this range may be missing, recorded in \
+             tidemark.gaps; seq jumps past any number an earlier primary may have given"
         );
+        self.next_seq = next_seq;
+        self.rows_by_bucket.clear();
         Ok(())
     }
 
