@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use tidemark_intake::curve::{read_key_file, Client, Curve};
+use tidemark_intake::curve::{read_secret_key_file, Client, Curve};
 use tidemark_market::proxy::ProxyOptions;
 
 #[derive(clap::Args)]
@@ -19,7 +19,8 @@ pub struct Args {
     /// Serve Prometheus metrics (messages forwarded by kind, refusals) at http://ADDR/metrics
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<String>,
-    /// Messages each connection may queue in each direction (at most 64 KiB each)
+    /// Messages each connection may queue in each direction (from publishers
+    /// frames of up to 1 MiB, the transport limit; to shards up to 64 KiB)
     #[arg(long, default_value_t = tidemark_market::proxy::DEFAULT_HWM,
           value_parser = clap::value_parser!(i32).range(1..))]
     hwm: i32,
@@ -38,13 +39,18 @@ pub struct Args {
     /// their --curve-server-key
     #[arg(long, value_name = "FILE", requires = "curve_secret_key")]
     curve_publishers: Option<PathBuf>,
+    /// With --curve-server-key and no --curve-publishers: forward whatever
+    /// any process that reaches the frontend sends, ticks under any name,
+    /// to shards that trust this proxy as a `forwarder`. Refused without it
+    #[arg(long, requires = "curve_server_key")]
+    open_publishers: bool,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     use crate::Misconfigured as Bad;
     let listen = match (&a.curve_secret_key, &a.curve_publishers) {
         (Some(key), Some(list)) => Some(Curve {
-            secret: read_key_file(key).map_err(Bad)?,
+            secret: read_secret_key_file(key).map_err(Bad)?,
             publishers: tidemark_intake::config::read_publishers(list).map_err(Bad)?,
         }),
         _ => None,
@@ -56,6 +62,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.curve_secret_key.is_some() && listen.is_none() && forward.is_none() {
         let needs = "--curve-secret-key needs --curve-publishers, --curve-server-key or both";
         return Err(Bad(needs.into()).into());
+    }
+    if forward.is_some() && listen.is_none() && !a.open_publishers {
+        let open = "--curve-server-key without --curve-publishers: shards trust this proxy as a \
+                    forwarder, so any process that reaches its frontend could publish through it, \
+                    ticks under any name; list the publishers with --curve-publishers FILE, or pass \
+                    --open-publishers to forward them unchecked";
+        return Err(Bad(open.into()).into());
     }
     tidemark_market::proxy::run(&ProxyOptions {
         publishers: a.publishers,

@@ -109,7 +109,11 @@ fn a_configuration_error_exits_78_and_names_the_key() {
         ("shard", &missing),
         ("learn", &missing),
     ] {
+        // A variable that is not UTF-8 in the environment is no crash.
+        use std::os::unix::ffi::OsStrExt;
+        let odd = std::ffi::OsStr::from_bytes(b"\xff\xfe");
         let out = bin()
+            .env("TIDEMARK_NOT_UTF8", odd)
             .arg(command)
             .arg("--config")
             .arg(file)

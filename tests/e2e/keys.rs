@@ -428,3 +428,45 @@ fn with_keys_a_profile_process_applies_only_listed_publishers() {
     assert_eq!(count(ids), Some(5));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Keys handled with care (SPEC 2): a proxy that would forward unchecked
+/// publishers to shards that trust it refuses to start unless told to, and
+/// a secret key its group or others can read is refused, the fix named.
+#[test]
+fn a_proxy_refuses_to_forward_unchecked_publishers_and_open_secret_keys() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = key_dir("keycare");
+    let (proxy_key, _) = new_key(&dir, "proxy.key");
+    let (fleet_key, _) = new_key(&dir, "fleet.key");
+    let _ = fleet_key;
+    let fleet_pub = dir.join("fleet.key.pub");
+    let proxy = |extra: &[&str]| {
+        tidemark_testkit::bin()
+            .args([
+                "proxy",
+                "--backend",
+                "tcp://127.0.0.1:1",
+                "--curve-secret-key",
+            ])
+            .arg(&proxy_key)
+            .arg("--curve-server-key")
+            .arg(&fleet_pub)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = proxy(&[]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{said}");
+    assert!(
+        said.contains("--curve-publishers") && said.contains("--open-publishers"),
+        "{said}"
+    );
+
+    std::fs::set_permissions(&proxy_key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = proxy(&["--open-publishers"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{said}");
+    assert!(said.contains("chmod 600"), "{said}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

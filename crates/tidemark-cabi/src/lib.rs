@@ -23,6 +23,41 @@ use tidemark_checkpoint::Scorer;
 /// An opaque scorer (`tidemark_scorer *` in C).
 pub struct TidemarkScorer(Scorer);
 
+/// Runs `f`, turning a panic into `on_panic` and a message in `err`: no
+/// panic may unwind into a C caller (undefined behaviour, in practice an
+/// abort of the bidder).
+unsafe fn guarded<T>(err: *mut c_char, err_len: usize, on_panic: T, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(p) => {
+            let why = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            set_err(
+                err,
+                err_len,
+                &format!("internal error (a panic, caught): {why}"),
+            );
+            on_panic
+        }
+    }
+}
+
+/// Debug builds only: panics when `TIDEMARK_FAULT=cabi_panic` and the bid
+/// carries a `"fault"` key, so a test can check the panic is caught.
+fn fault(features_json: &str) {
+    #[cfg(debug_assertions)]
+    if std::env::var("TIDEMARK_FAULT").as_deref() == Ok("cabi_panic")
+        && features_json.contains("\"fault\"")
+    {
+        panic!("fault injected: cabi_panic");
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = features_json;
+}
+
 /// Copies `msg` into `err` (NUL-terminated, truncated to `len`) if given.
 unsafe fn set_err(err: *mut c_char, len: usize, msg: &str) {
     if err.is_null() || len == 0 {
@@ -61,15 +96,17 @@ pub unsafe extern "C" fn tidemark_open(
     err: *mut c_char,
     err_len: usize,
 ) -> *mut TidemarkScorer {
-    let opened = text(path, "path")
-        .and_then(|p| Scorer::open(Path::new(p)).map_err(|e| format!("{p}: {e}")));
-    match opened {
-        Ok(s) => Box::into_raw(Box::new(TidemarkScorer(s))),
-        Err(e) => {
-            set_err(err, err_len, &e);
-            std::ptr::null_mut()
+    guarded(err, err_len, std::ptr::null_mut(), || {
+        let opened = text(path, "path")
+            .and_then(|p| Scorer::open(Path::new(p)).map_err(|e| format!("{p}: {e}")));
+        match opened {
+            Ok(s) => Box::into_raw(Box::new(TidemarkScorer(s))),
+            Err(e) => {
+                set_err(err, err_len, &e);
+                std::ptr::null_mut()
+            }
         }
-    }
+    })
 }
 
 /// Reads the checkpoint again (a directory: its newest `latest.tdm`) and
@@ -84,17 +121,19 @@ pub unsafe extern "C" fn tidemark_reload(
     err: *mut c_char,
     err_len: usize,
 ) -> c_int {
-    let Some(s) = s.as_ref() else {
-        set_err(err, err_len, "scorer is NULL");
-        return -1;
-    };
-    match s.0.reload() {
-        Ok(()) => 0,
-        Err(e) => {
-            set_err(err, err_len, &e.to_string());
-            -1
+    guarded(err, err_len, -1, || {
+        let Some(s) = s.as_ref() else {
+            set_err(err, err_len, "scorer is NULL");
+            return -1;
+        };
+        match s.0.reload() {
+            Ok(_) => 0,
+            Err(e) => {
+                set_err(err, err_len, &e.to_string());
+                -1
+            }
         }
-    }
+    })
 }
 
 /// Scores one bid, a JSON object of features (strings, numbers, bools),
@@ -120,7 +159,9 @@ pub unsafe extern "C" fn tidemark_score(
         if n > 0 && (names.is_null() || out.is_null()) {
             return Err("names or out is NULL".into());
         }
-        let scores = s.0.score(&features(text(features_json, "features_json")?)?);
+        let bid = text(features_json, "features_json")?;
+        fault(bid);
+        let scores = s.0.score(&features(bid)?);
         for i in 0..n {
             let name = text(*names.add(i), "a name")?;
             let p = match name {
@@ -131,13 +172,13 @@ pub unsafe extern "C" fn tidemark_score(
         }
         Ok(())
     };
-    match run() {
+    guarded(err, err_len, -1, || match run() {
         Ok(()) => 0,
         Err(e) => {
             set_err(err, err_len, &e);
             -1
         }
-    }
+    })
 }
 
 /// Scores one bid as `tidemark score` does, writing its answer, a JSON
@@ -159,10 +200,9 @@ pub unsafe extern "C" fn tidemark_score_json(
 ) -> c_int {
     let run = || -> Result<c_int, String> {
         let s = s.as_ref().ok_or("scorer is NULL")?;
-        let answer =
-            s.0.score(&features(text(features_json, "features_json")?)?)
-                .to_json()
-                .to_string();
+        let bid = text(features_json, "features_json")?;
+        fault(bid);
+        let answer = s.0.score(&features(bid)?).to_json().to_string();
         if out.is_null() || answer.len() >= out_len {
             return Err(format!(
                 "out holds {out_len} bytes, the answer needs {}",
@@ -173,9 +213,11 @@ pub unsafe extern "C" fn tidemark_score_json(
         *out.add(answer.len()) = 0;
         c_int::try_from(answer.len()).map_err(|_| "answer too long".to_string())
     };
-    run().unwrap_or_else(|e| {
-        set_err(err, err_len, &e);
-        -1
+    guarded(err, err_len, -1, || {
+        run().unwrap_or_else(|e| {
+            set_err(err, err_len, &e);
+            -1
+        })
     })
 }
 
@@ -186,7 +228,9 @@ pub unsafe extern "C" fn tidemark_score_json(
 /// `s` is NULL or comes from `tidemark_open`.
 #[no_mangle]
 pub unsafe extern "C" fn tidemark_created_at_ms(s: *const TidemarkScorer) -> i64 {
-    s.as_ref().map_or(-1, |s| s.0.model().created_at_ms)
+    guarded(std::ptr::null_mut(), 0, -1, || {
+        s.as_ref().map_or(-1, |s| s.0.model().created_at_ms)
+    })
 }
 
 /// Frees a scorer (NULL is ignored).

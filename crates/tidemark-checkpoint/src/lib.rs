@@ -19,4 +19,4 @@ pub use format::{
     Candidate, Checkpoint, FormatError, Target, Tuning, FORMAT_VERSION, MAGIC, MAX_CANDIDATES,
 };
 pub use scorer::{Model, Scorer, Scores};
-pub use store::{latest, publish, write, LATEST};
+pub use store::{latest, publish, remove_stale_temporaries, write, LATEST};

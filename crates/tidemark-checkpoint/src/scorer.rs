@@ -131,7 +131,7 @@ impl Scorer {
 
     /// The current model; cheap (an `Arc` clone), never blocks on a reload.
     pub fn model(&self) -> Arc<Model> {
-        self.model.read().expect("not poisoned").clone()
+        self.model.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Scores one bid's features.
@@ -141,10 +141,17 @@ impl Scorer {
 
     /// Reads the file again (following `latest.tdm` to the newest checkpoint)
     /// and swaps the model in; a bad file leaves the current model in place.
-    pub fn reload(&self) -> Result<(), FormatError> {
+    /// A model older than the one in place (`created_at_ms`) is not swapped
+    /// in: of two reloads racing, the one that read the older file must not
+    /// finish last and go back to it. Returns whether it swapped.
+    pub fn reload(&self) -> Result<bool, FormatError> {
         let model = Arc::new(Model::load(&self.path)?);
-        *self.model.write().expect("not poisoned") = model;
-        Ok(())
+        let mut current = self.model.write().unwrap_or_else(|e| e.into_inner());
+        if model.created_at_ms < current.created_at_ms {
+            return Ok(false);
+        }
+        *current = model;
+        Ok(true)
     }
 }
 
@@ -222,6 +229,33 @@ mod tests {
         std::fs::rename(dir.join("x"), dir.join(crate::LATEST)).unwrap();
         assert!(scorer.reload().is_err());
         assert!((scorer.score(&features).get("ctr").unwrap() - sigmoid(2.0)).abs() < 1e-12);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_reload_never_goes_back_to_an_older_model() {
+        // Two reloads racing: the one that read the older file finishes
+        // last. What it read must not replace the newer model.
+        let dir = std::env::temp_dir().join(format!("tidemark-older-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut newer = checkpoint(2.0);
+        newer.created_at_ms = 2_000;
+        publish(&dir, &newer, 3).unwrap();
+        let scorer = Scorer::open(&dir).unwrap();
+        let mut older = checkpoint(0.0);
+        older.created_at_ms = 1_000;
+        publish(&dir, &older, 3).unwrap();
+        assert!(
+            !scorer.reload().unwrap(),
+            "the older file is not swapped in"
+        );
+        let p = scorer.score(&Map::new()).get("ctr").unwrap();
+        assert!((p - sigmoid(2.0)).abs() < 1e-12, "{p}");
+        let mut newest = checkpoint(0.0);
+        newest.created_at_ms = 3_000;
+        publish(&dir, &newest, 3).unwrap();
+        assert!(scorer.reload().unwrap());
+        assert_eq!(scorer.score(&Map::new()).get("ctr"), Some(0.5));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -42,6 +42,28 @@ pub fn publish(dir: &Path, checkpoint: &Checkpoint, keep: usize) -> std::io::Res
     Ok(path)
 }
 
+/// Removes the temporary files a writer killed mid-write left in `dir`
+/// (`.checkpoint-<n>.tdm.tmp`, `.latest.tmp`): call at start, when no
+/// writer of this directory runs. Returns how many it removed.
+pub fn remove_stale_temporaries(dir: &Path) -> std::io::Result<usize> {
+    let mut removed = 0;
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let temporary = name == ".latest.tmp"
+            || (name.starts_with(".checkpoint-") && name.ends_with(".tdm.tmp"));
+        if temporary && fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
 /// The checkpoint `latest.tdm` points to, if any.
 pub fn latest(dir: &Path) -> Option<PathBuf> {
     let p = dir.join(LATEST);
@@ -84,4 +106,34 @@ pub fn write(path: &Path, checkpoint: &Checkpoint) -> std::io::Result<()> {
     }
     fs::rename(&tmp, path)?;
     fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_temporaries_go_and_checkpoints_stay() {
+        let dir = std::env::temp_dir().join(format!("tidemark-tmps-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        for name in [
+            ".checkpoint-00000003.tdm.tmp",
+            ".latest.tmp",
+            "checkpoint-00000002.tdm",
+            "notes.tmp",
+        ] {
+            fs::write(dir.join(name), b"x").unwrap();
+        }
+        assert_eq!(remove_stale_temporaries(&dir).unwrap(), 2);
+        let mut left: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["checkpoint-00000002.tdm", "notes.tmp"]);
+        assert_eq!(remove_stale_temporaries(&dir.join("absent")).unwrap(), 0);
+        let _ = fs::remove_dir_all(&dir);
+    }
 }

@@ -203,7 +203,7 @@ pub fn validate_name(name: &str) -> Result<(), String> {
 /// Validates `[curve]`: the fleet's key file read, each listed publisher
 /// named once with a key.
 fn curve(raw: &RawCurve) -> Result<crate::curve::Curve, ConfigError> {
-    let secret = crate::curve::read_key_file(std::path::Path::new(&raw.secret_key_file))
+    let secret = crate::curve::read_secret_key_file(std::path::Path::new(&raw.secret_key_file))
         .map_err(|m| err("curve.secret_key_file", m))?;
     let publishers = listed(&raw.publishers, "curve.publishers")?;
     Ok(crate::curve::Curve { secret, publishers })

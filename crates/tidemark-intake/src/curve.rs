@@ -52,6 +52,26 @@ pub fn parse_key(text: &str) -> Result<[u8; 32], String> {
     bytes.try_into().map_err(|_| "not a 32-byte key".to_owned())
 }
 
+/// Reads a secret key file, refusing one that its group or others may read
+/// or write (SPEC 2: whoever reads the fleet's secret reads every stream).
+pub fn read_secret_key_file(path: &Path) -> Result<[u8; 32], String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{}: a secret key its group or others can access (mode {:o}) is refused; \
+             make it private with: chmod 600 {}",
+            path.display(),
+            mode & 0o777,
+            path.display()
+        ));
+    }
+    read_key_file(path)
+}
+
 /// Reads a key file (`tidemark keys new` writes them).
 pub fn read_key_file(path: &Path) -> Result<[u8; 32], String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -74,7 +94,7 @@ pub struct Client {
 impl Client {
     /// Reads a secret key file and a server's public key file.
     pub fn from_files(secret_key: &Path, server_key: &Path) -> Result<Client, String> {
-        let secret = read_key_file(secret_key)?;
+        let secret = read_secret_key_file(secret_key)?;
         let server = read_key_file(server_key)?;
         let public = public_of(&secret)?;
         if public == server {

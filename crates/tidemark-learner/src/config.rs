@@ -197,7 +197,7 @@ impl Config {
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
-        Config::from_toml_with(&text, std::env::vars())
+        Config::from_toml_with(&text, tidemark_wire::env_vars())
             .map_err(|e| ConfigError(format!("{}: {e}", path.display())))
     }
 

@@ -157,8 +157,17 @@ struct State {
     ahead: std::collections::BTreeSet<String>,
 }
 
-/// Starts from the latest checkpoint in the directory, or from nothing.
+/// Starts from the latest checkpoint in the directory, or from nothing,
+/// after removing what a writer killed mid-write left behind.
 fn resume(config: &Config) -> Result<State, TrainError> {
+    match tidemark_checkpoint::remove_stale_temporaries(&config.checkpoint_dir) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            removed = n,
+            "removed temporary files a learner killed mid-write left behind"
+        ),
+        Err(e) => tracing::warn!("could not list the checkpoint directory: {e}"),
+    }
     let fresh = State {
         models: Models::new(config.hashing.clone(), config.window).with_grid(config.grid.clone()),
         positions: BTreeMap::new(),

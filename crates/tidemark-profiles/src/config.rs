@@ -208,7 +208,7 @@ impl Config {
     /// Reads and validates a configuration file.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| err(path.display().to_string(), e))?;
-        Config::parse_with(&text, std::env::vars())
+        Config::parse_with(&text, tidemark_wire::env_vars())
     }
 
     /// Parses and validates a configuration.

@@ -179,7 +179,7 @@ impl Config {
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| err("--config", format!("{}: {e}", path.display())))?;
-        Config::parse_with(&text, std::env::vars())
+        Config::parse_with(&text, tidemark_wire::env_vars())
     }
 
     /// Parses and validates a configuration.

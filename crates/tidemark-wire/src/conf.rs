@@ -1,6 +1,14 @@
 //! Reading configuration files: TOML errors that name the key at fault, its
 //! line and column, and the known key nearest to a misspelt one.
 
+/// The environment variables a configuration may name (`${NAME}`): those
+/// whose name and value are UTF-8. Others are skipped, not fatal: one odd
+/// variable in a unit's environment must not crash a process at every
+/// start (`std::env::vars` panics on it).
+pub fn env_vars() -> impl Iterator<Item = (String, String)> {
+    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+}
+
 /// A configuration file's text read into `T`; on failure, the key at fault
 /// (`config` when toml points nowhere) and a message with its line and
 /// column.

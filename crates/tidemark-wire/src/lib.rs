@@ -18,7 +18,7 @@ mod instant;
 mod txid;
 mod types;
 
-pub use conf::{parse_toml, parse_toml_env};
+pub use conf::{env_vars, parse_toml, parse_toml_env};
 pub use decode::{
     Decoder, Event, Features, Identity, Message, Reject, Tick, MAX_FRAME, MAX_PAYLOAD, MAX_TOPIC,
 };

@@ -386,7 +386,9 @@ fn a_second_shard_with_the_same_name_refuses_to_start() {
     let mut publ = Publisher::new();
     let _first = ShardProc::start(&db, "one", &publ.endpoint, "");
     publ.wait_subscribed("tick", 2);
-    let mut second = ShardProc::start(&db, "one", &publ.endpoint, "");
+    // It waits `lock_grace` for the lock (a predecessor's session may be
+    // going), then refuses.
+    let mut second = ShardProc::start(&db, "one", &publ.endpoint, "lock_grace = \"1s\"");
     let status = wait_for("the second shard to exit", || {
         second.child.try_wait().unwrap()
     });
@@ -397,9 +399,9 @@ fn a_second_shard_with_the_same_name_refuses_to_start() {
 #[test]
 fn a_lock_still_held_when_reconnecting_is_waited_for_then_taken() {
     // The shard's session is terminated and its lock taken by another
-    // session for longer than connecting waits for it (5 s): as a lost
-    // session the server has not yet ended would hold it. The shard retries
-    // (LockGrace) instead of exiting, and goes on once the lock is free.
+    // session for 8 s: as a lost session the server has not yet ended would
+    // hold it. Reconnecting waits for it (`lock_grace`) instead of exiting,
+    // and goes on once the lock is free.
     let db = TestDb::new("lock_grace");
     let mut publ = Publisher::new();
     let mut shard = ShardProc::start(&db, "g", &publ.endpoint, EVENT_CLOCK);
@@ -435,7 +437,11 @@ fn a_lock_still_held_when_reconnecting_is_waited_for_then_taken() {
     wait_for("the bid written after the lock came back", || {
         query_i64(&db.url, "SELECT count(*) FROM shard_g.events").filter(|n| *n == 1)
     });
-    assert!(shard.log().contains("is still held"), "{}", shard.log());
+    assert!(
+        shard.log().contains("waiting up to lock_grace"),
+        "{}",
+        shard.log()
+    );
     shard.stop();
 }
 
