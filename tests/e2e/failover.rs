@@ -332,3 +332,54 @@ fn shard_failover(label: &str, restart: bool) {
     assert!(learned.contains("ahead of the stream"), "{learned}");
     cluster.destroy().unwrap();
 }
+
+/// A reader given a standby as its replica reads there while it streams;
+/// once the standby is promoted it is a primary of its own, no longer a
+/// replica within any lag bound: the reader goes to its primary (found
+/// through the host list), never reads the promoted copy as a replica.
+#[test]
+fn a_reader_skips_a_replica_once_it_is_promoted() {
+    let _heavy = tidemark_testkit::HEAVY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let cluster = own_cluster("reader-promote-home", true);
+    let (primary, standby) = (cluster.url(), cluster.standby().url());
+    let url = primary.clone();
+    block_on(async move {
+        let mut c = tidemark_store::connect(&url).await.unwrap();
+        tidemark_store::migrate(&mut c).await.unwrap();
+    });
+    // One runtime for the test: the reader's pools live on it.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let writers = host_list(&primary, &standby);
+    let reader = rt.block_on(async {
+        tidemark_reader::Reader::new(&writers, 2)
+            .unwrap()
+            .with_replicas(&[standby.as_str()], std::time::Duration::from_secs(5))
+            .unwrap()
+    });
+    let read = |reader: &tidemark_reader::Reader| {
+        rt.block_on(async {
+            reader.get(&["user:nobody"], now_ms()).await.ok()?;
+            reader.last_served()
+        })
+    };
+    let served = wait_for("a read on the streaming replica", || {
+        read(&reader).filter(|s| matches!(s, tidemark_reader::Served::Replica { .. }))
+    });
+    assert!(matches!(
+        served,
+        tidemark_reader::Served::Replica { index: 0, .. }
+    ));
+    cluster.crash().unwrap();
+    cluster.standby().promote().unwrap();
+    // Its lag was trusted for a second: past that, asked again.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let served = wait_for("a read after the promotion", || read(&reader));
+    assert_eq!(served, tidemark_reader::Served::Primary);
+    cluster.destroy().unwrap();
+}

@@ -507,12 +507,15 @@ fn target_header(t: &Target) -> Value {
     h
 }
 
-/// Settings a learner can resume with: `alpha` within [1e-9, 1e9], the
-/// others within [0, 1e30] (`tidemark-ftrl`'s `Params::validate`, the bounds
-/// that keep its state finite). A damaged but checksum-valid file is refused
-/// here rather than learned from.
+/// Settings a learner can resume with: `alpha` within [1e-4, 1e4], the
+/// others within [0, 1e30], `beta / alpha + l2` at least 1e-3
+/// (`tidemark-ftrl`'s `Params::validate`, the bounds that keep its state
+/// finite). A damaged but checksum-valid file is refused here rather than
+/// learned from.
 fn usable(alpha: f64, beta: f64, l1: f64, l2: f64) -> bool {
-    (1e-9..=1e9).contains(&alpha) && [beta, l1, l2].iter().all(|v| (0.0..=1e30).contains(v))
+    (1e-4..=1e4).contains(&alpha)
+        && [beta, l1, l2].iter().all(|v| (0.0..=1e30).contains(v))
+        && beta / alpha + l2 >= 1e-3
 }
 
 /// The most settings a learner runs side by side (`tidemark-ftrl`'s

@@ -30,23 +30,25 @@ impl Default for Params {
 }
 
 /// Bounds that keep every learner state finite in binary32 whatever the
-/// rows (SPEC 10, v1.3). With inputs within [`MAX_ABS`] (1e15) a gradient is
-/// at most 1e15 and its square 1e30; `n` stops at [`N_MAX`], so `√n` is at
-/// most ~1e15 and, with `alpha ≥ ALPHA_MIN`, the step `σ` at most ~1e24;
-/// weights stop at [`W_MAX`], so `σ·w` is at most ~1e36 and `Σ w·x` over any
-/// row stays far below binary32's 3.4e38; `z` stops at [`Z_MAX`]. A state at
-/// a bound still moves: the bounds cost nothing a real model ever reaches.
+/// rows (SPEC 10, v1.3), cheaply enough for the update's inner loop. With
+/// inputs within [`MAX_ABS`] (1e15) a gradient is at most 1e15 and its
+/// square 1e30; `n` stops at [`N_MAX`] and `z` at ±[`Z_MAX`]. Settings are
+/// held so that a weight's denominator `(beta + √n) / alpha + l2` is at
+/// least [`DEN_MIN`] and `1/alpha` at most 1e4: so a weight is at most
+/// 1e15 / 1e-3 = 1e18 with no clamp of its own, a step `σ·w` at most
+/// 1e15 · 1e4 · 1e18 = 1e37, and `Σ w·x` over a row of any size a bid can
+/// carry far below binary32's 3.4e38. A state at a bound still moves: no
+/// real model comes near them.
 pub const N_MAX: f32 = 1e30;
 /// See [`N_MAX`].
-pub const Z_MAX: f32 = 1e30;
-/// See [`N_MAX`]: a weight beyond it would be for a value below 1e-12.
-pub const W_MAX: f32 = 1e12;
-/// The smallest `alpha` (and the largest is its inverse): `1/alpha` and the
-/// steps it scales stay finite in binary32.
-pub const ALPHA_MIN: f64 = 1e-9;
+pub const Z_MAX: f32 = 1e15;
+/// The smallest `alpha` (and the largest is its inverse).
+pub const ALPHA_MIN: f64 = 1e-4;
 /// The largest `beta`, `l1` or `l2` a setting may have (the label-rate
 /// setting's `l1` is [`RATE_ONLY_L1`]).
 pub const PARAM_MAX: f64 = 1e30;
+/// The smallest `beta / alpha + l2`: a coordinate's first step is bounded.
+pub const DEN_MIN: f64 = 1e-3;
 
 /// Whether a value in a row may enter the model: finite and within
 /// [`MAX_ABS`] (hashing leaves others out; a row built elsewhere is held to
@@ -79,8 +81,9 @@ impl Params {
         self.l1 >= RATE_ONLY_L1
     }
 
-    /// Checks the settings are usable: `alpha` within [1e-9, 1e9], the
-    /// others within [0, 1e30] (bounds that keep the state finite, [`N_MAX`]).
+    /// Checks the settings are usable: `alpha` within [1e-4, 1e4], the
+    /// others within [0, 1e30], and `beta / alpha + l2` at least 1e-3
+    /// (bounds that keep the state finite, [`N_MAX`]).
     pub fn validate(&self) -> Result<(), String> {
         for (name, v) in [("beta", self.beta), ("l1", self.l1), ("l2", self.l2)] {
             if !(0.0..=PARAM_MAX).contains(&v) {
@@ -94,6 +97,13 @@ impl Params {
                 "alpha must be a number from {ALPHA_MIN:e} to {:e}, got {}",
                 1.0 / ALPHA_MIN,
                 self.alpha
+            ));
+        }
+        if self.beta / self.alpha + self.l2 < DEN_MIN {
+            return Err(format!(
+                "beta / alpha + l2 must be at least {DEN_MIN:e} (got {}): with both near 0 a \
+                 coordinate's first steps are unbounded",
+                self.beta / self.alpha + self.l2
             ));
         }
         Ok(())
@@ -244,11 +254,7 @@ impl<const L: usize> Lanes<L> {
         for j in 0..L {
             let v = -(z[j] - self.l1[j].copysign(z[j]))
                 / ((self.beta[j] + n[j].sqrt()) * self.inv_alpha[j] + self.l2[j]);
-            w[j] = if z[j].abs() <= self.l1[j] {
-                0.0
-            } else {
-                v.clamp(-W_MAX, W_MAX)
-            };
+            w[j] = if z[j].abs() <= self.l1[j] { 0.0 } else { v };
         }
         w
     }
@@ -362,8 +368,7 @@ impl Ftrl {
         }
         // As `Lanes::weights` computes it, to the bit.
         let inv_alpha = 1.0 / p.alpha as f32;
-        (-(z - l1.copysign(z)) / (((p.beta as f32) + sqrt_n) * inv_alpha + p.l2 as f32))
-            .clamp(-W_MAX, W_MAX)
+        -(z - l1.copysign(z)) / (((p.beta as f32) + sqrt_n) * inv_alpha + p.l2 as f32)
     }
 
     /// Where slot `i`'s cell starts in `zn`.
@@ -622,24 +627,26 @@ mod tests {
         // and a grid of settings at their bounds must keep every number finite.
         let edge = |m: &Ftrl| {
             let mut t = m.to_target("t", serde_json::Value::Null);
+            // z as large as binary32 holds, n huge or next to nothing (a
+            // hand-made file's, or one many extreme rows made).
             t.state = (0..8)
-                .map(|i| (i, if i % 2 == 0 { 3e38 } else { -3e38 }, 3e38))
+                .map(|i| {
+                    let z = if i % 2 == 0 { 3e38 } else { -3e38 };
+                    (i, z, if i < 4 { 3e38 } else { 1e-30 })
+                })
                 .collect();
             t
         };
+        let at = |alpha: f64, beta: f64, l2: f64| Params {
+            alpha,
+            beta,
+            l1: 0.0,
+            l2,
+        };
         let settings = vec![
-            Params {
-                alpha: ALPHA_MIN,
-                beta: 0.0,
-                l1: 0.0,
-                l2: 0.0,
-            },
-            Params {
-                alpha: 1.0 / ALPHA_MIN,
-                beta: PARAM_MAX,
-                l1: 0.0,
-                l2: PARAM_MAX,
-            },
+            at(ALPHA_MIN, 0.0, DEN_MIN),
+            at(1.0 / ALPHA_MIN, 0.0, DEN_MIN),
+            at(1.0 / ALPHA_MIN, PARAM_MAX, PARAM_MAX),
             Params::default(),
         ];
         for p in settings {

@@ -3,7 +3,7 @@
 //! the label rate alone, which a target predicts until a setting has shown
 //! its features do better.
 
-use crate::ftrl::{ALPHA_MIN, PARAM_MAX};
+use crate::ftrl::{ALPHA_MIN, DEN_MIN, PARAM_MAX};
 use crate::{Ftrl, Params, MAX_SETTINGS};
 
 /// Factors over a target's `alpha` and `l2`, and how fast old rows fade
@@ -99,11 +99,11 @@ impl Grid {
                 }
                 // Held within what `Params::validate` admits, so a factor
                 // on a setting near its bound cannot make a state unbounded.
-                out.push(Params {
-                    alpha: (base.alpha * a).clamp(ALPHA_MIN, 1.0 / ALPHA_MIN),
-                    l2: (base.l2 * l).clamp(0.0, PARAM_MAX),
-                    ..base
-                });
+                let alpha = (base.alpha * a).clamp(ALPHA_MIN, 1.0 / ALPHA_MIN);
+                let l2 = (base.l2 * l)
+                    .clamp(0.0, PARAM_MAX)
+                    .max(DEN_MIN - base.beta / alpha);
+                out.push(Params { alpha, l2, ..base });
             }
         }
         if self.settings_count() > out.len() {

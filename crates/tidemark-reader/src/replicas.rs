@@ -100,7 +100,13 @@ impl Replica {
         let c = self.pool.get().await?;
         let r = c.query_one(store::LAG_QUERY, &[]).await?;
         let (standby, lag): (bool, Option<i64>) = (r.get(0), r.get(1));
-        // A promoted replica is a primary: nothing to lag behind.
-        Ok(if standby { lag.unwrap_or(i64::MAX) } else { 0 })
+        // A promoted replica is a primary of its own, no longer following
+        // the one the reader writes beside: never within any bound (it was
+        // read as 0 for ever, serving a diverged copy).
+        Ok(if standby {
+            lag.unwrap_or(i64::MAX)
+        } else {
+            i64::MAX
+        })
     }
 }
