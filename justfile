@@ -112,3 +112,8 @@ bench-demo:
 # Issue 12: a screenshot of the demo's report page in headless Chromium (installs it if missing) into docs/
 report-screenshot:
     bash bench/report_screenshot.sh
+
+# Issue 46: learner, intake, profile ingest with trails and e2e, old and new interleaved
+# (`old` is another build's target/release, e.g. a worktree of an earlier commit)
+bench-compare old:
+    bash bench/compare.sh {{old}}

@@ -375,7 +375,7 @@ impl Killer {
 /// Sends a market file with ticks as SPEC 3 asks, killing the shard (and
 /// restarting it at once) at `kills` random moments during intake, or while
 /// it sweeps and emits the tail.
-pub(crate) fn kill_9_run(label: &str, during_emission: bool, kills: usize) {
+fn kill_9_run(label: &str, during_emission: bool, kills: usize) {
     let m = market(label, "90s", 300.0, &[]);
     let db = TestDb::new(label);
     let publ = Publisher::new();
@@ -467,6 +467,13 @@ pub(crate) fn kill_9_run(label: &str, during_emission: bool, kills: usize) {
         &observed(&db, "x"),
         &expected(&config, &sent_of(&m.lines)),
     );
+}
+
+/// Restarts never stall (SPEC 12, v1.3): killed and started again at once,
+/// twenty times, every start succeeds and the observations stay exact.
+#[test]
+fn a_shard_killed_twenty_times_and_restarted_at_once_stays_exact() {
+    kill_9_run("kill_20", false, 20);
 }
 
 #[test]

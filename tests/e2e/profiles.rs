@@ -8,29 +8,6 @@ use tidemark_wire::Txid;
 use tidemark_testkit::profiles::*;
 use tidemark_testkit::*;
 
-pub(crate) const CONFIG: &str = r#"
-clock = "wall"
-trail = "7d"
-batch_delay = "50ms"
-batch_events = 700
-# Shares of ~350 events in transactions of at most 60: kill -9, cuts and
-# restarts land between a share's commits.
-transaction_events = 60
-workers = 2
-[[counters]]
-name = "imp_1h"
-event = "impression"
-half_life = "1h"
-[[counters]]
-name = "clk_1d"
-event = "click"
-half_life = "1d"
-[[counters]]
-name = "ins_7d"
-event = "install"
-half_life = "7d"
-"#;
-
 #[test]
 fn profiles_match_the_reference_row_by_row() {
     let db = TestDb::new("profiles_exact");

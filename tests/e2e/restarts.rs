@@ -7,13 +7,8 @@ use tidemark_testkit::profiles::*;
 use tidemark_testkit::*;
 
 #[test]
-fn a_shard_killed_twenty_times_and_restarted_at_once_stays_exact() {
-    crate::exact::kill_9_run("kill_20", false, 20);
-}
-
-#[test]
 fn a_profile_process_killed_twenty_times_and_restarted_at_once_loses_nothing() {
-    let config = crate::profiles::CONFIG;
+    let config = CONFIG;
     let db = TestDb::new("profiles_kill20");
     let mut publisher = Publisher::new();
     let mut proc = ShardProc::start_profiles(&db, "prof", &publisher.endpoint, config);
@@ -66,7 +61,7 @@ fn a_profile_process_killed_twenty_times_and_restarted_at_once_loses_nothing() {
 /// holds it, and applies everything once the transaction ends.
 #[test]
 fn a_restart_waits_out_a_predecessor_blocked_behind_an_operator() {
-    let config = crate::profiles::CONFIG;
+    let config = CONFIG;
     let db = TestDb::new("profiles_blocked");
     let mut publisher = Publisher::new();
     let mut proc = ShardProc::start_profiles(&db, "prof", &publisher.endpoint, config);

@@ -9,10 +9,7 @@ use tidemark_wire::Txid;
 /// The tests' profile configuration, impressions remembered 20 s only: a
 /// wait of 30 s outlasts the horizon of every impression it holds.
 fn config() -> String {
-    format!(
-        "{}\n[dedup]\nimpression = \"20s\"\n",
-        crate::profiles::CONFIG
-    )
+    format!("{}\n[dedup]\nimpression = \"20s\"\n", CONFIG)
 }
 
 /// Impressions and clicks of 60 persons, created within the last 8 s of

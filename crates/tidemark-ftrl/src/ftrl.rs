@@ -83,7 +83,7 @@ impl Params {
 
     /// Checks the settings are usable: `alpha` within [1e-4, 1e4], the
     /// others within [0, 1e30], and `beta / alpha + l2` at least 1e-3
-    /// (bounds that keep the state finite, [`N_MAX`]).
+    /// (bounds that keep the state finite, `N_MAX` in `ftrl.rs`).
     pub fn validate(&self) -> Result<(), String> {
         for (name, v) in [("beta", self.beta), ("l1", self.l1), ("l2", self.l2)] {
             if !(0.0..=PARAM_MAX).contains(&v) {

@@ -17,7 +17,9 @@ mod grid;
 mod metrics;
 mod models;
 
-pub use ftrl::{Choice, Ftrl, Params, MAX_SETTINGS, RATE_ONLY_L1};
+pub use ftrl::{
+    Choice, Ftrl, Params, ALPHA_MIN, DEN_MIN, MAX_SETTINGS, N_MAX, PARAM_MAX, RATE_ONLY_L1, Z_MAX,
+};
 pub use grid::Grid;
 pub use metrics::{auc, Metrics, Window};
-pub use models::Models;
+pub use models::{Models, OTHER_FEATURES, OUT_OF_RANGE_NAMES};

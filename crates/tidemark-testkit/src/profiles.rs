@@ -271,6 +271,32 @@ pub fn compare(url: &str, oracle: &Profiles, messages: &[(String, String)], now:
     }
 }
 
+/// The profile configuration of the plain differential runs (wall clock,
+/// 7-day trails, small batches and transactions so kills and cuts land
+/// between commits, three counters).
+pub const CONFIG: &str = r#"
+clock = "wall"
+trail = "7d"
+batch_delay = "50ms"
+batch_events = 700
+# Shares of ~350 events in transactions of at most 60: kill -9, cuts and
+# restarts land between a share's commits.
+transaction_events = 60
+workers = 2
+[[counters]]
+name = "imp_1h"
+event = "impression"
+half_life = "1h"
+[[counters]]
+name = "clk_1d"
+event = "click"
+half_life = "1d"
+[[counters]]
+name = "ins_7d"
+event = "install"
+half_life = "7d"
+"#;
+
 /// The profile configuration of the link runs: every type remembered 8
 /// days, so the streams' transactions (created up to 6 h back) all count
 /// and every distinct event is applied.
