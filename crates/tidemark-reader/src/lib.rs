@@ -216,15 +216,18 @@ fn split_query_hosts(url: &str) -> Option<Vec<String>> {
     // Keys compared decoded, as libpq and tidemark-tls read them
     // (`h%6Fst=` is `host=`).
     let key = |p: &str| tidemark_tls::query_decode(p.split_once('=').map_or(p, |(k, _)| k));
-    let value = |name: &str| {
+    // Every `host=` (and `port=`) of the query, in order: a list may be
+    // given as one comma-separated value or as the key repeated.
+    let values = |name: &str| -> Vec<String> {
         query
             .split('&')
-            .find(|p| p.contains('=') && key(p) == name)
-            .and_then(|p| p.split_once('='))
-            .map(|(_, v)| tidemark_tls::query_list(v))
+            .filter(|p| p.contains('=') && key(p) == name)
+            .filter_map(|p| p.split_once('='))
+            .flat_map(|(_, v)| tidemark_tls::query_list(v))
+            .collect()
     };
-    let hosts = value("host").filter(|h| h.len() > 1)?;
-    let ports = value("port").unwrap_or_default();
+    let hosts = Some(values("host")).filter(|h| h.len() > 1)?;
+    let ports = values("port");
     if ports.len() > 1 && ports.len() != hosts.len() {
         // Left whole: connecting then says the lists do not match.
         return None;
@@ -625,6 +628,14 @@ mod tests {
         );
         assert_eq!(
             split_hosts("postgresql://u@/db?host=/a,/b&port=7"),
+            [
+                "postgresql://u@/db?host=/a&port=7",
+                "postgresql://u@/db?host=/b&port=7",
+            ]
+        );
+        // A host list given as the key repeated: every host is a replica.
+        assert_eq!(
+            split_hosts("postgresql://u@/db?host=/a&host=/b&port=7"),
             [
                 "postgresql://u@/db?host=/a&port=7",
                 "postgresql://u@/db?host=/b&port=7",
