@@ -73,14 +73,7 @@ fn a_restart_waits_out_a_predecessor_blocked_behind_an_operator() {
     fence(&mut publisher, &db.url, "fence_blocked_1", now);
 
     // The operator's transaction, left idle holding the process's row.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let operator = rt.block_on(tidemark_store::connect(&db.url)).unwrap();
-    rt.block_on(operator.batch_execute("BEGIN; SELECT * FROM tidemark.profile_process FOR UPDATE"))
-        .unwrap();
+    let operator = Operator::begin(&db.url, "SELECT * FROM tidemark.profile_process FOR UPDATE");
     let old = wait_for("the process's session waiting for the row", || {
         query_i64(
             &db.url,
@@ -107,7 +100,7 @@ fn a_restart_waits_out_a_predecessor_blocked_behind_an_operator() {
         "the dead process's session outlived its client by 5 s"
     );
     std::thread::sleep(std::time::Duration::from_secs(6).saturating_sub(killed.elapsed()));
-    rt.block_on(operator.batch_execute("COMMIT")).unwrap();
+    operator.commit();
     publisher.wait_subscribed("tick", 4);
     publish(&mut publisher, &messages);
     fence(&mut publisher, &db.url, "fence_blocked_2", now);

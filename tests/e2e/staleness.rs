@@ -47,16 +47,10 @@ fn events_held_by_a_locked_database_past_their_horizon_are_all_applied() {
 
     // An operator's transaction holds the table every event's first copy is
     // marked in: nothing can be applied while it lasts.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let operator = rt.block_on(tidemark_store::connect(&db.url)).unwrap();
-    rt.block_on(
-        operator.batch_execute("BEGIN; LOCK TABLE tidemark.profile_seen IN EXCLUSIVE MODE"),
-    )
-    .unwrap();
+    let operator = Operator::begin(
+        &db.url,
+        "LOCK TABLE tidemark.profile_seen IN EXCLUSIVE MODE",
+    );
     let now = now_ms();
     let messages = fresh(now, 2400);
     // Several batches' worth (`batch_events` 700): the first is judged at
@@ -66,7 +60,7 @@ fn events_held_by_a_locked_database_past_their_horizon_are_all_applied() {
     publish(&mut publisher, &messages);
     // Held past the impressions' 20-s horizon, then let go.
     std::thread::sleep(std::time::Duration::from_secs(30));
-    rt.block_on(operator.batch_execute("COMMIT")).unwrap();
+    operator.commit();
     fence(&mut publisher, &db.url, "held_after", now_ms());
     compare(&db.url, &oracle, &messages, now);
     let stale = query_i64(

@@ -199,6 +199,7 @@ pub fn run(o: &ProxyOptions) -> Result<(), PublishError> {
         None => None,
     };
     let mut watched = Instant::now();
+    let mut frames = Vec::with_capacity(2);
     tidemark_metrics::alive::ready();
     loop {
         tidemark_metrics::alive::beat();
@@ -207,7 +208,7 @@ pub fn run(o: &ProxyOptions) -> Result<(), PublishError> {
         let ready = [items[0].is_readable(), items[1].is_readable()];
         if ready[0] {
             for _ in 0..BURST {
-                match forward(&up, &down, &counts, names.as_ref(), true)
+                match forward(&up, &down, &counts, names.as_ref(), true, &mut frames)
                     .map_err(socket("forward"))?
                 {
                     Forwarded::Nothing => break,
@@ -223,7 +224,8 @@ pub fn run(o: &ProxyOptions) -> Result<(), PublishError> {
         }
         if ready[1] {
             for _ in 0..BURST {
-                if forward(&down, &up, &counts, None, false).map_err(socket("forward"))?
+                if forward(&down, &up, &counts, None, false, &mut frames)
+                    .map_err(socket("forward"))?
                     == Forwarded::Nothing
                 {
                     break;
@@ -277,14 +279,17 @@ enum Forwarded {
 /// `names` (keys listed), a tick goes on only if its `publisher` is the
 /// name its connection's key is listed with (`User-Id`), or that key is a
 /// forwarder's. From the publishers' side (`from_publishers`), a message
-/// whose topic or payload is over its limit is dropped alone.
+/// whose topic or payload is over its limit is dropped alone. `frames` is
+/// the caller's buffer, kept across calls so a message costs no allocation.
 fn forward(
     from: &zmq::Socket,
     to: &zmq::Socket,
     counts: &[AtomicU64],
     names: Option<&HashMap<String, bool>>,
     from_publishers: bool,
+    frames: &mut Vec<zmq::Message>,
 ) -> zmq::Result<Forwarded> {
+    frames.clear();
     let mut frame = zmq::Message::new();
     match from.recv(&mut frame, zmq::DONTWAIT) {
         Ok(()) => {}
@@ -293,13 +298,13 @@ fn forward(
     }
     // A whole message is already here (ZeroMQ delivers them whole), so
     // reading it all before sending any of it costs no wait.
-    let mut frames = vec![frame];
+    frames.push(frame);
     while frames.last().is_some_and(|f| f.get_more()) {
         let mut next = zmq::Message::new();
         from.recv(&mut next, 0)?;
         frames.push(next);
     }
-    if from_publishers && oversize(&frames) {
+    if from_publishers && oversize(frames) {
         return Ok(Forwarded::Oversize);
     }
     let kind = kind(&frames[0]);
@@ -313,7 +318,7 @@ fn forward(
         }
     }
     let last = frames.len() - 1;
-    for (i, f) in frames.into_iter().enumerate() {
+    for (i, f) in frames.drain(..).enumerate() {
         to.send(f, if i < last { zmq::SNDMORE } else { 0 })?;
     }
     Ok(Forwarded::One)
