@@ -17,7 +17,6 @@ mod certs;
 mod cutter;
 mod db;
 pub mod exact;
-mod operator;
 mod procs;
 pub mod profiles;
 mod publisher;
@@ -31,10 +30,10 @@ use std::process::{Command, Output};
 pub use certs::certificates;
 pub use cutter::Cutter;
 pub use db::{query_i64, query_rows, test_home, TestDb};
-pub use operator::Operator;
 pub use procs::{terminate, Reaped, ShardProc};
 pub use publisher::Publisher;
 pub use rng::Rng;
+pub use store::Operator;
 
 /// A shard configuration's tail for hostile tests: event clock, short
 /// windows, publishers let go after 2 s of silence, at most 8 names counted.
