@@ -68,7 +68,8 @@ pub fn run(action: Action, home: Option<PathBuf>) -> anyhow::Result<()> {
                     format!(", applied {applied:?}")
                 }
             );
-            println!("{}", url(&cluster)?);
+            // No secret in a job's log: `db url` prints the TCP URL and its password.
+            println!("{}", cluster.url());
             if standby {
                 cluster.start_standby()?;
                 eprintln!("tidemark db: standby running (read-only, streaming from the primary)");

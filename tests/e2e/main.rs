@@ -22,6 +22,7 @@ mod marks;
 mod oversize;
 mod profiles;
 mod restarts;
+mod secrets;
 mod shard;
 mod staleness;
 mod starting;

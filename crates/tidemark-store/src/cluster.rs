@@ -16,7 +16,8 @@
 //! link, and an existing one is used only if it is a real directory owned by
 //! the server's user; their names come from a hash of `H` that does not
 //! change when Tidemark is rebuilt (FNV-1a, not the standard library's
-//! unspecified hasher).
+//! unspecified hasher). As root, what Tidemark reads and writes inside them
+//! it reads and writes as the server's user (`files`).
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
@@ -24,6 +25,8 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+mod files;
 
 /// Where to find the server binaries, in order, after `$TIDEMARK_PG_BINDIR`.
 const BINDIR_GLOB_ROOT: &str = "/usr/lib/postgresql";
@@ -48,7 +51,10 @@ pub enum ClusterError {
     /// No server binaries were found.
     NoBinaries,
     /// Running as root with no unprivileged user for the server.
-    #[error("running as root, but no unprivileged user to run PostgreSQL as (tried {0}); create one or set TIDEMARK_PG_USER")]
+    #[error(
+        "running as root, but no unprivileged user to run PostgreSQL as ({0}); create one \
+         (e.g. `useradd --system postgres`) or name another with TIDEMARK_PG_USER"
+    )]
     NoUser(String),
     #[error("{what} failed: {detail}")]
     /// A command (initdb, pg_ctl, ...) failed.
@@ -397,7 +403,10 @@ impl Cluster {
         let log = self.log();
         let out = self.pg_ctl(&["start", "-w", "-t", "120", "-l", &log.to_string_lossy()])?;
         if !out.status.success() {
-            let tail = fs::read_to_string(&log).unwrap_or_default();
+            let tail = files::read(self.run_as.as_ref(), &log)
+                .ok()
+                .flatten()
+                .unwrap_or_default();
             let tail: Vec<&str> = tail.lines().rev().take(15).collect();
             return Err(ClusterError::Command {
                 what: "pg_ctl start".into(),
@@ -424,11 +433,8 @@ impl Cluster {
         }
         for (from, name) in [(cert, TLS_CERT), (key, TLS_KEY)] {
             let to = self.data().join(name);
-            fs::copy(from, &to).map_err(io_err(from))?;
-            if let Some(u) = &self.run_as {
-                std::os::unix::fs::chown(&to, Some(u.uid), Some(u.gid)).map_err(io_err(&to))?;
-            }
-            fs::set_permissions(&to, fs::Permissions::from_mode(0o600)).map_err(io_err(&to))?;
+            let bytes = fs::read(from).map_err(io_err(from))?;
+            files::write(self.run_as.as_ref(), &to, &bytes).map_err(io_err(&to))?;
         }
         Ok(())
     }
@@ -586,12 +592,12 @@ impl Cluster {
             .map_err(io_err(&self.bindir))?;
         self.checked(out, "initdb")?;
         let conf = data.join("postgresql.conf");
-        let mut f = fs::OpenOptions::new()
-            .append(true)
-            .open(&conf)
-            .map_err(io_err(&conf))?;
-        writeln!(f, "\ninclude_if_exists = 'tidemark.conf'").map_err(io_err(&conf))?;
-        Ok(())
+        let run_as = self.run_as.as_ref();
+        let mut text = files::read(run_as, &conf)
+            .map_err(io_err(&conf))?
+            .unwrap_or_default();
+        text.push_str("\ninclude_if_exists = 'tidemark.conf'\n");
+        files::write(run_as, &conf, text.as_bytes()).map_err(io_err(&conf))
     }
 
     /// Makes TCP ask for a password in a cluster made when it did not
@@ -600,7 +606,9 @@ impl Cluster {
     /// whether the file changed.
     fn scram_on_tcp(&self) -> Result<bool, ClusterError> {
         let path = self.data().join("pg_hba.conf");
-        let old = fs::read_to_string(&path).map_err(io_err(&path))?;
+        let old = files::read(self.run_as.as_ref(), &path)
+            .map_err(io_err(&path))?
+            .unwrap_or_default();
         let new: String = old
             .lines()
             .map(|l| {
@@ -619,19 +627,16 @@ impl Cluster {
         if new == old {
             return Ok(false);
         }
-        let tmp = path.with_extension("conf.tmp");
-        fs::write(&tmp, &new).map_err(io_err(&tmp))?;
-        if let Some(u) = &self.run_as {
-            std::os::unix::fs::chown(&tmp, Some(u.uid), Some(u.gid)).map_err(io_err(&tmp))?;
-        }
-        fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        files::write(self.run_as.as_ref(), &path, new.as_bytes()).map_err(io_err(&path))?;
         Ok(true)
     }
 
     /// Writes the settings Tidemark owns; returns whether they changed.
     fn write_conf(&self, tcp_port: Option<u16>) -> Result<bool, ClusterError> {
         let path = self.data().join("tidemark.conf");
-        let old = fs::read_to_string(&path).unwrap_or_default();
+        let old = files::read(self.run_as.as_ref(), &path)
+            .map_err(io_err(&path))?
+            .unwrap_or_default();
         // Keep a port asked for earlier unless a new one is given; a standby
         // listens on its own socket only (its copied settings hold the primary's port).
         let port = match self.standby {
@@ -686,12 +691,7 @@ impl Cluster {
         if conf == old {
             return Ok(false);
         }
-        let tmp = path.with_extension("conf.tmp");
-        fs::write(&tmp, &conf).map_err(io_err(&tmp))?;
-        if let Some(u) = &self.run_as {
-            std::os::unix::fs::chown(&tmp, Some(u.uid), Some(u.gid)).map_err(io_err(&tmp))?;
-        }
-        fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        files::write(self.run_as.as_ref(), &path, conf.as_bytes()).map_err(io_err(&path))?;
         Ok(true)
     }
 
@@ -797,28 +797,64 @@ fn stable_hash(bytes: &[u8]) -> u64 {
     })
 }
 
-/// `$TIDEMARK_PG_USER`, else `postgres`, else `nobody`, from /etc/passwd.
+/// `$TIDEMARK_PG_USER`, else `postgres`, from /etc/passwd.
 fn unprivileged_user() -> Result<User, ClusterError> {
-    let wanted: Vec<String> = match std::env::var("TIDEMARK_PG_USER") {
-        Ok(u) => vec![u],
-        Err(_) => vec!["postgres".into(), "nobody".into()],
-    };
+    let wanted = std::env::var("TIDEMARK_PG_USER").unwrap_or_else(|_| "postgres".into());
     let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
-    for name in &wanted {
-        for line in passwd.lines() {
-            let f: Vec<&str> = line.split(':').collect();
-            if f.len() >= 4 && f[0] == name {
-                if let (Ok(uid), Ok(gid)) = (f[2].parse(), f[3].parse()) {
-                    if uid != 0 {
-                        return Ok(User {
-                            name: name.clone(),
-                            uid,
-                            gid,
-                        });
-                    }
-                }
+    user_from(&passwd, &wanted)
+}
+
+/// The account `wanted` in `passwd`'s text. Neither root nor `nobody`
+/// (uid 65534), which many daemons share: any of them could then reach the
+/// cluster's files.
+fn user_from(passwd: &str, wanted: &str) -> Result<User, ClusterError> {
+    let refused = |why: &str| ClusterError::NoUser(format!("{wanted}: {why}"));
+    let line = passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() >= 4 && f[0] == wanted)
+        .ok_or_else(|| refused("no such user"))?;
+    let (Ok(uid), Ok(gid)) = (line[2].parse::<u32>(), line[3].parse::<u32>()) else {
+        return Err(refused("its /etc/passwd line is malformed"));
+    };
+    if uid == 0 {
+        return Err(refused("it is root"));
+    }
+    if wanted == "nobody" || uid == NOBODY {
+        return Err(refused("`nobody` is shared by other daemons"));
+    }
+    Ok(User {
+        name: wanted.to_owned(),
+        uid,
+        gid,
+    })
+}
+
+/// The overflow uid, `nobody`'s.
+const NOBODY: u32 = 65534;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\n\
+                          postgres:x:101:104::/var/lib/postgresql:/bin/bash\n\
+                          nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n\
+                          other:x:65534:100::/:/bin/sh\n";
+
+    #[test]
+    fn the_server_runs_as_an_account_of_its_own_never_root_or_nobody() {
+        assert_eq!(
+            user_from(PASSWD, "postgres").unwrap(),
+            User {
+                name: "postgres".into(),
+                uid: 101,
+                gid: 104
             }
+        );
+        for refused in ["root", "nobody", "other", "absent"] {
+            let e = user_from(PASSWD, refused).unwrap_err().to_string();
+            assert!(e.contains(refused) && e.contains("TIDEMARK_PG_USER"), "{e}");
         }
     }
-    Err(ClusterError::NoUser(wanted.join(", ")))
 }

@@ -463,17 +463,25 @@ pub async fn up(cluster: &Cluster, port: Option<u16>) -> Result<Vec<i32>, UpErro
     ensure_database(&cluster.url_for("postgres"), cluster::DATABASE).await?;
     let mut client = connect(&cluster.url()).await?;
     // The password TCP asks for (SPEC 9): set whatever the port, so a port
-    // opened later finds it; only letters and digits, so quoting is plain.
-    // Serialised: several `up`s at once would update the role's row at once.
-    let password = cluster.password()?;
-    client
-        .batch_execute(&format!(
-            "BEGIN; SELECT pg_advisory_xact_lock({PASSWORD_LOCK});
-             ALTER ROLE CURRENT_USER PASSWORD '{password}'; COMMIT"
-        ))
-        .await
-        .map_err(StoreError::from)?;
+    // opened later finds it. Only its SCRAM verifier reaches the server (no
+    // statement log or error can show the password), and not even that is
+    // logged. Serialised: several `up`s at once would update the role's row
+    // at once.
+    let verifier = postgres_protocol::password::scram_sha_256(cluster.password()?.as_bytes());
+    set_verifier(&mut client, &verifier).await?;
     Ok(migrate(&mut client).await?)
+}
+
+async fn set_verifier(client: &mut Client, verifier: &str) -> Result<(), StoreError> {
+    let tx = client.transaction().await?;
+    tx.batch_execute(&format!(
+        "SELECT pg_advisory_xact_lock({PASSWORD_LOCK}); SET LOCAL log_statement = 'none'"
+    ))
+    .await?;
+    // The verifier holds letters, digits and `$:+/=` only: quoting is plain.
+    tx.batch_execute(&format!("ALTER ROLE CURRENT_USER PASSWORD '{verifier}'"))
+        .await?;
+    Ok(tx.commit().await?)
 }
 
 /// The advisory lock that serialises setting the embedded role's password.
