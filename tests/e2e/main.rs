@@ -21,6 +21,7 @@ mod learn;
 mod marks;
 mod oversize;
 mod profiles;
+mod replicas;
 mod restarts;
 mod secrets;
 mod shard;

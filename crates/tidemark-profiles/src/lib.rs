@@ -703,7 +703,7 @@ async fn place(main: &Client, ids: &[&str]) -> Result<Placed, StoreError> {
     Ok(store::placed(main, ids)
         .await?
         .into_iter()
-        .map(|(id, person, first_ts)| (id, (person, first_ts)))
+        .map(|(id, person, first_ts, blocklisted)| (id, (person, first_ts, blocklisted)))
         .collect())
 }
 

@@ -810,20 +810,22 @@ pub async fn persons_of(
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
-/// Stored identifiers among `ids`, with their person and first ts.
+/// Stored identifiers among `ids`, with their person, first ts and
+/// whether they are blocklisted.
 pub async fn placed(
     c: &impl GenericClient,
     ids: &[&str],
-) -> Result<Vec<(String, i64, i64)>, StoreError> {
+) -> Result<Vec<(String, i64, i64, bool)>, StoreError> {
     let rows = c
         .query(
-            "SELECT id, person, first_ts FROM tidemark.profile_ids WHERE id = ANY($1)",
+            "SELECT id, person, first_ts, blocklisted_at IS NOT NULL
+             FROM tidemark.profile_ids WHERE id = ANY($1)",
             &[&ids],
         )
         .await?;
     Ok(rows
         .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
         .collect())
 }
 

@@ -181,12 +181,20 @@ pub(crate) async fn clock(c: &impl GenericClient) -> Result<Option<i64>, tokio_p
 }
 
 /// Whether the server is a streaming standby, and how far behind its
-/// primary in ms (0 while it has replayed all it received and still
-/// streams; else the age of the last transaction it replayed; NULL on a
-/// primary). The same expression as `tidemark.profile_status.replica_lag_ms`.
+/// primary in ms: caught up and streaming, the receiver's silence beyond
+/// half its `wal_receiver_timeout` (it pings its primary then, so a longer
+/// silence means it stalled); else the age of the last transaction it
+/// replayed; NULL on a primary. The same expression as
+/// `tidemark.profile_status.replica_lag_ms` (sql/V0017).
 pub const LAG_QUERY: &str = "SELECT pg_is_in_recovery(),
     CASE WHEN NOT pg_is_in_recovery() THEN NULL
-         WHEN EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming')
-              AND pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
-         ELSE (extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()) * 1000)::bigint
+         ELSE coalesce(
+             (SELECT greatest(0,
+                         (extract(epoch FROM clock_timestamp() - r.last_msg_receipt_time) * 1000)::bigint
+                         - (SELECT setting::bigint / 2 FROM pg_settings
+                            WHERE name = 'wal_receiver_timeout'))
+              FROM pg_stat_wal_receiver r
+              WHERE r.status = 'streaming' AND r.last_msg_receipt_time IS NOT NULL
+                AND pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()),
+             (extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()) * 1000)::bigint)
     END";

@@ -649,7 +649,9 @@ impl Cluster {
              wal_level = replica\n\
              max_wal_senders = 5\n\
              wal_keep_size = 1GB\n\
-             hot_standby = on\n"
+             hot_standby = on\n\
+             # A silent primary is pinged after half this; readers count longer silences as lag.\n\
+             wal_receiver_timeout = 10s\n"
         } else {
             "# Buffer tables are unlogged; keep WAL small for the logged rest.\n\
              wal_level = minimal\n\

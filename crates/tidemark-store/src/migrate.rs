@@ -83,6 +83,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "payload_statistics",
         include_str!("../../../sql/V0016__payload_statistics.sql"),
     ),
+    (
+        17,
+        "replica_staleness",
+        include_str!("../../../sql/V0017__replica_staleness.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.

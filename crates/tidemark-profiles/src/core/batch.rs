@@ -10,8 +10,8 @@ use super::{Counts, Entry, Work};
 use crate::intake::Event;
 
 /// Where each stored identifier a split looks at sits before the batch:
-/// identifier -> (person, first ts).
-pub type Placed = HashMap<String, (i64, i64)>;
+/// identifier -> (person, first ts, blocklisted).
+pub type Placed = HashMap<String, (i64, i64, bool)>;
 
 /// Drops later copies within the batch and stale copies: a txid created
 /// more than its type's `dedup` (ms, indexed by `type_index`) before the
@@ -112,7 +112,7 @@ pub fn split(events: Vec<Event>, placed: &Placed) -> (Vec<Entry>, Vec<Event>) {
         }
         let rides = i < last
             && e.ids.ids.iter().any(|id| match placed.get(id.as_str()) {
-                Some((person, first_ts)) => e.ts < *first_ts && merging.contains(person),
+                Some((person, first_ts, _)) => e.ts < *first_ts && merging.contains(person),
                 None => linked.contains(id.as_str()),
             });
         if rides {
@@ -154,8 +154,21 @@ pub fn groups(entries: Vec<Entry>, placed: &Placed, n: usize) -> Vec<Vec<Entry>>
     let mut firsts = Vec::with_capacity(entries.len());
     for e in &entries {
         let mut first = None;
+        let primary = e.event.ids.primary().map(|i| i.as_str());
         for id in &e.event.ids.ids {
-            let person = placed.get(id.as_str()).map(|p| Node::Person(p.0));
+            let place = placed.get(id.as_str());
+            // A blocklisted identifier links nothing (SPEC 11): unless the
+            // entry counts for it or lowers its first ts, the entry writes
+            // nothing of it or of its person (a refusal charged to it is
+            // charged through another identifier of its person, which
+            // joins). One shared by everyone, a zeroed IDFA, would
+            // otherwise weld every group into one.
+            if let Some(&(_, first_ts, true)) = place {
+                if primary != Some(id.as_str()) && e.event.ts >= first_ts {
+                    continue;
+                }
+            }
+            let person = place.map(|p| Node::Person(p.0));
             for key in std::iter::once(Node::Id(id.as_str())).chain(person) {
                 let next = parent.len();
                 let i = *node.entry(key).or_insert(next);
@@ -242,7 +255,7 @@ pub fn unmoved<'e>(
     let (mut known, mut ask) = (HashMap::new(), Vec::new());
     for id in primaries {
         match placed.get(id) {
-            Some((p, _)) if !touched.ids.contains(id) && !touched.persons.contains(p) => {
+            Some((p, _, _)) if !touched.ids.contains(id) && !touched.persons.contains(p) => {
                 known.insert(id.to_owned(), *p);
             }
             _ => ask.push(id),
@@ -412,7 +425,9 @@ mod tests {
 
     /// Placements from `(identifier, (person, first ts))`.
     fn placed(rows: &[(&str, (i64, i64))]) -> Placed {
-        rows.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+        rows.iter()
+            .map(|(k, (p, ts))| (k.to_string(), (*p, *ts, false)))
+            .collect()
     }
 
     fn num(e: &Event) -> u128 {
@@ -484,6 +499,37 @@ mod tests {
             .map(|g| g.iter().map(|e| num(&e.event)).collect())
             .collect();
         assert_eq!(nums, [vec![1, 3], vec![2], vec![4], vec![5]]);
+    }
+
+    #[test]
+    fn a_blocklisted_identifier_joins_no_groups_unless_it_is_counted_or_lowered() {
+        let mut placed = placed(&[("user:a", (1, T0)), ("user:b", (2, T0))]);
+        placed.insert("idfa:0".into(), (9, T0, true));
+        let entry = |e: Event| Entry {
+            event: e,
+            rider: false,
+        };
+        let zero = [("idfa", "0")];
+        let entries = vec![
+            // The zeroed IDFA beside each user: links nothing, joins nothing.
+            entry(ev(1, 1, T0 + 5, Some("a"), &zero)),
+            entry(ev(1, 2, T0 + 5, Some("b"), &zero)),
+            entry(ev(1, 3, T0 + 5, Some("c"), &zero)),
+            // Counted for its person (its only identifier): joins person 9.
+            entry(ev(1, 4, T0 + 5, None, &zero)),
+            // Older than its first ts, so lowers it: joins person 9 too.
+            entry(ev(1, 5, T0 - 5, Some("d"), &zero)),
+        ];
+        let got = groups(entries.clone(), &placed, 4);
+        let nums: Vec<Vec<u128>> = got
+            .iter()
+            .map(|g| g.iter().map(|e| num(&e.event)).collect())
+            .collect();
+        assert_eq!(nums, [vec![4, 5], vec![1], vec![2], vec![3]]);
+        // Not blocklisted, it joins them all.
+        placed.insert("idfa:0".into(), (9, T0, false));
+        let got = groups(entries, &placed, 4);
+        assert_eq!(got.iter().filter(|g| !g.is_empty()).count(), 1);
     }
 
     #[test]

@@ -203,7 +203,7 @@ impl Db {
         ids.iter()
             .filter_map(|id| {
                 let s = self.ids.get(*id)?;
-                Some((id.to_string(), (s.person, s.first_ts)))
+                Some((id.to_string(), (s.person, s.first_ts, s.blocklisted)))
             })
             .collect()
     }
@@ -517,9 +517,26 @@ impl Sim {
         let all = stage.identifiers();
         let loaded = self.db.load(&all);
         let fresh = self.db.new_persons(all.len() - loaded.len());
-        // The rows this transaction reads or writes, by identifier and person.
-        self.touched.0 = all.iter().map(|i| i.to_string()).collect();
-        self.touched.1 = loaded.iter().map(|s| s.person.person).collect();
+        // The rows this transaction reads or writes, by identifier and
+        // person; but a blocklisted identifier's row, read and left alone,
+        // decides nothing (it links nothing; were the event older than its
+        // first ts, or counted for it, it would be written), so groups may
+        // share it (`batch::groups`).
+        let idle: HashSet<&str> = loaded
+            .iter()
+            .filter(|s| s.blocklisted)
+            .map(|s| s.id.as_str())
+            .collect();
+        self.touched.0 = all
+            .iter()
+            .filter(|i| !idle.contains(**i))
+            .map(|i| i.to_string())
+            .collect();
+        self.touched.1 = loaded
+            .iter()
+            .filter(|s| !s.blocklisted)
+            .map(|s| s.person.person)
+            .collect();
         let plan = stage.plan(loaded, fresh);
         self.touched.0.extend(plan.ids.iter().map(|r| r.id.clone()));
         self.touched.1.extend(plan.persons.iter().map(|p| p.person));
