@@ -71,3 +71,50 @@ fn events_held_by_a_locked_database_past_their_horizon_are_all_applied() {
     assert_eq!(oracle.counts()["applied"], 2400);
     proc.stop();
 }
+
+/// The same under the event clock, the server stopped rather than locked,
+/// and ticks still arriving: the clock runs three hours past every
+/// impression's horizon while the events wait, and each was accepted in
+/// time, so each is applied once the server is back.
+#[test]
+fn events_held_by_a_stopped_server_under_the_event_clock_are_all_applied() {
+    // A cluster of its own: stopping the shared one would disturb other tests.
+    let home = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("stale-home");
+    let cluster = tidemark_store::Cluster::new(&home).unwrap();
+    let _ = cluster.destroy();
+    run_ok(&["db", "up", "--home", home.to_str().unwrap()]);
+    let db = TestDb::external("stale_stopped", &cluster.url());
+    let config = format!(
+        "{}\n[dedup]\nimpression = \"20m\"\n",
+        CONFIG.replace("clock = \"wall\"", "clock = \"event\"\nlateness = \"0s\"")
+    );
+    let mut publisher = Publisher::new();
+    let mut proc = ShardProc::start_profiles(&db, "stopped", &publisher.endpoint, &config);
+    publisher.wait_subscribed("tick", 2);
+    let t0 = now_ms();
+    publisher.tick(t0);
+    fence(&mut publisher, &db.url, "stopped_before", t0);
+
+    cluster.down().unwrap();
+    let messages = fresh(t0, 2400);
+    // Accepted at the clock of the tick before them: t0.
+    let oracle = oracle(&config, &messages, t0);
+    publish(&mut publisher, &messages);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    // Three hours of event time while the server is away.
+    let later = t0 + 3 * HOUR;
+    publisher.tick_steps(t0, later);
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    cluster.up(None).unwrap();
+    fence(&mut publisher, &db.url, "stopped_after", later);
+    compare(&db.url, &oracle, &messages, t0);
+    let stale = query_i64(
+        &db.url,
+        "SELECT coalesce(sum(n), 0)::bigint FROM tidemark.profile_counts WHERE reason = 'stale'",
+    );
+    assert_eq!(stale, Some(0), "nothing accepted in time is stale");
+    assert_eq!(oracle.counts()["applied"], 2400);
+    proc.stop();
+    drop(db);
+    cluster.destroy().unwrap();
+}
