@@ -115,3 +115,36 @@ fn a_stop_while_waiting_for_the_database_is_clean() {
         .log()
         .contains("profile process stopped before it started"));
 }
+
+/// The sessions of a shard and a profile process cut again and again from
+/// before they connect, for their first 15 s (migrations of an empty
+/// database, schema, the start-up reads, then their work): each start-up step is retried,
+/// neither process exits, and both end up serving.
+#[test]
+fn sessions_cut_while_they_start_are_retried_until_both_serve() {
+    let db = TestDb::new("startcut");
+    // Unmigrated, so the processes' migrations run under the cuts too.
+    tidemark_testkit::Operator::begin(&db.url, "DROP SCHEMA tidemark CASCADE").commit();
+    // Any session of the test database but the cutter's own.
+    let cutter = tidemark_testkit::Cutter::start(&db.url, "%", 5, 60, false);
+    let mut publ = Publisher::new();
+    let config = "clock = \"wall\"\nbatch_delay = \"20ms\"\n";
+    let mut profiles = ShardProc::start_profiles(&db, "startcut", &publ.endpoint, config);
+    let mut shard = ShardProc::start(&db, "x", &free_endpoint(), &config_text(&[], "", ""));
+    std::thread::sleep(std::time::Duration::from_secs(15));
+    let cuts = cutter.stop();
+    wait_logged(&shard, "shard started");
+    wait_logged(&profiles, "profile process started");
+    publ.wait_subscribed("tick", 2);
+    let now = now_ms();
+    fence(&mut publ, &db.url, "startcut", now);
+    profiles.stop();
+    shard.stop();
+    assert!(cuts >= 5, "only {cuts} sessions cut");
+    for (log, what) in [(shard.log(), "shard"), (profiles.log(), "profiles")] {
+        assert!(
+            log.contains("database unavailable, retrying") || log.contains("transient"),
+            "the {what} met the cuts: {log}"
+        );
+    }
+}
