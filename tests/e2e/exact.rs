@@ -403,22 +403,9 @@ fn kill_9_run(label: &str, during_emission: bool, kills: usize) {
             .map(|_| next(m.lines.len() as u64) as usize)
             .collect()
     };
-    let mut through = i64::MIN;
-    let mut last_tick = (i64::MIN, Instant::now());
+    let mut ticker = Ticker::default();
     for (i, line) in m.lines.iter().enumerate() {
-        through = through.max(ts_of(line) - 1);
-        if last_tick.0 == i64::MIN {
-            k.publ.tick(through);
-            last_tick = (through, Instant::now());
-        }
-        while through - last_tick.0 > 60_000 {
-            last_tick.0 += 60_000;
-            k.publ.tick(last_tick.0);
-        }
-        if last_tick.1.elapsed() >= Duration::from_millis(250) {
-            last_tick = (through.max(last_tick.0), Instant::now());
-            k.publ.tick(last_tick.0);
-        }
+        ticker.before(&k.publ, line);
         let f = frames_of(line);
         k.publ.raw(&[&f[0], &f[1]]);
         k.log.push(Instant::now());
@@ -430,7 +417,7 @@ fn kill_9_run(label: &str, during_emission: bool, kills: usize) {
             k.kill(&m.lines);
         }
     }
-    let mut t = through.max(last_tick.0);
+    let mut t = ticker.last();
     k.publ.tick(t);
     if during_emission {
         // Everything is written once the clock passes the last tick: what

@@ -106,38 +106,24 @@ fn a_promoted_standby_that_missed_commits_is_written_as_it_stands() {
     cluster.destroy().unwrap();
 }
 
-/// Sends `lines` on one connection with ticks as SPEC 3 asks (every 250 ms
-/// of wall time, and every minute of event time, the newest `ts` seen so
-/// far: a tick more than `max_future` ahead would be refused), then ticks
-/// on to `until`. Returns the last tick sent.
-fn send_with_ticks(publ: &Publisher, lines: &[String], from: i64, until: i64) -> i64 {
-    use tidemark_testkit::exact::{frames_of, ts_of};
-    let mut tick = from;
-    let mut last = std::time::Instant::now();
-    let step = |tick: &mut i64, to: i64| {
-        while *tick < to {
-            *tick = (*tick + 60_000).min(to);
-            publ.tick(*tick);
-        }
-    };
+/// Sends `lines` on one connection, ticking as SPEC 3 asks (`Ticker`),
+/// then ticks on to `until`. Returns the last tick sent.
+fn send_with_ticks(
+    publ: &Publisher,
+    ticker: &mut tidemark_testkit::exact::Ticker,
+    lines: &[String],
+    until: i64,
+) -> i64 {
+    use tidemark_testkit::exact::frames_of;
     for (i, line) in lines.iter().enumerate() {
-        let through = ts_of(line) - 1;
-        if tick == i64::MIN {
-            tick = through;
-            publ.tick(tick);
-        }
-        if through - tick > 60_000 || last.elapsed() >= std::time::Duration::from_millis(250) {
-            step(&mut tick, through);
-            last = std::time::Instant::now();
-        }
+        ticker.before(publ, line);
         let f = frames_of(line);
         publ.raw(&[&f[0], &f[1]]);
         if i % 500 == 499 {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
-    step(&mut tick, until);
-    tick
+    ticker.through(publ, until)
 }
 
 /// A shard and a learner on a primary whose standby stops replaying after
@@ -218,7 +204,8 @@ fn shard_failover(label: &str, restart: bool) {
         &m.lines[n * 7 / 10..],
     );
     let end_of = |part: &[String]| part.iter().map(|l| ts_of(l)).max().unwrap();
-    let tick = send_with_ticks(&publ, a, i64::MIN, end_of(a));
+    let mut ticker = tidemark_testkit::exact::Ticker::default();
+    send_with_ticks(&publ, &mut ticker, a, end_of(a));
     wait_swept(&db, "x", end_of(a) - LATENESS_MS, Duration::from_secs(60));
     let seq_a = max_seq(&primary);
     assert!(seq_a > 0, "part A emitted observations");
@@ -231,7 +218,7 @@ fn shard_failover(label: &str, restart: bool) {
     });
     run_ok(&["db", "down", "--standby", "--home", h]);
 
-    let tick = send_with_ticks(&publ, b, tick, end_of(b));
+    send_with_ticks(&publ, &mut ticker, b, end_of(b));
     wait_swept(&db, "x", end_of(b) - LATENESS_MS, Duration::from_secs(60));
     let seq_b = max_seq(&primary);
     assert!(seq_b > seq_a, "part B emitted on the primary alone");
@@ -248,7 +235,7 @@ fn shard_failover(label: &str, restart: bool) {
     }
 
     let end = m.end_ms + TAIL_MS;
-    send_with_ticks(&publ, c, tick, end);
+    send_with_ticks(&publ, &mut ticker, c, end);
     wait_swept(
         &db,
         "x",

@@ -3,7 +3,7 @@
 //! limit) loses those events and nothing else, on the same connection, row
 //! by row against `tidemark-reference`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tidemark_reference as reference;
 use tidemark_testkit::exact::*;
@@ -29,18 +29,10 @@ fn oversized_events_cost_themselves_only_row_by_row() {
         publ.raw(&[&f[0], &f[1]]);
         sent.push(f);
     };
-    let (mut through, mut last_tick) = (i64::MIN, (i64::MIN, Instant::now()));
+    let mut ticker = Ticker::default();
     let mut oversized = 0;
     for (i, line) in m.lines.iter().enumerate() {
-        through = through.max(ts_of(line) - 1);
-        if last_tick.0 == i64::MIN {
-            publ.tick(through);
-            last_tick = (through, Instant::now());
-        }
-        if last_tick.1.elapsed() >= Duration::from_millis(250) {
-            last_tick = (through.max(last_tick.0), Instant::now());
-            publ.tick(last_tick.0);
-        }
+        ticker.before(&publ, line);
         // Every 97th event goes out padded first (refused), then as it is.
         if i % 97 == 0 {
             let f = frames_of(line);
@@ -61,7 +53,7 @@ fn oversized_events_cost_themselves_only_row_by_row() {
         }
     }
     let end = m.end_ms + TAIL_MS;
-    let mut t = through.max(last_tick.0);
+    let mut t = ticker.last();
     while t < end {
         t = (t + 10_000).min(end);
         publ.tick(t);

@@ -313,3 +313,60 @@ pub fn finish(publisher: Child) {
     );
     eprintln!("publish: {}", String::from_utf8_lossy(&out.stdout).trim());
 }
+
+/// Ticks as SPEC 3 asks of a publisher sending a market's lines by hand:
+/// the first line's `ts` − 1 at once, then, before a line, the newest `ts`
+/// seen − 1 whenever 250 ms of wall time have passed or event time moved on
+/// by more than a minute, in steps of at most a minute (a tick more than
+/// `max_future` ahead would be refused).
+pub struct Ticker {
+    tick: i64,
+    last: Instant,
+}
+
+impl Default for Ticker {
+    fn default() -> Ticker {
+        Ticker {
+            tick: i64::MIN,
+            last: Instant::now(),
+        }
+    }
+}
+
+impl Ticker {
+    /// Ticks what is due before `line` is sent.
+    pub fn before(&mut self, publ: &crate::Publisher, line: &str) {
+        let through = ts_of(line) - 1;
+        if self.tick == i64::MIN {
+            self.tick = through;
+            publ.tick(through);
+            self.last = Instant::now();
+            return;
+        }
+        let due = self.last.elapsed() >= Duration::from_millis(250);
+        if through - self.tick > 60_000 || due {
+            let before = self.tick;
+            self.through(publ, through);
+            if due && self.tick == before {
+                // Nothing newer: the same tick again, which says the
+                // publisher is alive.
+                publ.tick(self.tick);
+            }
+            self.last = Instant::now();
+        }
+    }
+
+    /// Ticks on to `to` in steps of at most a minute; returns the last tick.
+    pub fn through(&mut self, publ: &crate::Publisher, to: i64) -> i64 {
+        while self.tick < to {
+            self.tick = (self.tick + 60_000).min(to);
+            publ.tick(self.tick);
+        }
+        self.tick
+    }
+
+    /// The last tick sent (`i64::MIN` before the first).
+    pub fn last(&self) -> i64 {
+        self.tick
+    }
+}
