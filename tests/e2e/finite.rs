@@ -123,6 +123,25 @@ fn a_bid_with_an_absurd_number_leaves_every_checkpoint_loadable() {
     }
 
     // `tidemark score` answers a finite probability for the same bids.
+    let bids: Vec<String> = HOSTILE
+        .iter()
+        .map(|v| format!(r#"{{"app":"app3","m":2,"uid":{v}}}"#))
+        .collect();
+    let lines = score(&ckpt, &bids);
+    assert_eq!(lines.len(), HOSTILE.len());
+    for l in &lines {
+        let p = l["ctr"].as_f64().unwrap_or(f64::NAN);
+        assert!(p > 0.0 && p < 1.0, "{l}");
+    }
+    // The same bid without the absurd value scores the same: it was left out.
+    let want = score(&ckpt, &[r#"{"app":"app3","m":2}"#.to_owned()]);
+    for l in &lines {
+        assert_eq!(l, &want[0]);
+    }
+}
+
+/// `tidemark score` of `bids` (one JSON object a line): its answers.
+fn score(ckpt: &std::path::Path, bids: &[String]) -> Vec<serde_json::Value> {
     let mut score = bin()
         .args(["score", "--checkpoint", ckpt.to_str().unwrap()])
         .stdin(Stdio::piped())
@@ -131,34 +150,15 @@ fn a_bid_with_an_absurd_number_leaves_every_checkpoint_loadable() {
         .unwrap();
     {
         let stdin = score.stdin.as_mut().unwrap();
-        for v in HOSTILE {
-            writeln!(stdin, r#"{{"app":"app3","m":2,"uid":{v}}}"#).unwrap();
+        for b in bids {
+            writeln!(stdin, "{b}").unwrap();
         }
     }
     let out = score.wait_with_output().unwrap();
     assert!(out.status.success());
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+    String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(lines.len(), HOSTILE.len());
-    for l in &lines {
-        let p = l["ctr"].as_f64().unwrap_or(f64::NAN);
-        assert!(p > 0.0 && p < 1.0, "{l}");
-    }
-    // The same bid without the absurd value scores the same: it was left out.
-    let plain = r#"{"app":"app3","m":2}"#;
-    let mut score = bin()
-        .args(["score", "--checkpoint", ckpt.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    writeln!(score.stdin.as_mut().unwrap(), "{plain}").unwrap();
-    let out = score.wait_with_output().unwrap();
-    let want: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for l in &lines {
-        assert_eq!(l, &want);
-    }
+        .collect()
 }
