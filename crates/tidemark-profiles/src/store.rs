@@ -483,7 +483,7 @@ pub async fn packed_parts(c: &Client) -> Result<Vec<i64>, StoreError> {
 /// Parallel query is off in it: ingest is parallel across connections
 /// already, and a lookup's parallel workers took the CPU of transactions
 /// holding row locks (worker transactions p99 71-87 ms with, 48-50 ms
-/// without; docs/benchmarks.md, part eight). Random reads are priced as
+/// without; docs/benchmarks/profiles.md, part eight). Random reads are priced as
 /// the cached, SSD-backed reads they are (`random_page_cost` 1.1, not the
 /// spinning disks' 4): at the default the planner answered a batch's
 /// lookup of 15,000 identifiers with a scan of the whole identifier table,
@@ -688,7 +688,7 @@ pub struct Marking {
 /// first statement of `tx`. Most events are first copies, and a plain
 /// `INSERT` costs about half of `INSERT … ON CONFLICT DO NOTHING` (which
 /// probes the index before each speculative insertion and logs its
-/// confirmation; docs/benchmarks.md, "Plain marks"). So the marks are
+/// confirmation; docs/benchmarks/profiles.md, "Plain marks"). So the marks are
 /// inserted plainly unless one of the last [`CAREFUL_BATCHES`] batches met
 /// a copy; the unique index still decides, and waits for a concurrent writer of the
 /// same mark as `ON CONFLICT` would. Returns `None` when a mark was already

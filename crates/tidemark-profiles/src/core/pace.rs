@@ -18,7 +18,7 @@ impl Pace {
     /// What a transaction should last: a quarter of the ~100 ms bound,
     /// since one transaction's cost can be four times the last's (measured
     /// under linked ingest: at 25 ms, worker transactions p99 104 ms; at
-    /// 40 ms, 156 ms; docs/benchmarks.md). 15 ms halved the p99 and raised
+    /// 40 ms, 156 ms; docs/benchmarks/profiles.md). 15 ms halved the p99 and raised
     /// trail ingest into an empty table, but cost 0.62-0.88 of the events/s
     /// into a table holding 7 days ("part four" there).
     pub const TARGET: Duration = Duration::from_millis(25);
