@@ -5,7 +5,7 @@ test:
     bash scripts/test.sh
     cargo run -q -- db down --home target/tmp/tidemark-test
 
-# Issue 46: the e2e suite `runs` times in a row with every core kept busy by a busy loop
+# The e2e suite `runs` times in a row with every core kept busy by a busy loop
 test-under-load runs="5":
     bash scripts/under-load.sh {{runs}}
 
@@ -41,31 +41,31 @@ db-up:
 db-down:
     cargo run -q -- db down
 
-# Issue 3: sustained intake through sockets into a shard with phases running, vs the COPY ceiling
+# Sustained intake through sockets into a shard with phases running, vs the COPY ceiling
 bench-intake seconds="60":
     cargo build --release --workspace
     target/release/tidemark-bench intake --seconds {{seconds}}
 
-# Issue 4: sweeping a buffer of N transactions through every phase
+# Sweeping a buffer of N transactions through every phase
 bench-phases transactions="1000000":
     cargo build --release --workspace
     target/release/tidemark-bench phases --transactions {{transactions}}
 
-# Issue 5: the offline learner against Vowpal Wabbit and datatable (installs them in target/peers-venv)
+# The offline learner against Vowpal Wabbit and datatable (installs them in target/peers-venv)
 bench-learner:
     bash bench/learner.sh
 
-# Issue 8: the differential runs (tests/e2e/exact.rs) `n` times at size `scale` (1 = CI)
+# The differential runs (tests/e2e/exact.rs) `n` times at size `scale` (1 = CI)
 check-exact n="20" scale="1":
     cargo build --workspace --tests
     for i in $(seq {{n}}); do echo "run $i/{{n}}"; TIDEMARK_EXACT_SCALE={{scale}} cargo test -q --test e2e -- exact:: || exit 1; done
 
-# Issue 8: dense (2M events, 3 h) and sparse (3 days) files replayed at --speed 0 through one shard, end to end, checked exact
+# Dense (2M events, 3 h) and sparse (3 days) files replayed at --speed 0 through one shard, end to end, checked exact
 bench-e2e dense="2000000" days="3":
     cargo build --release --workspace
     target/release/tidemark-bench e2e --dense-events {{dense}} --sparse-days {{days}}
 
-# Issue 10: profile ingest sustained for `seconds` (Zipf persons, logged tables), reads idle and
+# Profile ingest sustained for `seconds` (Zipf persons, logged tables), reads idle and
 # under half of peak ingest through tidemark-reader (primary and standby), trail ingest into an empty
 # and an 8-day table, and 7-day trails over a 10M-event table
 bench-profiles seconds="300":
@@ -77,13 +77,13 @@ bench-profiles seconds="300":
     target/release/tidemark-bench profile-read --standby
     target/release/tidemark-bench trail-read
 
-# Issue 24: storage on the event clock, 10 days at 20,000 events/s in 30 minutes, marks and
+# Storage on the event clock, 10 days at 20,000 events/s in 30 minutes, marks and
 # 7-day trails (trail="" for marks alone)
 bench-soak days="10" minutes="30" trail="--trail":
     cargo build --release --workspace
     target/release/tidemark-bench profile-soak --days {{days}} --minutes {{minutes}} {{trail}}
 
-# Issues 11 and 24: chain, tree and star link shapes (longest transaction each), linked ingest
+# Chain, tree and star link shapes (longest transaction each), linked ingest
 # with trails (persons with several devices and a member login), reads under linked load
 bench-links seconds="120":
     cargo build --release --workspace
@@ -91,20 +91,20 @@ bench-links seconds="120":
     target/release/tidemark-bench profile-ingest --linked --trail --rate 40000 --seconds {{seconds}} --warmup 10
     target/release/tidemark-bench profile-read --linked
 
-# Issue 23: messages per second through `tidemark proxy` (its own forwarding loop);
+# Messages per second through `tidemark proxy` (its own forwarding loop);
 # with old=PATH, another build's binary interleaved run by run
 bench-proxy old="":
     cargo build --release --workspace
     target/release/tidemark-bench proxy {{ if old != "" { "--old-bin " + old } else { "" } }}
 
-# Issue 23: the cost of CURVE keys, the dense file replayed plain and with keys
+# The cost of CURVE keys, the dense file replayed plain and with keys
 # in turn (three runs each, interleaved), end to end and checked exact
 bench-curve events="2000000":
     cargo build --release --workspace
     target/release/tidemark-bench curve --events {{events}}
 
-# Issue 12: the default demo's figures, and on its exported ctr rows Tidemark's learner against Vowpal Wabbit
-# Issue 13: connect, profile lookups and COPY over a unix socket, TCP, and TCP with TLS
+# The default demo's figures, and on its exported ctr rows Tidemark's learner against Vowpal Wabbit
+# Connect, profile lookups and COPY over a unix socket, TCP, and TCP with TLS
 # (verify-full), one cluster, one run; metrics scrape latency
 bench-ops:
     cargo build --release --workspace
@@ -113,11 +113,11 @@ bench-ops:
 bench-demo:
     bash bench/demo_peers.sh
 
-# Issue 12: a screenshot of the demo's report page in headless Chromium (installs it if missing) into docs/
+# A screenshot of the demo's report page in headless Chromium (installs it if missing) into docs/
 report-screenshot:
     bash bench/report_screenshot.sh
 
-# Issue 46: learner, intake, profile ingest with trails and e2e, old and new interleaved
+# Learner, intake, profile ingest with trails and e2e, old and new interleaved
 # (`old` is another build's target/release, e.g. a worktree of an earlier commit)
 bench-compare old:
     bash bench/compare.sh {{old}}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `just bench-compare OLD`: the figures issue 46 asks to stay within noise,
+# `just bench-compare OLD`: figures that must stay within noise of a change,
 # old and new interleaved in one sitting (old, new, old, new): the offline
 # learner on learner_peers.py's 1M-row file, intake, profile ingest with
 # trails, and end to end at --speed 0. OLD is another build's

@@ -23,7 +23,7 @@ tail -n +2 "$work/ctr_header.tsv" > "$work/ctr.tsv"
 "$venv/bin/python" "$shared/bench/learner_peers.py" run --data "$work/ctr.tsv" --work "$work" \
     --peers vw_ftrl --bits 20 --alpha 0.15 --beta 1 --l1 1 --l2 1 --prefix-rows 50000 \
     --external "tidemark=$PWD/target/release/tidemark learn --input {data} --bits 20 --alpha 0.15 --predictions {preds}"
-# Issue 25: per target, the self-tuning learner against VW at its defaults and
+# per target, the self-tuning learner against VW at its defaults and
 # over the same grid, on the exported rows with their numeric columns and the
 # demo learner's hashing (2^20, the country × exchange cross, and its
 # transforms if any: with `demo --raw-counters`, log1p counters).

@@ -19,6 +19,6 @@ fi
     --peers "${PEERS:-vw_ftrl,dt_ftrl}" \
     --external "tidemark=$PWD/target/release/tidemark learn --input {data} --predictions {preds}"
 "$venv/bin/python" bench/learner_crosses.py "$data" "$PWD/target/release/tidemark" "$work"
-# Issue 25: the self-tuning learner at its defaults against VW at its
+# the self-tuning learner at its defaults against VW at its
 # defaults, at SPEC 8's settings, and at each setting of the same grid.
 "$venv/bin/python" bench/learner_tuning.py "$data" "$PWD/target/release/tidemark" "$work"

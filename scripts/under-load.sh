@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The end-to-end suite `runs` times in a row while a busy loop keeps every
-# core busy (issue 46, item 7): a suite that passes only on an idle machine
+# core busy: a suite that passes only on an idle machine
 # hides races. Stops at the first failed run; each run's output is kept in
 # target/under-load/run-N.log.
 #

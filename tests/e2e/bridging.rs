@@ -1,4 +1,4 @@
-//! Bridging under concurrency (SPEC 11, issue 11): several publishers link
+//! Bridging under concurrency (SPEC 11): several publishers link
 //! the same persons at once, so arrival order across them is unknowable and
 //! the exact outcome is too. What SPEC 11 fixes whatever the order is
 //! checked instead, from an in-memory model written here from SPEC 11 alone:

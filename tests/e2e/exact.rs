@@ -1,4 +1,4 @@
-//! Differential tests (issue 8): real shards over real sockets, and every
+//! Differential tests: real shards over real sockets, and every
 //! observation compared, row by row, with `tidemark-reference`, SPEC 5
 //! written out apart from the shard. Each run uses a market file written by
 //! `tidemark publish --write` (duplicates with shifted timestamps, bounded

@@ -1,4 +1,4 @@
-//! Failover of the profile database (issue 24): the profile process writes
+//! Failover of the profile database: the profile process writes
 //! through a libpq host list, the primary first and its hot standby second,
 //! `target_session_attrs=read-write`. The standby replays part A and is
 //! stopped; part B is committed on the primary alone; the primary dies and

@@ -1,4 +1,4 @@
-//! Several hosts (issue 13): network namespaces joined by a bridge, made and
+//! Several hosts: network namespaces joined by a bridge, made and
 //! removed by the test. The test's own namespace is the publisher host
 //! (10.213.0.1); hosts `a` and `b` (.2, .3) each run a shard and its own
 //! PostgreSQL listening on that host's address only; host `l` (.4) runs the

@@ -63,7 +63,7 @@ enum Bench {
         #[arg(long, default_value_t = 2.0)]
         sparse_tps: f64,
     },
-    /// Profile ingest (issue 10): Zipf persons into logged profile tables, sustained
+    /// Profile ingest: Zipf persons into logged profile tables, sustained
     ProfileIngest {
         /// Events per second offered
         #[arg(long, default_value_t = 55_000.0)]
@@ -83,7 +83,7 @@ enum Bench {
         /// each of the 7 days before today and for today until now
         #[arg(long, default_value_t = 0)]
         trail_fill: i64,
-        /// Every event links a device to a member id (issue 11)
+        /// Every event links a device to a member id
         #[arg(long)]
         linked: bool,
         /// The share of events sent twice, the copy 200,000 events (seconds) later,
@@ -95,7 +95,7 @@ enum Bench {
         #[arg(long)]
         worker_cache: Option<u64>,
     },
-    /// Storage soak (issue 24): --days of event time in --minutes at --rate,
+    /// Storage soak: --days of event time in --minutes at --rate,
     /// profile tables' bytes on disk sampled as event time passes
     ProfileSoak {
         #[arg(long, default_value_t = 20_000.0)]
@@ -110,7 +110,7 @@ enum Bench {
         #[arg(long)]
         trail: bool,
     },
-    /// Link shapes (issue 11): a chain and a tree of merges up to max_ids 2000,
+    /// Link shapes: a chain and a tree of merges up to max_ids 2000,
     /// a 10,000-identifier star; time and longest transaction of each
     LinkShapes,
     /// Profile reads through tidemark-reader, idle and under ingest at --load-rate
@@ -139,7 +139,7 @@ enum Bench {
         #[arg(long, default_value_t = 10_000)]
         samples: usize,
     },
-    /// Operations (issue 13): connect, lookups and COPY over a unix socket,
+    /// Operations: connect, lookups and COPY over a unix socket,
     /// TCP and TCP with TLS (verify-full); metrics scrape latency
     Ops {
         /// Lookups timed per size (1 and 100 identifiers) and connection kind

@@ -1,4 +1,4 @@
-//! Operations (issue 13): what TLS to PostgreSQL costs, and what a metrics
+//! Operations: what TLS to PostgreSQL costs, and what a metrics
 //! scrape costs. One cluster of its own, listening on 127.0.0.1 with TLS on
 //! (a CA and certificate made by the `openssl` command), measured in one run
 //! three ways: the unix socket, TCP without TLS, TCP with `verify-full`.

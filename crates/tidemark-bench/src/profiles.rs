@@ -418,7 +418,7 @@ fn remembered(addr: &str) -> Option<f64> {
     )
 }
 
-/// A trail table already holding 7 days (issue 24: a run from an empty
+/// A trail table already holding 7 days (a run from an empty
 /// table never reaches a real one's size): `per_day` events in each of the
 /// 7 UTC days before today and in today's until now, so ingest writes into a
 /// partition, and an index, already that large.
@@ -557,7 +557,7 @@ pub async fn reads(url: &str, samples: usize, persons: usize, label: &str) -> an
 
 /// Reads idle after an ingest, then again while ingest runs at the
 /// offered rate; from a hot standby of the ingesting primary with
-/// `standby` (issue 24), the lag it reported sampled meanwhile.
+/// `standby`, the lag it reported sampled meanwhile.
 pub async fn read_bench(
     bin: &Path,
     cluster: &Cluster,

@@ -225,7 +225,7 @@ pub async fn trail_bytes(c: &Client) -> anyhow::Result<i64> {
         .get(0))
 }
 
-/// The soak's sample (issue 24): `profile_seen`'s bytes on disk (indexes
+/// The soak's sample: `profile_seen`'s bytes on disk (indexes
 /// included), its rows as the planner estimates them, its partitions,
 /// the trail's bytes (rows, chunks and packed days), and `profiles` with
 /// `profile_ids`' bytes.

@@ -3,8 +3,9 @@
 //! the wire with heartbeats (`tidemark publish`), and the XSUB/XPUB proxy
 //! (`tidemark proxy`).
 //!
-//! Owns: event generation and publishing. Knows nothing of shards or
-//! PostgreSQL; speaks only the wire contract of `tidemark-wire`.
+//! Owns: event generation and publishing. Knows nothing of shards; speaks
+//! the wire contract of `tidemark-wire`, and reads profiles only as a bidder
+//! does, through `tidemark-reader` (its synthetic bidder).
 
 #![warn(missing_docs)]
 

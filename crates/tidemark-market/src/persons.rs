@@ -1,4 +1,4 @@
-//! Who a linked market's transactions are about (SPEC 11, issue 11), and how
+//! Who a linked market's transactions are about (SPEC 11), and how
 //! well a profile database's bridged persons match the truth.
 //!
 //! Person `k` uses one to three devices (`user` `p<k>`, `p<k>.1`, `p<k>.2`);

@@ -176,7 +176,7 @@ pub async fn create_partition(
     ddl(c, &sql).await
 }
 
-/// What to do about a database error (issue 8's rule).
+/// What to do about a database error: retry what may pass, stop on the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
     /// The connection or server went away, or a conflict: retry with back-off.

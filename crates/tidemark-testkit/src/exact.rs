@@ -1,4 +1,4 @@
-//! The shard differential harness (issue 8): market files written by
+//! The shard differential harness: market files written by
 //! `tidemark publish --write`, replayed into real shards, and every
 //! observation compared row by row with `tidemark-reference`.
 //!

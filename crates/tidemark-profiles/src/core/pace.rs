@@ -1,5 +1,5 @@
 //! How many events one transaction takes, so that none holds its rows long
-//! (issue 24: a standby's replay and the partition DDL between batches wait
+//! (a standby's replay and the partition DDL between batches wait
 //! for the longest one). Sized by what the last ones took, not by a
 //! setting: the same count costs ten times more on a cold cache or a busy
 //! database than on an idle one.
