@@ -24,7 +24,6 @@ use std::fmt;
 use serde_json::{json, Value};
 use tidemark_features::{Hashing, Transform};
 
-use crate::crc32::Crc32;
 
 /// The first bytes of every checkpoint file.
 pub const MAGIC: &[u8; 8] = b"TDMKCKPT";
@@ -270,9 +269,8 @@ impl Checkpoint {
                 out.extend_from_slice(&n.to_le_bytes());
             }
         }
-        let mut crc = Crc32::new();
-        crc.update(&out);
-        out.extend_from_slice(&crc.finish().to_le_bytes());
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
         out
     }
 
@@ -291,9 +289,7 @@ impl Checkpoint {
             return Err(FormatError::UnsupportedVersion(version));
         }
         let (body, tail) = bytes.split_at(bytes.len() - 4);
-        let mut crc = Crc32::new();
-        crc.update(body);
-        if crc.finish() != u32::from_le_bytes(tail.try_into().expect("4 bytes")) {
+        if crc32fast::hash(body) != u32::from_le_bytes(tail.try_into().expect("4 bytes")) {
             return Err(corrupt("checksum mismatch (truncated or damaged file)"));
         }
         let hlen = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize;
@@ -744,9 +740,8 @@ mod tests {
         let mut bytes = c.to_bytes();
         bytes[8] = 1;
         let n = bytes.len() - 4;
-        let mut crc = Crc32::new();
-        crc.update(&bytes[..n]);
-        bytes[n..].copy_from_slice(&crc.finish().to_le_bytes());
+        let crc = crc32fast::hash(&bytes[..n]);
+        bytes[n..].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(Checkpoint::from_bytes(&bytes, true).unwrap(), c);
     }
 }

@@ -10,7 +10,6 @@
 
 #![warn(missing_docs)]
 
-mod crc32;
 mod format;
 mod scorer;
 mod store;
