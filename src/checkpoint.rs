@@ -66,9 +66,7 @@ fn show(path: &Path, json: bool) -> anyhow::Result<()> {
         "{} (format version {version}, {bytes} bytes)",
         path.display()
     );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let now = tidemark_metrics::wall_ms();
     println!(
         "created     {} ms since the epoch, {:.0} s ago",
         c.created_at_ms,

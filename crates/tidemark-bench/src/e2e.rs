@@ -18,11 +18,7 @@ use crate::{fresh_db, terminate};
 const TICK_PAST: &str = "175h";
 const LATENESS_MS: i64 = 5_000;
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+use tidemark_metrics::wall_ms as now_ms;
 
 /// Writes the market file unless one of that name is already there.
 fn market_file(

@@ -24,7 +24,6 @@ use std::fmt;
 use serde_json::{json, Value};
 use tidemark_features::{Hashing, Transform};
 
-
 /// The first bytes of every checkpoint file.
 pub const MAGIC: &[u8; 8] = b"TDMKCKPT";
 /// The newest format version this crate writes. Version 2 added

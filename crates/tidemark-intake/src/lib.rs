@@ -21,7 +21,7 @@ pub mod fault;
 pub mod sockets;
 pub mod watch;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 pub use clock::{EventClock, Socket};
 pub use config::{validate_name, ClockKind, ConfigError, Keys, Subscription};
@@ -53,12 +53,7 @@ pub enum IntakeError {
     Thread(std::io::Error),
 }
 
-/// Wall time in milliseconds since the Unix epoch.
-pub fn wall_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use tidemark_metrics::wall_ms;
 
 /// Logs refused messages, each reason at most every 10 s, so bad input
 /// cannot flood the log (the counters have every one).

@@ -414,9 +414,7 @@ pub fn save(
         hashing: hashing.clone(),
         targets: vec![model.to_target(name, figures)],
         positions: BTreeMap::new(),
-        created_at_ms: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64),
+        created_at_ms: tidemark_metrics::wall_ms(),
     };
     tidemark_checkpoint::write(path, &c).map_err(io(path))
 }

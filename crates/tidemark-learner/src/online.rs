@@ -484,11 +484,7 @@ async fn is_ready<F: Future + Unpin>(f: &mut F) -> bool {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+use tidemark_metrics::wall_ms as now_ms;
 
 #[cfg(test)]
 mod tests {

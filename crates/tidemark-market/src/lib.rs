@@ -23,11 +23,7 @@ pub use truth::Truth;
 
 /// Wall time in milliseconds since the Unix epoch: where a market's event
 /// time starts unless told otherwise.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use tidemark_metrics::wall_ms as now_ms;
 
 /// Where a market's event time starts so that it ends near wall time (and
 /// profiles read "now" afterwards): now minus its span, or minus its wall

@@ -7,16 +7,10 @@
 //! is what they report.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 static READY: AtomicBool = AtomicBool::new(false);
 static BEAT_MS: AtomicI64 = AtomicI64::new(0);
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 /// The process has started: it serves what it is for from now on.
 pub fn ready() {
@@ -26,7 +20,7 @@ pub fn ready() {
 
 /// One turn of the main loop.
 pub fn beat() {
-    BEAT_MS.store(now_ms(), Ordering::Relaxed);
+    BEAT_MS.store(crate::wall_ms(), Ordering::Relaxed);
 }
 
 /// `Ok` when the process is ready and its loop turned within `silence`;
@@ -35,7 +29,7 @@ pub fn check(silence: Duration) -> Result<(), String> {
     if !READY.load(Ordering::Relaxed) {
         return Err("starting".into());
     }
-    let quiet = now_ms() - BEAT_MS.load(Ordering::Relaxed);
+    let quiet = crate::wall_ms() - BEAT_MS.load(Ordering::Relaxed);
     if quiet > silence.as_millis() as i64 {
         return Err(format!(
             "main loop silent for {:.1}s",
@@ -54,7 +48,7 @@ mod tests {
         assert_eq!(check(Duration::from_secs(60)), Err("starting".into()));
         ready();
         assert_eq!(check(Duration::from_secs(60)), Ok(()));
-        BEAT_MS.store(now_ms() - 5_000, Ordering::Relaxed);
+        BEAT_MS.store(crate::wall_ms() - 5_000, Ordering::Relaxed);
         assert!(check(Duration::from_secs(2))
             .unwrap_err()
             .contains("silent for 5."));

@@ -32,6 +32,15 @@ mod times;
 
 use std::sync::Arc;
 
+/// Wall time in milliseconds since the Unix epoch (0 before it): the one
+/// reading of the wall clock that liveness, checkpoints, status lines and
+/// the tools share.
+pub fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 #[cfg(feature = "serve")]
 pub use serve::{render, serve, Endpoint, ServeError};
 pub use times::{Histogram, Times, LOOKUP_BOUNDS, WRITE_BOUNDS};

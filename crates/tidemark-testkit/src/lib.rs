@@ -178,12 +178,7 @@ pub fn wait_until<T>(
     }
 }
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
+pub use tidemark_metrics::wall_ms as now_ms;
 
 /// A local TCP address nothing listens on now (for a process to bind).
 pub fn free_addr() -> String {
