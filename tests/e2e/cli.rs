@@ -184,11 +184,8 @@ fn sighup_is_ignored() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(700));
-    for signal in ["-HUP", "-TERM"] {
-        std::process::Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .status()
-            .unwrap();
+    for signal in ["HUP", "TERM"] {
+        tidemark_testkit::signal(child.id(), signal);
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
     let out = child.wait_with_output().unwrap();
@@ -214,10 +211,7 @@ fn publish_stops_cleanly_on_sigterm_and_reports() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(700));
-    std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    tidemark_testkit::signal(child.id(), "TERM");
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -288,10 +282,7 @@ fn a_followed_pipe_is_published_line_by_line_and_ticked_while_idle() {
         let frames = sub.recv_multipart(0).ok()?;
         frames[0].starts_with(b"bid-").then_some(())
     });
-    std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    tidemark_testkit::signal(child.id(), "TERM");
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),

@@ -307,7 +307,7 @@ fn a_signal_stops_the_demo_early_and_it_still_reports() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let started = Instant::now();
-    run_ok_cmd("kill", &["-INT", &child.id().to_string()]);
+    assert!(tidemark_testkit::signal(child.id(), "INT"));
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
     assert!(
@@ -339,9 +339,4 @@ fn a_signal_stops_the_demo_early_and_it_still_reports() {
         "left running: {}",
         String::from_utf8_lossy(&left.stdout)
     );
-}
-
-fn run_ok_cmd(cmd: &str, args: &[&str]) {
-    let s = std::process::Command::new(cmd).args(args).status().unwrap();
-    assert!(s.success(), "{cmd} {args:?}");
 }

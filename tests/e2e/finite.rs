@@ -4,7 +4,7 @@
 //! checkpoint it writes loaded by every reader.
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use tidemark_checkpoint::Checkpoint;
 use tidemark_testkit::{bin, block_on, wait_for, TestDb};
@@ -78,10 +78,7 @@ fn a_bid_with_an_absurd_number_leaves_every_checkpoint_loadable() {
         latest().filter(|c| c.targets.iter().map(|t| t.trained).sum::<u64>() == 9000)
     });
     let scraped = tidemark_testkit::scrape(&addr);
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    tidemark_testkit::signal(child.id(), "TERM");
     assert!(child.wait().unwrap().success());
 
     // Every checkpoint written, the first included, passes verify.

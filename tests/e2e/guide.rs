@@ -60,27 +60,19 @@ fn the_first_pipeline_guide_runs_as_written() {
         .spawn()
         .unwrap();
     // Whatever happens, nothing the page started outlives the test.
-    let group = child.id() as i32;
+    let group = child.id();
     let started = Instant::now();
     let watchdog = std::thread::spawn(move || {
         while started.elapsed() < Duration::from_secs(300) {
             std::thread::sleep(Duration::from_millis(200));
-            if Command::new("kill")
-                .args(["-0", "--", &format!("-{group}")])
-                .output()
-                .map_or(true, |o| !o.status.success())
-            {
+            if !tidemark_testkit::signal_group(group, None) {
                 return;
             }
         }
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{group}")])
-            .status();
+        tidemark_testkit::signal_group(group, Some("KILL"));
     });
     let out = child.wait_with_output().unwrap();
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{group}")])
-        .output();
+    tidemark_testkit::signal_group(group, Some("KILL"));
     watchdog.join().unwrap();
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),

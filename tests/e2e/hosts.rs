@@ -160,10 +160,7 @@ fn run_in_host(ns: &str, args: &[&str]) {
 fn stop(mut p: Proc) {
     let mut child = p.0.take().expect("running");
     let log = p.1.clone();
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    tidemark_testkit::signal(child.id(), "TERM");
     let status = child.wait().unwrap();
     assert!(
         status.success(),

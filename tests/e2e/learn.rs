@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use tidemark_checkpoint::Checkpoint;
@@ -120,10 +120,7 @@ fn killed_at_random_the_learner_loses_and_repeats_nothing() {
         (c.positions.get("local/a") == Some(&max_a) && c.positions.get("local/b") == Some(&max_b))
             .then_some(c)
     });
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    tidemark_testkit::signal(child.id(), "TERM");
     assert!(
         child.wait().unwrap().success(),
         "{}",
@@ -215,10 +212,7 @@ fn score_reads_checkpoints_while_training_goes_on() {
     }
     assert!(lines[1]["error"].is_string());
     assert!(lines[2]["error"].is_string());
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    tidemark_testkit::signal(child.id(), "TERM");
     assert!(child.wait().unwrap().success());
 }
 
@@ -330,10 +324,7 @@ fn offline_learning_over_an_export_equals_online_learning_weight_for_weight() {
                 .any(|t| t.name == "ctr" && t.trained == 1500)
         })
     });
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    tidemark_testkit::signal(child.id(), "TERM");
     assert!(child.wait().unwrap().success());
     let run = |args: &[&str]| {
         let out = bin().args(args).output().unwrap();
@@ -508,10 +499,7 @@ fn the_learner_waits_out_a_lost_database_and_goes_on() {
                 .map(|_| ())
         },
     );
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    tidemark_testkit::signal(child.id(), "TERM");
     assert!(child.wait().unwrap().success());
     cluster.destroy().unwrap();
 }
@@ -606,9 +594,6 @@ fn the_learner_serves_its_rows_logloss_positions_and_checkpoint_age() {
     assert_eq!(pos, Some(last as f64));
     let age = tidemark_testkit::metric(&scraped, &m("learner_checkpoint_age_seconds"));
     assert!(age.is_some_and(|a| (0.0..60.0).contains(&a)), "{age:?}");
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    tidemark_testkit::signal(child.id(), "TERM");
     assert!(child.wait().unwrap().success());
 }

@@ -39,12 +39,10 @@ fn served(primary: &str, standby: &str, max_lag: &str) -> &'static str {
 
 /// Sends a signal to a process (`kill -SIG pid`).
 fn signal(sig: &str, pid: i32) {
-    let ok = std::process::Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{sig} {pid}");
+    assert!(
+        tidemark_testkit::signal(pid as u32, sig),
+        "kill -{sig} {pid}"
+    );
 }
 
 /// Resumes a stopped process however the test ends.

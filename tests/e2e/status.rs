@@ -4,7 +4,6 @@
 //! stops with observations waiting, and when the database stops.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 use tidemark_testkit::{bin, query_i64, run_ok, wait_for, ShardProc, TestDb};
@@ -116,10 +115,7 @@ fn status_turns_unhealthy_when_a_shard_the_learner_or_the_database_stops() {
     healthy();
 
     // The learner stops while a shard's observations wait for it.
-    Command::new("kill")
-        .args(["-TERM", &learner.id().to_string()])
-        .status()
-        .unwrap();
+    tidemark_testkit::signal(learner.id(), "TERM");
     assert!(learner.wait().unwrap().success());
     let inserted = query_i64(
         &db.url,

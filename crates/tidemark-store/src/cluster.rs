@@ -799,26 +799,23 @@ fn stable_hash(bytes: &[u8]) -> u64 {
     })
 }
 
-/// `$TIDEMARK_PG_USER`, else `postgres`, from /etc/passwd.
+/// `$TIDEMARK_PG_USER`, else `postgres`, as the system's user database
+/// knows it (`getpwnam`: /etc/passwd, or LDAP and the like through NSS).
 fn unprivileged_user() -> Result<User, ClusterError> {
     let wanted = std::env::var("TIDEMARK_PG_USER").unwrap_or_else(|_| "postgres".into());
-    let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
-    user_from(&passwd, &wanted)
+    let found = nix::unistd::User::from_name(&wanted)
+        .ok()
+        .flatten()
+        .map(|u| (u.uid.as_raw(), u.gid.as_raw()));
+    account(&wanted, found)
 }
 
-/// The account `wanted` in `passwd`'s text. Neither root nor `nobody`
-/// (uid 65534), which many daemons share: any of them could then reach the
-/// cluster's files.
-fn user_from(passwd: &str, wanted: &str) -> Result<User, ClusterError> {
+/// The account `wanted`, found with its uid and gid (or not). Neither root
+/// nor `nobody` (uid 65534), which many daemons share: any of them could
+/// then reach the cluster's files.
+fn account(wanted: &str, found: Option<(u32, u32)>) -> Result<User, ClusterError> {
     let refused = |why: &str| ClusterError::NoUser(format!("{wanted}: {why}"));
-    let line = passwd
-        .lines()
-        .map(|l| l.split(':').collect::<Vec<_>>())
-        .find(|f| f.len() >= 4 && f[0] == wanted)
-        .ok_or_else(|| refused("no such user"))?;
-    let (Ok(uid), Ok(gid)) = (line[2].parse::<u32>(), line[3].parse::<u32>()) else {
-        return Err(refused("its /etc/passwd line is malformed"));
-    };
+    let (uid, gid) = found.ok_or_else(|| refused("no such user"))?;
     if uid == 0 {
         return Err(refused("it is root"));
     }
@@ -839,24 +836,25 @@ const NOBODY: u32 = 65534;
 mod tests {
     use super::*;
 
-    const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\n\
-                          postgres:x:101:104::/var/lib/postgresql:/bin/bash\n\
-                          nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n\
-                          other:x:65534:100::/:/bin/sh\n";
-
     #[test]
     fn the_server_runs_as_an_account_of_its_own_never_root_or_nobody() {
         assert_eq!(
-            user_from(PASSWD, "postgres").unwrap(),
+            account("postgres", Some((101, 104))).unwrap(),
             User {
                 name: "postgres".into(),
                 uid: 101,
                 gid: 104
             }
         );
-        for refused in ["root", "nobody", "other", "absent"] {
-            let e = user_from(PASSWD, refused).unwrap_err().to_string();
-            assert!(e.contains(refused) && e.contains("TIDEMARK_PG_USER"), "{e}");
+        let refused = [
+            ("root", Some((0, 0))),
+            ("nobody", Some((65534, 65534))),
+            ("other", Some((65534, 100))),
+            ("absent", None),
+        ];
+        for (name, found) in refused {
+            let e = account(name, found).unwrap_err().to_string();
+            assert!(e.contains(name) && e.contains("TIDEMARK_PG_USER"), "{e}");
         }
     }
 }

@@ -2,7 +2,6 @@
 //! database, started, restarted, stopped and killed.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use crate::{bin, TestDb};
 
@@ -135,10 +134,7 @@ impl ShardProc {
 
     /// SIGTERM, then waits; asserts a clean exit.
     pub fn stop(&mut self) {
-        Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
+        signal(self.child.id(), "TERM");
         let status = self.child.wait().unwrap();
         assert!(
             status.success(),
@@ -167,10 +163,27 @@ impl Drop for ShardProc {
 /// SIGTERM to a child, then waits for it (its status is the caller's
 /// business: a bench reads the log, a test asserts).
 pub fn terminate(child: &mut std::process::Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
+    signal(child.id(), "TERM");
     let _ = child.wait();
+}
+
+/// Sends the signal named as `kill -s` takes it (`TERM`, `INT`, `STOP`,
+/// `CONT`, `KILL`, ...) to a process; returns whether it was delivered (a
+/// process already gone is not an error here). Panics on an unknown name.
+pub fn signal(pid: u32, name: &str) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), named(name)).is_ok()
+}
+
+/// [`signal`] to every process of a process group; `None` only asks
+/// whether the group still has a process (`kill -0`).
+pub fn signal_group(pgid: u32, name: Option<&str>) -> bool {
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid as i32), name.map(named)).is_ok()
+}
+
+fn named(name: &str) -> nix::sys::signal::Signal {
+    use std::str::FromStr;
+    nix::sys::signal::Signal::from_str(&format!("SIG{name}"))
+        .unwrap_or_else(|_| panic!("no signal named {name}"))
 }
 
 /// A child process killed when the guard drops, so a failing test leaves no

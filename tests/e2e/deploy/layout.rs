@@ -275,10 +275,7 @@ fn the_shipped_layout_runs_and_every_process_serves_its_metrics() {
     // proxy holds nothing and ends by the signal itself, which systemd
     // counts as a clean exit too.
     for mut s in services.into_iter().rev() {
-        Command::new("kill")
-            .args(["-TERM", &s.0.id().to_string()])
-            .status()
-            .unwrap();
+        tidemark_testkit::signal(s.0.id(), "TERM");
         let status = s.0.wait().unwrap();
         let by_term = std::os::unix::process::ExitStatusExt::signal(&status) == Some(15);
         assert!(

@@ -181,10 +181,7 @@ fn a_stop_with_the_database_away_ends_within_shutdown_timeout_and_says_what_it_l
     }
     std::thread::sleep(Duration::from_millis(500));
     let started = std::time::Instant::now();
-    Command::new("kill")
-        .args(["-TERM", &shard.child.id().to_string()])
-        .status()
-        .unwrap();
+    tidemark_testkit::signal(shard.child.id(), "TERM");
     let status = shard.child.wait().unwrap();
     let took = started.elapsed();
     let log = shard.log();
@@ -215,11 +212,11 @@ fn a_stop_with_the_database_away_ends_within_shutdown_timeout_and_says_what_it_l
         publ.event("bid", &tx(100 + i, T0), T0 + 1, BID);
     }
     std::thread::sleep(Duration::from_millis(500));
-    let pid = shard.child.id().to_string();
-    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let pid = shard.child.id();
+    tidemark_testkit::signal(pid, "TERM");
     std::thread::sleep(Duration::from_millis(500));
     assert!(shard.child.try_wait().unwrap().is_none(), "still trying");
-    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    tidemark_testkit::signal(pid, "INT");
     let started = std::time::Instant::now();
     let status = shard.child.wait().unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));

@@ -4,7 +4,6 @@
 //! `faults`.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
 use tidemark_wire::Txid;
