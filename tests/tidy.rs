@@ -375,3 +375,98 @@ fn e2e_files_are_small_and_share_only_the_kit() {
         }
     }
 }
+
+/// docs/ARCHITECTURE.md names only what exists: every file it names
+/// (`….rs`, `.sh`, `.py`, `.sql`, `.toml`, `.md`), every module a crate's
+/// section defines as a list item (`- \`name\`:`), and every
+/// `tidemark-bench` subcommand, all of them.
+#[test]
+fn the_architecture_names_only_what_exists() {
+    let root = Path::new(ROOT);
+    let text = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let mut files = Vec::new();
+    all_files(root, &mut files);
+    let spans: Vec<&str> = text.split('`').skip(1).step_by(2).collect();
+    let named_file = |s: &&&str| {
+        [".rs", ".sh", ".py", ".sql", ".toml", ".md"]
+            .iter()
+            .any(|e| s.ends_with(e))
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-/.".contains(c))
+    };
+    for span in spans.iter().filter(named_file) {
+        assert!(
+            files.iter().any(|f| f.ends_with(span)),
+            "docs/ARCHITECTURE.md names `{span}`, which no file is"
+        );
+    }
+    let mut krate = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("### `crates/") {
+            krate = rest.split('`').next().map(str::to_owned);
+        } else if line.starts_with("### ") {
+            krate = None;
+        }
+        let (Some(k), Some(rest)) = (&krate, line.strip_prefix("- `")) else {
+            continue;
+        };
+        let Some((name, _)) = rest.split_once("`:") else {
+            continue;
+        };
+        let module = root.join("crates").join(k).join("src").join(name);
+        assert!(
+            module.with_extension("rs").exists() || module.is_dir(),
+            "docs/ARCHITECTURE.md's {k} section defines module `{name}`, which is not there"
+        );
+    }
+    let listed: BTreeSet<String> = spans
+        .iter()
+        .find_map(|s| {
+            s.strip_prefix("tidemark-bench ")
+                .filter(|r| r.contains('|'))
+        })
+        .expect("ARCHITECTURE lists the bench subcommands")
+        .split('|')
+        .map(|s| s.trim().to_owned())
+        .collect();
+    let main = std::fs::read_to_string(root.join("crates/tidemark-bench/src/main.rs")).unwrap();
+    let body = main.split("enum Bench {").nth(1).expect("enum Bench");
+    let body = &body[..body.find("\n}").expect("its end")];
+    let defined: BTreeSet<String> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("    "))
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_uppercase()))
+        .map(|l| {
+            let ident: String = l
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect();
+            // CamelCase as clap names it: kebab-case.
+            let mut kebab = String::new();
+            for (i, c) in ident.chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    kebab.push('-');
+                }
+                kebab.push(c.to_ascii_lowercase());
+            }
+            kebab
+        })
+        .collect();
+    assert_eq!(listed, defined, "the bench subcommands ARCHITECTURE lists");
+}
+
+/// Every file under `dir` but build output and VCS data.
+fn all_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if name == "target" || name == ".git" {
+            continue;
+        }
+        if path.is_dir() {
+            all_files(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
