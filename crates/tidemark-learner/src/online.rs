@@ -248,7 +248,7 @@ impl State {
             Err(_) => {
                 // Its connections may hang until TCP gives up: new ones next time.
                 src.reset();
-                src.failed(&StoreError::Pool(format!(
+                src.failed(&StoreError::Lost(format!(
                     "no answer within source_timeout ({:?})",
                     config.source_timeout
                 )));
@@ -466,7 +466,7 @@ async fn register(config: &Config, sources: &mut [SourceDb], positions: &BTreeMa
             Ok(Err(e)) => src.failed(&e),
             Err(_) => {
                 src.reset();
-                src.failed(&StoreError::Pool(format!(
+                src.failed(&StoreError::Lost(format!(
                     "no answer within source_timeout ({:?})",
                     config.source_timeout
                 )));

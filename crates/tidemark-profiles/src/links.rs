@@ -72,7 +72,7 @@ pub async fn apply_group(
     };
     let Some(client) = conn.client.filter(|c| !c.is_closed()) else {
         if !entries.is_empty() {
-            done.result = Err(StoreError::Pool("link-stage connection lost".into()));
+            done.result = Err(StoreError::Lost("the link stage's connection".into()));
         }
         return done;
     };
@@ -81,8 +81,8 @@ pub async fn apply_group(
         if stop.get() {
             // Another group failed (perhaps the coordinator's connection,
             // and the profile lock with it): the retry takes up the rest.
-            done.result = Err(StoreError::Pool(
-                "stopped: another link group failed".into(),
+            done.result = Err(StoreError::Lost(
+                "stopped: another link group's connection failed".into(),
             ));
             break;
         }

@@ -98,7 +98,7 @@ impl Worker {
             Some(c) if !c.is_closed() => c,
             _ => {
                 self.client = None;
-                return Err(StoreError::Pool("worker connection lost".into()));
+                return Err(StoreError::Lost("a worker's connection".into()));
             }
         };
         let pairs: Vec<(String, i16)> = work

@@ -45,6 +45,14 @@ pub enum StoreError {
     /// The connection pool failed (not the server).
     #[error("connection pool: {0}")]
     Pool(String),
+    /// A connection was lost or stopped answering; the work is tried again
+    /// on a new one.
+    #[error("connection lost: {0}")]
+    Lost(String),
+    /// A lock this process needs is held by another session (perhaps its
+    /// own predecessor's, lost): waited for within `lock_grace`.
+    #[error("lock held: {0}")]
+    Held(String),
 }
 
 impl From<deadpool_postgres::PoolError> for StoreError {
@@ -200,7 +208,9 @@ impl StoreError {
             // again whole (SPEC 12).
             StoreError::Db(e) | StoreError::Migration { source: e, .. } => e,
             // The pool timed out or was closed: the server may come back.
-            StoreError::Pool(_) => return ErrorClass::Transient,
+            StoreError::Pool(_) | StoreError::Lost(_) | StoreError::Held(_) => {
+                return ErrorClass::Transient
+            }
             _ => return ErrorClass::Unknown,
         };
         if e.is_closed() {
@@ -245,22 +255,6 @@ impl StoreError {
             _ => None,
         }
     }
-
-    /// Whether retrying later may succeed (the server went away or is restarting),
-    /// as opposed to an error in what was asked.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            StoreError::Db(e) | StoreError::Migration { source: e, .. } => {
-                e.is_closed()
-                    || e.code().is_none()
-                    || e.code().is_some_and(|c| {
-                        let c = c.code();
-                        c.starts_with("08") || c.starts_with("57P") || c == "53300" || c == "55P03"
-                    })
-            }
-            _ => false,
-        }
-    }
 }
 
 /// The server's own words for an error, which `tokio_postgres` keeps out of `Display`.
@@ -300,7 +294,7 @@ impl LockGrace {
     pub fn refused(&mut self, lock: &str, pid: i32) -> Option<StoreError> {
         let since = *self.since.get_or_insert_with(std::time::Instant::now);
         (since.elapsed() < Self::LIMIT).then(|| {
-            StoreError::Pool(format!(
+            StoreError::Held(format!(
                 "{lock} is still held (pid {pid}), perhaps by this process's lost session; waiting up to {}s",
                 Self::LIMIT.as_secs()
             ))
