@@ -12,10 +12,10 @@
 
 mod format;
 mod scorer;
-mod store;
+mod publish;
 
 pub use format::{
     Candidate, Checkpoint, FormatError, Target, Tuning, FORMAT_VERSION, MAGIC, MAX_CANDIDATES,
 };
 pub use scorer::{Model, Scorer, Scores};
-pub use store::{latest, publish, remove_stale_temporaries, write, LATEST};
+pub use publish::{latest, publish, remove_stale_temporaries, write, LATEST};
