@@ -11,11 +11,11 @@
 #![warn(missing_docs)]
 
 mod format;
-mod scorer;
 mod publish;
+mod scorer;
 
 pub use format::{
     Candidate, Checkpoint, FormatError, Target, Tuning, FORMAT_VERSION, MAGIC, MAX_CANDIDATES,
 };
-pub use scorer::{Model, Scorer, Scores};
 pub use publish::{latest, publish, remove_stale_temporaries, write, LATEST};
+pub use scorer::{Model, Scorer, Scores};
