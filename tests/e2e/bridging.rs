@@ -145,7 +145,7 @@ fn links_from_several_publishers_keep_the_invariants() {
     // Small batches and two workers: many batches, each splitting persons
     // between workers while the link stage merges them.
     let config = LINKS.replace("batch_events = 300", "batch_events = 40");
-    let mut proc = ShardProc::start_profiles_multi(&db, "crowd", &endpoints, &config);
+    let mut proc = Proc::profiles_multi(&db, "crowd", &endpoints, &config);
     for p in &mut publishers {
         p.wait_subscribed("tick", 2);
     }
@@ -329,7 +329,7 @@ fn linked_market(name: &str, args: &[&str]) -> Vec<String> {
 fn the_linked_market_is_bridged_exactly_and_scored_against_its_true_persons() {
     let db = TestDb::new("profiles_market");
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "market", &publisher.endpoint, LINKS);
+    let mut proc = Proc::profiles(&db, "market", &publisher.endpoint, LINKS);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let lines = linked_market(

@@ -17,8 +17,7 @@ use tidemark_reference as reference;
 use tidemark_testkit::exact::*;
 
 use tidemark_testkit::{
-    block_on, now_ms, query_i64, query_rows, run_ok, wait_for, wait_until, Publisher, ShardProc,
-    TestDb,
+    block_on, now_ms, query_i64, query_rows, run_ok, wait_for, wait_until, Proc, Publisher, TestDb,
 };
 
 /// Keeps both cores busy until dropped.
@@ -59,7 +58,7 @@ fn one_shard_replay(label: &str, m: &MarketFile, extra_config: &str, speed: &str
     let endpoint = free_endpoint();
     let config = config_text(&[], extra_config, "");
     let metrics = tidemark_testkit::free_addr();
-    let mut shard = ShardProc::start(
+    let mut shard = Proc::shard(
         &db,
         "x",
         &endpoint,
@@ -135,7 +134,7 @@ grace = "5s"
     let db = TestDb::new("custom");
     let endpoint = free_endpoint();
     let config = config_text(&[], r#"custom_types = ["open"]"#, targets);
-    let mut shard = ShardProc::start(&db, "x", &endpoint, &config);
+    let mut shard = Proc::shard(&db, "x", &endpoint, &config);
     finish(replay(&m.path, &endpoint, "0"));
     wait_all_swept(&db, "x", &m);
     shard.stop();
@@ -164,7 +163,7 @@ fn exact_across_three_shards_from_plan() {
             .map(|p| p.as_str().unwrap().to_owned())
             .collect();
         let config = config_text(&prefixes, "", "");
-        let proc = ShardProc::start(&db, &name, &endpoint, &config);
+        let proc = Proc::shard(&db, &name, &endpoint, &config);
         shards.push((name, config, proc));
     }
     finish(replay(&m.path, &endpoint, "0"));
@@ -194,7 +193,7 @@ fn exact_with_junk_and_poison_mixed_in() {
     let mut junk = Publisher::new();
     let config = config_text(&[], "", "");
     // The shard also listens to a second publisher that sends only junk and poison.
-    let mut shard = ShardProc::start_multi(&db, "x", &[&endpoint, &junk.endpoint], &config);
+    let mut shard = Proc::shard_multi(&db, "x", &[&endpoint, &junk.endpoint], &config);
     junk.wait_subscribed("tick", 2);
     // The database refuses what the decoder accepts: a constraint stands in
     // for any value PostgreSQL cannot take, once in the buffer, once in the
@@ -344,7 +343,7 @@ fn exact_with_junk_and_poison_mixed_in() {
 /// retrying publisher: PUB/SUB never redelivers what a killed process held.
 struct Killer {
     publ: Publisher,
-    shard: ShardProc,
+    shard: Proc,
     subscriptions: usize,
     kills: usize,
     /// When each line went out.
@@ -380,7 +379,7 @@ fn kill_9_run(label: &str, during_emission: bool, kills: usize) {
     let db = TestDb::new(label);
     let publ = Publisher::new();
     let config = config_text(&[], "", "");
-    let shard = ShardProc::start(&db, "x", &publ.endpoint, &config);
+    let shard = Proc::shard(&db, "x", &publ.endpoint, &config);
     let mut k = Killer {
         publ,
         shard,
@@ -492,7 +491,7 @@ fn publish_waits_for_a_slow_shard_instead_of_dropping_its_tail() {
     // A small queue and a CPU-starved shard: the replay ends long before the shard reads it all.
     let config = config_text(&[], "rcvhwm = 1000", "");
     let _busy = Contention::start(2);
-    let mut shard = ShardProc::start(&db, "x", &endpoint, &config);
+    let mut shard = Proc::shard(&db, "x", &endpoint, &config);
     finish(replay(&m.path, &endpoint, "0"));
     wait_all_swept(&db, "x", &m);
     shard.stop();
@@ -511,7 +510,7 @@ fn exact_with_connections_cut_at_random() {
     let m = market("cut", "2m", 300.0, &[]);
     let endpoint = free_endpoint();
     let config = config_text(&[], "", "");
-    let mut shard = ShardProc::start(&db, "x", &endpoint, &config);
+    let mut shard = Proc::shard(&db, "x", &endpoint, &config);
     let cutter = tidemark_testkit::Cutter::start(&db.url, "tidemark shard x", 50, 300, true);
     finish(replay(&m.path, &endpoint, "10"));
     // A contended box may back off for seconds between cuts: a replay can
@@ -544,7 +543,7 @@ fn exact_across_a_postgresql_restart_under_load() {
     let m = market("restart", "2m", 400.0, &[]);
     let endpoint = free_endpoint();
     let config = config_text(&[], "", "");
-    let mut shard = ShardProc::start(&db, "x", &endpoint, &config);
+    let mut shard = Proc::shard(&db, "x", &endpoint, &config);
     let publisher = std::thread::spawn({
         let path = m.path.clone();
         let endpoint = endpoint.clone();

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use tidemark_testkit::{query_rows, wait_for, ShardProc, TestDb, GUARDED_CLOCK};
+use tidemark_testkit::{query_rows, wait_for, Proc, TestDb, GUARDED_CLOCK};
 
 /// The Python with pyzmq that `scripts/test.sh` prepared (`TIDEMARK_PYTHON`),
 /// else the system's `python3`.
@@ -19,7 +19,7 @@ fn python() -> std::ffi::OsString {
 fn the_python_publisher_feeds_a_shard_row_by_row() {
     let db = TestDb::new("example_py");
     let endpoint = format!("tcp://{}", tidemark_testkit::free_addr());
-    let mut shard = ShardProc::start(&db, "py", &endpoint, GUARDED_CLOCK);
+    let mut shard = Proc::shard(&db, "py", &endpoint, GUARDED_CLOCK);
     let dir = tidemark_testkit::tmp_dir().join(format!("example-py-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let record = dir.join("made.jsonl");

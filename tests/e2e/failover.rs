@@ -48,7 +48,7 @@ fn a_promoted_standby_that_missed_commits_is_written_as_it_stands() {
     let (primary, standby) = (cluster.url(), cluster.standby().url());
     let db = TestDb::external("profiles_failover", &host_list(&primary, &standby));
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "failover", &publisher.endpoint, LINKS);
+    let mut proc = Proc::profiles(&db, "failover", &publisher.endpoint, LINKS);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = link_stream(now as u64 ^ 0xfa11, 3000, now);
@@ -157,7 +157,7 @@ fn shard_failover(label: &str, restart: bool) {
     let m = market(label, "30m", 12.0, &[]);
     let config = config_text(&[], "", "");
     let mut publ = Publisher::new();
-    let mut shard = ShardProc::start(&db, "x", &publ.endpoint, &config);
+    let mut shard = Proc::shard(&db, "x", &publ.endpoint, &config);
     publ.wait_subscribed("tick", 2);
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("{label}-learn-{}", std::process::id()));

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use tidemark_testkit::{now_ms, wait_for, Reaped, ShardProc, TestDb};
+use tidemark_testkit::{now_ms, wait_for, Proc, Reaped, TestDb};
 use tidemark_wire::Txid;
 
 /// The largest frame and libzmq's overhead on it, the `F` of the formulas.
@@ -154,7 +154,7 @@ fn a_flood_into_a_stuck_shard_stays_within_its_memory_bound() {
     publ.set_rcvtimeo(100).unwrap();
     publ.bind("tcp://127.0.0.1:*").unwrap();
     let endpoint = publ.get_last_endpoint().unwrap().unwrap();
-    let mut shard = ShardProc::start(&db, "f", &endpoint, &config);
+    let mut shard = Proc::shard(&db, "f", &endpoint, &config);
     let mut subscribed = 0;
     while subscribed < 2 {
         if let Ok(m) = publ.recv_bytes(0) {
@@ -238,7 +238,7 @@ fn a_flood_into_a_stuck_profile_process_stays_within_its_memory_bound() {
     publ.set_rcvtimeo(100).unwrap();
     publ.bind("tcp://127.0.0.1:*").unwrap();
     let endpoint = publ.get_last_endpoint().unwrap().unwrap();
-    let mut proc = ShardProc::start_profiles(&db, "flood", &endpoint, &config);
+    let mut proc = Proc::profiles(&db, "flood", &endpoint, &config);
     let mut subscribed = 0;
     while subscribed < 2 {
         if let Ok(m) = publ.recv_bytes(0) {

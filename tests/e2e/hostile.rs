@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tidemark_testkit::exact::counter;
-use tidemark_testkit::{now_ms, wait_for, Publisher, Reaped, ShardProc, TestDb, GUARDED_CLOCK};
+use tidemark_testkit::{now_ms, wait_for, Proc, Publisher, Reaped, TestDb, GUARDED_CLOCK};
 use tidemark_wire::Txid;
 
 const BID: &str = r#""features":{"app":"a"}"#;
@@ -17,7 +17,7 @@ const BID: &str = r#""features":{"app":"a"}"#;
 fn a_panic_in_intake_exits_non_zero_after_writing_what_was_accepted() {
     let db = TestDb::new("panic");
     let mut publ = Publisher::new();
-    let mut shard = ShardProc::start_env(
+    let mut shard = Proc::start_env(
         "shard",
         &db,
         "p",
@@ -54,7 +54,7 @@ fn an_oversized_frame_costs_one_connection_which_comes_back() {
     let db = TestDb::new("oversize");
     let mut publ = Publisher::new();
     let by_name = publ.endpoint.replace("127.0.0.1", "localhost");
-    let mut shard = ShardProc::start(&db, "o", &by_name, "batch_delay = \"20ms\"");
+    let mut shard = Proc::shard(&db, "o", &by_name, "batch_delay = \"20ms\"");
     publ.wait_subscribed("tick", 2);
     let now = now_ms();
     let bid =
@@ -168,7 +168,7 @@ fn ctr_label(db: &TestDb, shard: &str, t: &Txid) -> Option<i64> {
 fn ticks_under_invented_names_are_bounded_by_max_publishers() {
     let db = TestDb::new("names");
     let mut publ = Publisher::new();
-    let mut shard = ShardProc::start(&db, "n", &publ.endpoint, GUARDED_CLOCK);
+    let mut shard = Proc::shard(&db, "n", &publ.endpoint, GUARDED_CLOCK);
     publ.wait_subscribed("tick", 2);
     let t0 = 1_700_000_000_000i64;
     publ.tick(t0);
@@ -206,7 +206,7 @@ fn events_with_thousands_of_identifiers_are_refused_whole() {
     let db = TestDb::new("many_ids");
     let mut publ = Publisher::new();
     let config = "clock = \"wall\"\nbatch_delay = \"20ms\"\nmax_ids = 64\n";
-    let mut proc = ShardProc::start_profiles(&db, "many", &publ.endpoint, config);
+    let mut proc = Proc::profiles(&db, "many", &publ.endpoint, config);
     publ.wait_subscribed("tick", 2);
     let now = now_ms();
     let ids = |n: usize, tag: &str| {
@@ -250,7 +250,7 @@ fn events_the_database_refuses_are_quarantined_and_the_rest_applied() {
     let db = TestDb::new("poison");
     let mut publ = Publisher::new();
     let config = "clock = \"wall\"\nbatch_delay = \"50ms\"\nbatch_events = 700\nworkers = 2\ntrail = \"7d\"\n";
-    let mut proc = ShardProc::start_profiles(&db, "poison", &publ.endpoint, config);
+    let mut proc = Proc::profiles(&db, "poison", &publ.endpoint, config);
     publ.wait_subscribed("tick", 2);
     tidemark_testkit::block_on({
         let url = db.url.clone();
@@ -325,7 +325,7 @@ fn an_idle_transaction_on_the_buffer_delays_housekeeping_never_the_sweep() {
     let mut publ = Publisher::new();
     // Narrow partitions that never widen: the first one ends 10 s after t0.
     let config = format!("partition = \"10s\"\npartition_rows = 2\n{GUARDED_CLOCK}");
-    let mut shard = ShardProc::start(&db, "l", &publ.endpoint, &config);
+    let mut shard = Proc::shard(&db, "l", &publ.endpoint, &config);
     publ.wait_subscribed("tick", 2);
     let t0 = 1_700_000_000_000i64;
     publ.tick(t0);
@@ -420,7 +420,7 @@ fn a_first_run_over_txids_spread_across_years_makes_few_partitions() {
     let db = TestDb::new("decades");
     let mut publ = Publisher::new();
     let config = "clock = \"event\"\nbatch_delay = \"50ms\"\ntrail = \"7d\"\n";
-    let mut proc = ShardProc::start_profiles(&db, "decades", &publ.endpoint, config);
+    let mut proc = Proc::profiles(&db, "decades", &publ.endpoint, config);
     publ.wait_subscribed("tick", 2);
     let (now, day) = (now_ms(), tidemark_testkit::DAY);
     let events = 2_000i64;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tidemark_testkit::exact::counter;
-use tidemark_testkit::{query_rows, wait_for, Reaped, ShardProc, TestDb, GUARDED_CLOCK};
+use tidemark_testkit::{query_rows, wait_for, Proc, Reaped, TestDb, GUARDED_CLOCK};
 use tidemark_wire::Txid;
 
 const BID: &str = r#""features":{"app":"a"}"#;
@@ -132,7 +132,7 @@ fn with_keys_only_listed_publishers_get_in_and_ticks_carry_their_names() {
         fleet_file.display(),
         zmq::z85_encode(&alice.public_key).unwrap()
     );
-    let mut shard = ShardProc::start_multi(&db, "k", &[&listed_ep, &unlisted_ep], &config);
+    let mut shard = Proc::shard_multi(&db, "k", &[&listed_ep, &unlisted_ep], &config);
     assert_eq!(
         ticks_subscribed(&listed, soon(20), 2),
         2,
@@ -233,7 +233,7 @@ fn a_keyed_proxy_lets_in_listed_publishers_and_passes_ticks_only_under_their_nam
         "{GUARDED_CLOCK}\n[curve]\nsecret_key_file = \"{}\"\n[[curve.publishers]]\nname = \"proxy-eu\"\npublic_key = \"{proxy_public}\"\nforwarder = true\n",
         fleet_file.display()
     );
-    let mut shard = ShardProc::start(&db, "x", &back, &config);
+    let mut shard = Proc::shard(&db, "x", &back, &config);
     let ctx = zmq::Context::new();
     // Readers of the proxy's output without the fleet's secret key.
     let wrong = ctx.socket(zmq::SUB).unwrap();
@@ -338,7 +338,7 @@ fn a_listed_publisher_ratcheting_its_own_clock_is_trusted() {
         fleet_file.display(),
         zmq::z85_encode(&alice.public_key).unwrap()
     );
-    let mut shard = ShardProc::start(&db, "r", &ep, &config);
+    let mut shard = Proc::shard(&db, "r", &ep, &config);
     assert_eq!(ticks_subscribed(&publ, soon(20), 2), 2);
     let t = Txid::new(1, T0 as u64);
     send(&publ, "tick", &tick("alice", T0));
@@ -398,7 +398,7 @@ fn with_keys_a_profile_process_applies_only_listed_publishers() {
         fleet_file.display(),
         zmq::z85_encode(&alice.public_key).unwrap()
     );
-    let mut proc = ShardProc::start_profiles_multi(&db, "kp", &[&listed_ep, &unlisted_ep], &config);
+    let mut proc = Proc::profiles_multi(&db, "kp", &[&listed_ep, &unlisted_ep], &config);
     assert_eq!(ticks_subscribed(&listed, soon(20), 2), 2);
     assert_eq!(ticks_subscribed(&unlisted, soon(2), 2), 0);
     let now = tidemark_testkit::now_ms();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tidemark_reference as reference;
 use tidemark_testkit::exact::*;
-use tidemark_testkit::{Publisher, ShardProc, TestDb};
+use tidemark_testkit::{Proc, Publisher, TestDb};
 
 /// `line` padded past 64 KiB with an unknown field (SPEC 3 ignores those):
 /// the same event, too large to accept.
@@ -22,7 +22,7 @@ fn oversized_events_cost_themselves_only_row_by_row() {
     let db = TestDb::new("oversize_alone");
     let mut publ = Publisher::new();
     let config = config_text(&[], "", "");
-    let mut shard = ShardProc::start(&db, "x", &publ.endpoint, &config);
+    let mut shard = Proc::shard(&db, "x", &publ.endpoint, &config);
     publ.wait_subscribed("tick", 2);
     let mut sent: Vec<Vec<Vec<u8>>> = Vec::new();
     let send = |sent: &mut Vec<Vec<Vec<u8>>>, f: Vec<Vec<u8>>| {

@@ -12,7 +12,7 @@ use tidemark_testkit::*;
 fn profiles_match_the_reference_row_by_row() {
     let db = TestDb::new("profiles_exact");
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "prof", &publisher.endpoint, CONFIG);
+    let mut proc = Proc::profiles(&db, "prof", &publisher.endpoint, CONFIG);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = stream(now as u64, 3000, now);
@@ -73,7 +73,7 @@ fn profiles_match_the_reference_row_by_row() {
 fn a_kill_9_loses_nothing_committed_and_never_double_counts() {
     let db = TestDb::new("profiles_kill");
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "prof", &publisher.endpoint, CONFIG);
+    let mut proc = Proc::profiles(&db, "prof", &publisher.endpoint, CONFIG);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = stream(now as u64 ^ 0x5eed, 4000, now);
@@ -112,7 +112,7 @@ fn a_kill_9_loses_nothing_committed_and_never_double_counts() {
 fn one_process_per_database_and_counter_definitions_are_fixed() {
     let db = TestDb::new("profiles_owner");
     let publisher = Publisher::new();
-    let mut first = ShardProc::start_profiles(&db, "one", &publisher.endpoint, CONFIG);
+    let mut first = Proc::profiles(&db, "one", &publisher.endpoint, CONFIG);
     wait_for("the first process to register", || {
         query_i64(
             &db.url,
@@ -120,13 +120,13 @@ fn one_process_per_database_and_counter_definitions_are_fixed() {
         )
         .filter(|n| *n == 1)
     });
-    let mut second = ShardProc::start_profiles(&db, "two", &publisher.endpoint, CONFIG);
+    let mut second = Proc::profiles(&db, "two", &publisher.endpoint, CONFIG);
     let status = second.child.wait().unwrap();
     assert!(!status.success());
     assert!(second.log().contains("already runs"), "{}", second.log());
     first.stop();
     let changed = CONFIG.replace("half_life = \"1d\"", "half_life = \"2d\"");
-    let mut third = ShardProc::start_profiles(&db, "three", &publisher.endpoint, &changed);
+    let mut third = Proc::profiles(&db, "three", &publisher.endpoint, &changed);
     let status = third.child.wait().unwrap();
     assert!(!status.success());
     assert!(third.log().contains("\"clk_1d\""), "{}", third.log());
@@ -136,7 +136,7 @@ fn one_process_per_database_and_counter_definitions_are_fixed() {
 fn the_synthetic_bidder_reads_profiles_into_its_bids() {
     let db = TestDb::new("profiles_bidder");
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "bidder", &publisher.endpoint, CONFIG);
+    let mut proc = Proc::profiles(&db, "bidder", &publisher.endpoint, CONFIG);
     publisher.wait_subscribed("tick", 2);
     // Persons' history: the market's own events, straight into the profile process.
     let file = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -352,7 +352,7 @@ half_life = "1d"
 "#;
     let db = TestDb::new("profiles_retain");
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "retain", &publisher.endpoint, RETAIN);
+    let mut proc = Proc::profiles(&db, "retain", &publisher.endpoint, RETAIN);
     publisher.wait_subscribed("tick", 2);
     let t0 = now_ms();
     publisher.tick(t0);
@@ -436,7 +436,7 @@ fn a_postgresql_crash_under_ingest_loses_nothing_committed() {
     let cluster = own_cluster("profiles-crash-home", false);
     let db = TestDb::external("profiles_crash", &cluster.url());
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "crash", &publisher.endpoint, CONFIG);
+    let mut proc = Proc::profiles(&db, "crash", &publisher.endpoint, CONFIG);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = stream(now as u64 ^ 0xc0ffee, 3000, now);
@@ -464,7 +464,7 @@ fn links_merge_persons_as_the_reference_does() {
     let mut publisher = Publisher::new();
     let metrics = tidemark_testkit::free_addr();
     let config = format!("metrics_addr = \"{metrics}\"\n{LINKS}");
-    let mut proc = ShardProc::start_profiles(&db, "links", &publisher.endpoint, &config);
+    let mut proc = Proc::profiles(&db, "links", &publisher.endpoint, &config);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     // Impressions (which link, and a few carry one identifier or settle
@@ -524,7 +524,7 @@ fn connections_cut_at_random_lose_nothing_and_count_nothing_twice() {
     let db = TestDb::new("profiles_cut");
     let mut publisher = Publisher::new();
     let config = LINKS.replace("batch_events = 300", "batch_events = 100");
-    let mut proc = ShardProc::start_profiles(&db, "cut", &publisher.endpoint, &config);
+    let mut proc = Proc::profiles(&db, "cut", &publisher.endpoint, &config);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let (mut messages, clicks): (Vec<_>, Vec<_>) = link_stream(now as u64 ^ 0xc07, 3000, now)
@@ -557,7 +557,7 @@ fn connections_cut_at_random_lose_nothing_and_count_nothing_twice() {
 fn links_survive_kill_9_during_merges() {
     let db = TestDb::new("profiles_links_kill");
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "linkk", &publisher.endpoint, LINKS);
+    let mut proc = Proc::profiles(&db, "linkk", &publisher.endpoint, LINKS);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = link_stream(now as u64 ^ 0x11, 3000, now);
@@ -579,7 +579,7 @@ fn an_event_carrying_many_long_identifiers_never_wedges_the_process() {
     let db = TestDb::new("profiles_wide");
     let mut publisher = Publisher::new();
     let config = format!("max_ids_per_event = 64\n{CONFIG}");
-    let mut proc = ShardProc::start_profiles(&db, "wide", &publisher.endpoint, &config);
+    let mut proc = Proc::profiles(&db, "wide", &publisher.endpoint, &config);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     // Valid per SPEC 11 (each value ≤ 256 bytes), far beyond what one index

@@ -41,7 +41,7 @@ fn events_held_by_a_locked_database_past_their_horizon_are_all_applied() {
     let config = config();
     let db = TestDb::new("stale_held");
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "held", &publisher.endpoint, &config);
+    let mut proc = Proc::profiles(&db, "held", &publisher.endpoint, &config);
     publisher.wait_subscribed("tick", 2);
     fence(&mut publisher, &db.url, "held_before", now_ms());
 
@@ -89,7 +89,7 @@ fn events_held_by_a_stopped_server_under_the_event_clock_are_all_applied() {
         CONFIG.replace("clock = \"wall\"", "clock = \"event\"\nlateness = \"0s\"")
     );
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "stopped", &publisher.endpoint, &config);
+    let mut proc = Proc::profiles(&db, "stopped", &publisher.endpoint, &config);
     publisher.wait_subscribed("tick", 2);
     let t0 = now_ms();
     publisher.tick(t0);

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use tidemark_testkit::exact::{config_text, free_endpoint};
 use tidemark_testkit::profiles::{fence, profile_get};
-use tidemark_testkit::{now_ms, tmp_dir, wait_for, Publisher, ShardProc, TestDb};
+use tidemark_testkit::{now_ms, tmp_dir, wait_for, Proc, Publisher, TestDb};
 
 /// The Unix socket directory and port of a test database's URL.
 fn socket_of(url: &str) -> (String, String) {
@@ -59,7 +59,7 @@ fn later_url(db: &TestDb, label: &str) -> (String, PathBuf, PathBuf) {
     (url, dir.join(&name), PathBuf::from(host).join(name))
 }
 
-fn wait_logged(proc: &ShardProc, what: &str) {
+fn wait_logged(proc: &Proc, what: &str) {
     wait_for(what, || proc.log().contains(what).then_some(()));
 }
 
@@ -70,8 +70,8 @@ fn a_shard_and_the_profile_process_wait_for_their_database() {
     let late = TestDb::external(&db.name, &url);
     let mut publ = Publisher::new();
     let config = "clock = \"wall\"\nbatch_delay = \"20ms\"\n";
-    let mut profiles = ShardProc::start_profiles(&late, "later", &publ.endpoint, config);
-    let mut shard = ShardProc::start(&late, "x", &free_endpoint(), &config_text(&[], "", ""));
+    let mut profiles = Proc::profiles(&late, "later", &publ.endpoint, config);
+    let mut shard = Proc::shard(&late, "x", &free_endpoint(), &config_text(&[], "", ""));
     wait_logged(&profiles, "starting: database unavailable, retrying");
     wait_logged(&shard, "starting: database unavailable, retrying");
     // Each retry line names its process.
@@ -104,8 +104,8 @@ fn a_stop_while_waiting_for_the_database_is_clean() {
     let db = TestDb::new("never");
     let (url, _, _) = later_url(&db, "never");
     let never = TestDb::external(&db.name, &url);
-    let mut shard = ShardProc::start(&never, "x", &free_endpoint(), &config_text(&[], "", ""));
-    let mut profiles = ShardProc::start_profiles(&never, "never", &free_endpoint(), "");
+    let mut shard = Proc::shard(&never, "x", &free_endpoint(), &config_text(&[], "", ""));
+    let mut profiles = Proc::profiles(&never, "never", &free_endpoint(), "");
     wait_logged(&shard, "starting: database unavailable, retrying");
     wait_logged(&profiles, "starting: database unavailable, retrying");
     shard.stop();
@@ -129,8 +129,8 @@ fn sessions_cut_while_they_start_are_retried_until_both_serve() {
     let cutter = tidemark_testkit::Cutter::start(&db.url, "%", 5, 60, false);
     let mut publ = Publisher::new();
     let config = "clock = \"wall\"\nbatch_delay = \"20ms\"\n";
-    let mut profiles = ShardProc::start_profiles(&db, "startcut", &publ.endpoint, config);
-    let mut shard = ShardProc::start(&db, "x", &free_endpoint(), &config_text(&[], "", ""));
+    let mut profiles = Proc::profiles(&db, "startcut", &publ.endpoint, config);
+    let mut shard = Proc::shard(&db, "x", &free_endpoint(), &config_text(&[], "", ""));
     std::thread::sleep(std::time::Duration::from_secs(15));
     let cuts = cutter.stop();
     wait_logged(&shard, "shard started");

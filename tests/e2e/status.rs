@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use tidemark_testkit::{bin, query_i64, run_ok, wait_for, ShardProc, TestDb};
+use tidemark_testkit::{bin, query_i64, run_ok, wait_for, Proc, TestDb};
 
 fn status(files: &[&Path]) -> (Option<i32>, Value) {
     let out = bin()
@@ -50,9 +50,9 @@ fn status_turns_unhealthy_when_a_shard_the_learner_or_the_database_stops() {
     run_ok(&["db", "up", "--home", home.to_str().unwrap()]);
     let db = TestDb::external("status", &cluster.url());
     let endpoint = tidemark_testkit::exact::free_endpoint();
-    let mut shard = ShardProc::start(&db, "st0", &endpoint, "");
+    let mut shard = Proc::shard(&db, "st0", &endpoint, "");
     let counters = "[[counters]]\nname = \"clk\"\nevent = \"click\"\nhalf_life = \"1h\"\n";
-    let mut profiles = ShardProc::start_profiles(&db, "stp", &endpoint, counters);
+    let mut profiles = Proc::profiles(&db, "stp", &endpoint, counters);
     let dir = tidemark_testkit::tmp_dir().join(format!("status-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use tidemark_testkit::{block_on, free_addr, query_i64, run_ok, Publisher, ShardProc, TestDb};
+use tidemark_testkit::{block_on, free_addr, query_i64, run_ok, Proc, Publisher, TestDb};
 
 /// Whether the session of `url` is encrypted, as the server sees it; the
 /// error's text when it cannot connect.
@@ -125,7 +125,7 @@ fn the_url_asks_for_tls_and_gets_what_libpq_would_give() {
     // A shard and a bidder's lookup over TLS, seen encrypted by the server.
     let db = TestDb::external("tidemark", &full);
     let publisher = Publisher::new();
-    let mut shard = ShardProc::start(&db, "tls", &publisher.endpoint, "");
+    let mut shard = Proc::shard(&db, "tls", &publisher.endpoint, "");
     let sessions = |name: &str| {
         query_i64(
             &socket_url,

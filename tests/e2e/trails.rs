@@ -52,7 +52,7 @@ fn packable_and_packed(url: &str, now: i64) -> (i64, i64) {
 fn packed_days_read_as_the_reference_across_kill_9_replay_and_late_events() {
     let db = TestDb::new("trails_packed");
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "packed", &publisher.endpoint, PACKED);
+    let mut proc = Proc::profiles(&db, "packed", &publisher.endpoint, PACKED);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     publisher.tick(now);
@@ -149,7 +149,7 @@ fn wait_long<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
 
 /// A database migrated by a profile process that then stopped.
 fn migrated(db: &TestDb, name: &str) {
-    let mut p = ShardProc::start_profiles(db, name, "tcp://127.0.0.1:1", PACKED);
+    let mut p = Proc::profiles(db, name, "tcp://127.0.0.1:1", PACKED);
     wait_for("the schema", || {
         query_i64(&db.url, "SELECT count(*) FROM tidemark.profile_process").filter(|n| *n == 1)
     });
@@ -180,7 +180,7 @@ fn a_kill_9_while_packing_a_day_moves_every_event_exactly_once() {
     });
 
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "kp", &publisher.endpoint, PACKED);
+    let mut proc = Proc::profiles(&db, "kp", &publisher.endpoint, PACKED);
     publisher.wait_subscribed("tick", 2);
     publisher.tick(now);
     let packer = "FROM pg_stat_activity WHERE application_name = 'tidemark profiles kp: packer'
@@ -385,7 +385,7 @@ fn a_trail_day_without_its_chunks_partition_gets_one_at_start() {
     assert_eq!(chunk_parts(), 0);
 
     let mut publisher = Publisher::new();
-    let mut proc = ShardProc::start_profiles(&db, "nc", &publisher.endpoint, PACKED);
+    let mut proc = Proc::profiles(&db, "nc", &publisher.endpoint, PACKED);
     publisher.wait_subscribed("tick", 2);
     publisher.tick(now);
     let txids: Vec<tidemark_wire::Txid> = (0..3)

@@ -30,7 +30,7 @@ use std::process::{Command, Output};
 pub use certs::certificates;
 pub use cutter::Cutter;
 pub use db::{query_i64, query_rows, test_home, TestDb};
-pub use procs::{signal, signal_group, terminate, Reaped, ShardProc};
+pub use procs::{signal, signal_group, terminate, Proc, Reaped};
 pub use publisher::Publisher;
 pub use rng::Rng;
 pub use store::Operator;

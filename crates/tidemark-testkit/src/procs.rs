@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use crate::{bin, TestDb};
 
-/// A shard process running the built binary against a test database.
-pub struct ShardProc {
+/// A `tidemark shard` or `tidemark profiles` process of the built binary
+/// against a test database.
+pub struct Proc {
     pub child: std::process::Child,
     pub config: PathBuf,
     pub name: String,
@@ -17,30 +18,25 @@ pub struct ShardProc {
     env: Vec<(String, String)>,
 }
 
-impl ShardProc {
+impl Proc {
     /// Starts `tidemark shard` with `name`, connecting to `endpoint`; `extra` is more TOML.
-    pub fn start(db: &TestDb, name: &str, endpoint: &str, extra: &str) -> ShardProc {
-        ShardProc::start_multi(db, name, &[endpoint], extra)
+    pub fn shard(db: &TestDb, name: &str, endpoint: &str, extra: &str) -> Proc {
+        Proc::shard_multi(db, name, &[endpoint], extra)
     }
 
     /// Starts a shard connecting to several endpoints.
-    pub fn start_multi(db: &TestDb, name: &str, endpoints: &[&str], extra: &str) -> ShardProc {
-        ShardProc::start_command("shard", db, name, endpoints, extra)
+    pub fn shard_multi(db: &TestDb, name: &str, endpoints: &[&str], extra: &str) -> Proc {
+        Proc::start_command("shard", db, name, endpoints, extra)
     }
 
     /// Starts `tidemark profiles` (SPEC 11) against `db`; `extra` is more TOML.
-    pub fn start_profiles(db: &TestDb, name: &str, endpoint: &str, extra: &str) -> ShardProc {
-        ShardProc::start_command("profiles", db, name, &[endpoint], extra)
+    pub fn profiles(db: &TestDb, name: &str, endpoint: &str, extra: &str) -> Proc {
+        Proc::start_command("profiles", db, name, &[endpoint], extra)
     }
 
     /// Starts `tidemark profiles` connecting to several endpoints.
-    pub fn start_profiles_multi(
-        db: &TestDb,
-        name: &str,
-        endpoints: &[&str],
-        extra: &str,
-    ) -> ShardProc {
-        ShardProc::start_command("profiles", db, name, endpoints, extra)
+    pub fn profiles_multi(db: &TestDb, name: &str, endpoints: &[&str], extra: &str) -> Proc {
+        Proc::start_command("profiles", db, name, endpoints, extra)
     }
 
     /// Starts `tidemark <command>` (`shard` or `profiles`) with more
@@ -52,12 +48,12 @@ impl ShardProc {
         endpoint: &str,
         extra: &str,
         env: &[(&str, &str)],
-    ) -> ShardProc {
+    ) -> Proc {
         let env = env
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        ShardProc::start_command_env(command, db, name, &[endpoint], extra, env)
+        Proc::start_command_env(command, db, name, &[endpoint], extra, env)
     }
 
     fn start_command(
@@ -66,8 +62,8 @@ impl ShardProc {
         name: &str,
         endpoints: &[&str],
         extra: &str,
-    ) -> ShardProc {
-        ShardProc::start_command_env(command, db, name, endpoints, extra, Vec::new())
+    ) -> Proc {
+        Proc::start_command_env(command, db, name, endpoints, extra, Vec::new())
     }
 
     /// Writes a configuration (name, endpoints, the test database, `extra`)
@@ -79,7 +75,7 @@ impl ShardProc {
         endpoints: &[&str],
         extra: &str,
         env: Vec<(String, String)>,
-    ) -> ShardProc {
+    ) -> Proc {
         let endpoint = endpoints.join("\", \"");
         let dir = crate::tmp_dir().join(command);
         std::fs::create_dir_all(&dir).unwrap();
@@ -92,7 +88,7 @@ impl ShardProc {
         // A log of an earlier run would answer this run's assertions; a
         // restart appends.
         let _ = std::fs::remove_file(config.with_extension("log"));
-        ShardProc::spawn(config, name, command, env)
+        Proc::spawn(config, name, command, env)
     }
 
     fn spawn(
@@ -100,7 +96,7 @@ impl ShardProc {
         name: &str,
         command: &'static str,
         env: Vec<(String, String)>,
-    ) -> ShardProc {
+    ) -> Proc {
         let log = config.with_extension("log");
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -115,7 +111,7 @@ impl ShardProc {
             .stderr(out)
             .spawn()
             .unwrap();
-        ShardProc {
+        Proc {
             child,
             config,
             name: name.to_owned(),
@@ -129,7 +125,7 @@ impl ShardProc {
     pub fn restart(&mut self) {
         let _ = self.child.try_wait();
         let env = std::mem::take(&mut self.env);
-        *self = ShardProc::spawn(self.config.clone(), &self.name, self.command, env);
+        *self = Proc::spawn(self.config.clone(), &self.name, self.command, env);
     }
 
     /// SIGTERM, then waits; asserts a clean exit.
@@ -153,7 +149,7 @@ impl ShardProc {
     }
 }
 
-impl Drop for ShardProc {
+impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

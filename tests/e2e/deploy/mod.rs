@@ -466,7 +466,7 @@ fn a_shard_notifies_systemd_and_answers_readyz() {
     let db = tidemark_testkit::TestDb::new("notify");
     let addr = tidemark_testkit::free_addr();
     let endpoint = tidemark_testkit::exact::free_endpoint();
-    let mut shard = tidemark_testkit::ShardProc::start_env(
+    let mut shard = tidemark_testkit::Proc::start_env(
         "shard",
         &db,
         "nt",

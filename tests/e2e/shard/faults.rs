@@ -14,7 +14,7 @@ fn a_postgresql_crash_is_recorded_as_a_gap_and_the_shard_carries_on() {
     let url = cluster.url();
     let mut publ = Publisher::new();
     let db = tidemark_testkit::TestDb::external("crash", &url);
-    let mut shard = ShardProc::start(&db, "c", &publ.endpoint, EVENT_CLOCK);
+    let mut shard = Proc::shard(&db, "c", &publ.endpoint, EVENT_CLOCK);
     publ.wait_subscribed("tick", 2);
     publ.tick(T0 - 20 * S);
     for i in 0..100 {
@@ -92,7 +92,7 @@ fn retention_never_deletes_what_a_consumer_has_not_read() {
     let db = TestDb::new("retention");
     let mut publ = Publisher::new();
     let cfg = format!("retention = \"0s\"\nretention_check = \"100ms\"\n{EVENT_CLOCK}");
-    let mut shard = ShardProc::start(&db, "t", &publ.endpoint, &cfg);
+    let mut shard = Proc::shard(&db, "t", &publ.endpoint, &cfg);
     publ.wait_subscribed("tick", 2);
     // A learner has read up to seq 3 of this shard.
     query_i64(
@@ -135,7 +135,7 @@ fn retention_never_deletes_what_a_consumer_has_not_read() {
 fn ticks_sent_counts_estimate_what_pubsub_lost() {
     let db = TestDb::new("loss");
     let mut publ = Publisher::new();
-    let mut shard = ShardProc::start(
+    let mut shard = Proc::shard(
         &db,
         "l",
         &publ.endpoint,
@@ -165,7 +165,7 @@ fn a_stop_with_the_database_away_ends_within_shutdown_timeout_and_says_what_it_l
     let db = tidemark_testkit::TestDb::external("away", &cluster.url());
     let mut publ = Publisher::new();
     let cfg = format!("shutdown_timeout = \"2s\"\n{EVENT_CLOCK}");
-    let mut shard = ShardProc::start(&db, "a", &publ.endpoint, &cfg);
+    let mut shard = Proc::shard(&db, "a", &publ.endpoint, &cfg);
     publ.wait_subscribed("tick", 2);
     wait_for("the shard's tables", || {
         query_i64(
@@ -198,7 +198,7 @@ fn a_stop_with_the_database_away_ends_within_shutdown_timeout_and_says_what_it_l
     // A second signal ends a stop at once, even with a long shutdown_timeout.
     let cfg = format!("shutdown_timeout = \"1h\"\n{EVENT_CLOCK}");
     cluster.up(None).unwrap();
-    let mut shard = ShardProc::start(&db, "b", &publ.endpoint, &cfg);
+    let mut shard = Proc::shard(&db, "b", &publ.endpoint, &cfg);
     publ.wait_subscribed("tick", 4);
     wait_for("the second shard's tables", || {
         query_i64(
@@ -241,8 +241,8 @@ fn the_liveness_gate_holds_a_silent_trackers_windows_then_gives_up() {
     let gated = format!(
         "liveness_silence = \"1s\"\nliveness_max_hold = \"3s\"\nmetrics_addr = \"{metrics}\"\n{windows}"
     );
-    let mut g = ShardProc::start(&db, "gated", &publ.endpoint, &gated);
-    let mut u = ShardProc::start(&db, "ungated", &publ.endpoint, windows);
+    let mut g = Proc::shard(&db, "gated", &publ.endpoint, &gated);
+    let mut u = Proc::shard(&db, "ungated", &publ.endpoint, windows);
     publ.wait_subscribed("tick", 4);
     let start = std::time::Instant::now();
     let t0 = tidemark_testkit::now_ms();
@@ -335,7 +335,7 @@ fn a_flood_beyond_the_high_water_marks_is_counted_and_memory_stays_bounded() {
         .unwrap_or_else(|e| e.into_inner());
     let db = TestDb::new("flood");
     let mut publ = Publisher::with_sndhwm(1000);
-    let mut shard = ShardProc::start(
+    let mut shard = Proc::shard(
         &db,
         "f",
         &publ.endpoint,

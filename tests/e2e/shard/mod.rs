@@ -11,7 +11,7 @@ use tidemark_wire::Txid;
 mod faults;
 
 use tidemark_testkit::exact::counter;
-use tidemark_testkit::{query_i64, query_rows, wait_for, Publisher, ShardProc, TestDb};
+use tidemark_testkit::{query_i64, query_rows, wait_for, Proc, Publisher, TestDb};
 
 const T0: i64 = 1_700_000_000_000;
 const S: i64 = 1000;
@@ -112,7 +112,7 @@ const BID: &str = r#""features":{"app":"a","n":1}"#;
 fn observations_follow_spec_5_for_every_arrival_order() {
     let db = TestDb::new("spec5");
     let mut publ = Publisher::new();
-    let mut shard = ShardProc::start(&db, "s", &publ.endpoint, EVENT_CLOCK);
+    let mut shard = Proc::shard(&db, "s", &publ.endpoint, EVENT_CLOCK);
     publ.wait_subscribed("tick", 2);
     publ.tick(T0 - 20 * S);
     let mut expected: BTreeMap<(String, String), i16> = BTreeMap::new();
@@ -262,7 +262,7 @@ fn malformed_messages_are_counted_and_never_fatal() {
     let db = TestDb::new("malformed");
     let mut publ = Publisher::new();
     let metrics = tidemark_testkit::free_addr();
-    let mut shard = ShardProc::start(
+    let mut shard = Proc::shard(
         &db,
         "m",
         &publ.endpoint,
@@ -354,8 +354,8 @@ prefixes = ["0", "1", "2", "3", "4", "5", "6", "7"]"#;
     let high = r#"clock = "event"
 batch_delay = "20ms"
 prefixes = ["8", "9", "a", "b", "c", "d", "e", "f"]"#;
-    let _a = ShardProc::start(&db, "low", &publ.endpoint, low);
-    let _b = ShardProc::start(&db, "high", &publ.endpoint, high);
+    let _a = Proc::shard(&db, "low", &publ.endpoint, low);
+    let _b = Proc::shard(&db, "high", &publ.endpoint, high);
     publ.wait_subscribed("tick", 4);
     publ.wait_subscribed("bid-f", 1);
     publ.wait_subscribed("bid-0", 1);
@@ -383,11 +383,11 @@ prefixes = ["8", "9", "a", "b", "c", "d", "e", "f"]"#;
 fn a_second_shard_with_the_same_name_refuses_to_start() {
     let db = TestDb::new("lock");
     let mut publ = Publisher::new();
-    let _first = ShardProc::start(&db, "one", &publ.endpoint, "");
+    let _first = Proc::shard(&db, "one", &publ.endpoint, "");
     publ.wait_subscribed("tick", 2);
     // It waits `lock_grace` for the lock (a predecessor's session may be
     // going), then refuses.
-    let mut second = ShardProc::start(&db, "one", &publ.endpoint, "lock_grace = \"1s\"");
+    let mut second = Proc::shard(&db, "one", &publ.endpoint, "lock_grace = \"1s\"");
     let status = wait_for("the second shard to exit", || {
         second.child.try_wait().unwrap()
     });
@@ -403,7 +403,7 @@ fn a_lock_still_held_when_reconnecting_is_waited_for_then_taken() {
     // and goes on once the lock is free.
     let db = TestDb::new("lock_grace");
     let mut publ = Publisher::new();
-    let mut shard = ShardProc::start(&db, "g", &publ.endpoint, EVENT_CLOCK);
+    let mut shard = Proc::shard(&db, "g", &publ.endpoint, EVENT_CLOCK);
     publ.wait_subscribed("tick", 2);
     let url = db.url.clone();
     let held = tidemark_testkit::block_on(async move {
@@ -448,7 +448,7 @@ fn a_lock_still_held_when_reconnecting_is_waited_for_then_taken() {
 fn restart_keeps_clock_sequence_and_buffer() {
     let db = TestDb::new("restart");
     let mut publ = Publisher::new();
-    let mut shard = ShardProc::start(&db, "r", &publ.endpoint, EVENT_CLOCK);
+    let mut shard = Proc::shard(&db, "r", &publ.endpoint, EVENT_CLOCK);
     publ.wait_subscribed("tick", 2);
     publ.tick(T0 - 20 * S);
     let first: Vec<Txid> = (0..5).map(|i| tx(i, T0 + i as i64)).collect();
@@ -502,7 +502,7 @@ fn restart_keeps_clock_sequence_and_buffer() {
 fn kill_9_during_emission_gives_each_observation_exactly_once() {
     let db = TestDb::new("kill9");
     let mut publ = Publisher::new();
-    let mut shard = ShardProc::start(&db, "k", &publ.endpoint, EVENT_CLOCK);
+    let mut shard = Proc::shard(&db, "k", &publ.endpoint, EVENT_CLOCK);
     publ.wait_subscribed("tick", 2);
     publ.tick(T0 - 20 * S);
     // 3000 transactions over 300 s of creation time (within max_future of
@@ -580,7 +580,7 @@ fn wall_clock_shard_emits_as_time_passes() {
     let db = TestDb::new("wall");
     let mut publ = Publisher::new();
     let cfg = format!("period = \"100ms\"\nbatch_delay = \"20ms\"\n{SECOND_WINDOWS}");
-    let mut shard = ShardProc::start(&db, "w", &publ.endpoint, &cfg);
+    let mut shard = Proc::shard(&db, "w", &publ.endpoint, &cfg);
     publ.wait_subscribed("tick", 2);
     let now = tidemark_testkit::now_ms();
     let x = tx(7, now);
