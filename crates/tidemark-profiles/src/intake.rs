@@ -14,10 +14,11 @@ use tidemark_intake::{
     wall_ms, ClockKind, Door, Handler, Intake, IntakeError, Socket, Sockets, TickRefusal,
 };
 use tidemark_person::Identities;
-use tidemark_wire::{Decoder, Event as WireEvent, Reject, Tick, Txid, Types};
+use tidemark_wire::{Decoder, Event as WireEvent, Reject, Tick, Types};
 use tokio::sync::mpsc;
 
 use crate::config::Config;
+use crate::core::Event;
 
 /// Events per chunk handed over.
 const CHUNK_EVENTS: usize = 4096;
@@ -26,39 +27,6 @@ const CHUNK_EVENTS: usize = 4096;
 const CHUNK_BYTES: usize = 4 << 20;
 /// Longest an event waits in intake before its chunk is handed over.
 const CHUNK_AGE: Duration = Duration::from_millis(20);
-
-/// One event as the profile process reads it.
-#[derive(Debug, Clone)]
-pub struct Event {
-    /// Index of its type in the configuration's `types`.
-    pub type_index: usize,
-    /// Its transaction.
-    pub txid: Txid,
-    /// The txid's creation time, ms.
-    pub created: i64,
-    /// Its own time, ms.
-    pub ts: i64,
-    /// Its identifiers.
-    pub ids: Identities,
-    /// The payload as received (kept for the quarantine).
-    pub raw: Box<str>,
-    /// Its place in arrival order, set as it joins the process's queue: a
-    /// batch taken apart is put back together in that order.
-    pub seq: u64,
-    /// The process clock when intake accepted it (`None` before the clock
-    /// has a value): it is judged stale or not against this, once, however
-    /// long the database then keeps it waiting (SPEC 11, v1.3).
-    pub accepted: Option<i64>,
-}
-
-impl Event {
-    /// Memory it holds, near enough: its payload, its identifiers, and a
-    /// fixed part.
-    pub fn bytes(&self) -> usize {
-        let ids: usize = self.ids.ids.iter().map(|i| i.as_str().len() + 32).sum();
-        self.raw.len() + ids + 128
-    }
-}
 
 /// Events in arrival order and the clocks as they stood after them.
 #[derive(Debug, Default)]

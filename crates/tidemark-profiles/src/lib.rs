@@ -21,7 +21,6 @@
 
 pub mod config;
 mod core;
-pub mod days;
 pub mod intake;
 mod links;
 pub mod store;
@@ -33,6 +32,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use crate::core::days;
 use days::{day_of, mark_span, start_of, Spans, DAY_MS};
 use store::{Daily, Saved};
 use tidemark_intake::{drive, Failure, Step, Stopped};
@@ -42,9 +42,10 @@ use tokio::sync::mpsc;
 use tokio_postgres::Client;
 use tracing::Instrument;
 
+use crate::core::Event;
 use crate::core::{Caps, Counts, Entry, Layout, Pace, Placed, Work};
 pub use config::{Config, ConfigError, CounterDef};
-use intake::{Chunk, Event, Tally};
+use intake::{Chunk, Tally};
 use worker::Worker;
 
 /// Why the profile process stopped other than cleanly.

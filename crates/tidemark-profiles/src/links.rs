@@ -17,8 +17,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use crate::core::Event;
 use crate::core::{Caps, Entry, Known, Layout, LinkStage, Pace};
-use crate::intake::Event;
 use crate::store as profiles;
 use crate::{refused, set_aside, Config};
 use tidemark_store::StoreError;

@@ -23,8 +23,8 @@ const PROFILE_LOCK: i64 = 0x7464_6d6b_7072_6f66;
 /// Taken by [`quarantine`] for its transaction ("tdmkqrnt").
 const QUARANTINE_LOCK: i64 = 0x7464_6d6b_7172_6e74;
 
-pub use crate::days::DAY_MS;
-use crate::days::{day_of, Part};
+pub use crate::core::days::DAY_MS;
+use crate::core::days::{day_of, Part};
 
 /// Takes the database's profile lock on this session; `false` if another
 /// session holds it.

@@ -6,8 +6,8 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 
+use super::Event;
 use super::{Counts, Entry, Work};
-use crate::intake::Event;
 
 /// Where each stored identifier a split looks at sits before the batch:
 /// identifier -> (person, first ts, blocklisted).

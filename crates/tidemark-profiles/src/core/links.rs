@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tidemark_person::Person;
 
+use super::Event;
 use super::{Counts, IdRow, Layout, Merge, StoredId, StoredPerson, TrailRow};
-use crate::intake::Event;
 
 /// `max_ids` and `blocklist_after`.
 #[derive(Debug, Clone, Copy)]

@@ -3,14 +3,16 @@
 //! which worker counts each of the rest, and what a link-stage transaction
 //! or a worker's transaction writes.
 //!
-//! Owns: the plan's vocabulary ([`StoredId`] and [`StoredPerson`] as loaded,
+//! Owns: the plan's vocabulary ([`Event`] as read, [`StoredId`] and
+//! [`StoredPerson`] as loaded,
 //! [`IdRow`], [`Merge`] and [`TrailRow`] as written), the [`Layout`] of the
 //! stored arrays, `batch` (judging a batch, splitting it between the link
 //! stage and the workers, routing by person), `links` (a link-stage chunk:
 //! links in arrival order, riders, the `max_ids` cap, refusals charged,
 //! blocklisting, merges and masters), `work` (a worker's share:
 //! first copies counted, persons folded, new identifiers, lowered first ts,
-//! trail rows), and `pace` (how many events the next transaction takes).
+//! trail rows), `pace` (how many events the next transaction takes), and
+//! `days` (which time partitions a table needs and which it can drop).
 //! Each decision is a plain function over what the database
 //! answered (first-copy marks, stored identifiers with their persons, fresh
 //! person numbers) returning a *plan*: plain data that the executors
@@ -22,6 +24,8 @@
 //! shard's `phases::plan` decides what `Layout::sweep` runs.
 
 mod batch;
+pub mod days;
+mod event;
 mod links;
 mod pace;
 #[cfg(test)]
@@ -32,12 +36,11 @@ use std::collections::BTreeMap;
 
 use tidemark_person::{CounterSlot, Person};
 
-use crate::intake::Event;
-
 pub use batch::{
     carried, groups, has_links, judge, primaries, reassemble, route, split, touched, unmoved,
     Placed, Touched,
 };
+pub use event::Event;
 pub use links::{Caps, Entry, LinkPlan, LinkStage};
 pub use pace::Pace;
 pub use work::{Known, Share, Work};

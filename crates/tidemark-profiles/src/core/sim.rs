@@ -15,12 +15,12 @@ use tidemark_person::{CounterSlot, Identities, Person};
 use tidemark_wire::Txid;
 
 use super::links::LinkPlan;
+use super::Event;
 use super::{
     carried, groups, has_links, judge, primaries, reassemble, route, split, touched, unmoved, Caps,
     Counts, Entry, IdRow, Known, Layout, LinkStage, Merge, Placed, Share, StoredId, StoredPerson,
     TrailRow, Work,
 };
-use crate::intake::Event;
 
 /// 2026-01-01T00:00:00Z: every txid's creation time.
 pub const T0: i64 = 1_767_225_600_000;

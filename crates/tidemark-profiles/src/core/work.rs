@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use tidemark_person::Person;
 
+use super::Event;
 use super::{Counts, Layout, LinkPlan, StoredId, StoredPerson, TrailRow};
-use crate::intake::Event;
 
 /// The events of one worker's share of a batch, plus counts the coordinator
 /// decided for it to commit (duplicates within the batch, stale copies).
