@@ -8,8 +8,6 @@
 
 use std::time::Duration;
 
-use crate::store::buffer::TargetSql;
-use crate::store::sweep::{SweepPlan, SweepStep};
 use tidemark_wire::{EventType, Types};
 
 use crate::config::{Config, Given};
@@ -301,6 +299,61 @@ pub fn plan(
         marks: marks(phases, &new),
     };
     (new, plan)
+}
+
+/// A phase that emits observations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetSql {
+    /// The target's name.
+    pub name: String,
+    /// Population: `false` = every impressed transaction, `true` = those clicked in the click window.
+    pub given_click: bool,
+    /// The labelling event's type name (one of `Layout::event_types`).
+    pub event: String,
+    /// Label 1 only for an event strictly later than this after creation.
+    pub after_ms: i64,
+    /// Label 1 for an event at most this long after creation.
+    pub until_ms: i64,
+}
+
+/// One sweep transaction: what to consolidate, emit, keep and forget, over
+/// which creation times, and the progress saved with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepPlan {
+    /// The clock the sweep brings the shard to.
+    pub clock: i64,
+    /// Consolidate transactions created in `(lo, hi]` (the impression phase).
+    pub consolidate: Option<(i64, i64)>,
+    /// The emissions and the move of clicked rows, in the order to run them.
+    pub steps: Vec<SweepStep>,
+    /// Forget long-wait transactions created at or before this (the last phase).
+    pub forget_through: Option<i64>,
+    /// Every watermark after the sweep: `(phase, offset_ms, wm_ms)`.
+    pub marks: Vec<(String, i64, i64)>,
+}
+
+/// A step of a sweep after consolidation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SweepStep {
+    /// Copy transactions created in `(lo, hi]` that were clicked in time to
+    /// `long`, before their `txns` partition is dropped.
+    KeepClicked {
+        /// Exclusive lower bound of creation time.
+        lo: i64,
+        /// Inclusive upper bound of creation time.
+        hi: i64,
+    },
+    /// Emit a target's observations of transactions created in `(lo, hi]`.
+    Emit {
+        /// The target.
+        target: TargetSql,
+        /// Exclusive lower bound of creation time.
+        lo: i64,
+        /// Inclusive upper bound of creation time.
+        hi: i64,
+        /// The unclicked watermark at this step: below it only `long` holds rows.
+        unclicked: i64,
+    },
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use futures_util::SinkExt;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, GenericClient};
 
+use crate::phases::TargetSql;
 use tidemark_store::{PgTime, StoreError, PG_EPOCH_US};
 
 /// One event to append to the fresh tier.
@@ -51,21 +52,6 @@ pub struct MergeRow {
     pub created_ms: i64,
     /// `(column index in Layout::event_columns, ts_ms)`.
     pub ts: Vec<(usize, i64)>,
-}
-
-/// A phase that emits observations.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TargetSql {
-    /// The target's name.
-    pub name: String,
-    /// Population: `false` = every impressed transaction, `true` = those clicked in the click window.
-    pub given_click: bool,
-    /// The labelling event's type name (one of `Layout::event_types`).
-    pub event: String,
-    /// Label 1 only for an event strictly later than this after creation.
-    pub after_ms: i64,
-    /// Label 1 for an event at most this long after creation.
-    pub until_ms: i64,
 }
 
 /// Names and constants of one shard's buffer.

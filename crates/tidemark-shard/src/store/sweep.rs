@@ -7,50 +7,11 @@ use std::time::Instant;
 
 use tokio_postgres::Client;
 
-use super::buffer::{Consolidated, EventRow, Layout, MergeRow, TargetSql};
+use super::buffer::{Consolidated, EventRow, Layout, MergeRow};
 use super::state;
+use crate::phases::{SweepPlan, SweepStep, TargetSql};
 use tidemark_store::telemetry::{Counter, Family};
 use tidemark_store::{ErrorClass, StoreError};
-
-/// One sweep transaction: what to consolidate, emit, keep and forget, over
-/// which creation times, and the progress saved with it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SweepPlan {
-    /// The clock the sweep brings the shard to.
-    pub clock: i64,
-    /// Consolidate transactions created in `(lo, hi]` (the impression phase).
-    pub consolidate: Option<(i64, i64)>,
-    /// The emissions and the move of clicked rows, in the order to run them.
-    pub steps: Vec<SweepStep>,
-    /// Forget long-wait transactions created at or before this (the last phase).
-    pub forget_through: Option<i64>,
-    /// Every watermark after the sweep: `(phase, offset_ms, wm_ms)`.
-    pub marks: Vec<(String, i64, i64)>,
-}
-
-/// A step of a sweep after consolidation.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SweepStep {
-    /// Copy transactions created in `(lo, hi]` that were clicked in time to
-    /// `long`, before their `txns` partition is dropped.
-    KeepClicked {
-        /// Exclusive lower bound of creation time.
-        lo: i64,
-        /// Inclusive upper bound of creation time.
-        hi: i64,
-    },
-    /// Emit a target's observations of transactions created in `(lo, hi]`.
-    Emit {
-        /// The target.
-        target: TargetSql,
-        /// Exclusive lower bound of creation time.
-        lo: i64,
-        /// Inclusive upper bound of creation time.
-        hi: i64,
-        /// The unclicked watermark at this step: below it only `long` holds rows.
-        unclicked: i64,
-    },
-}
 
 /// What a committed sweep did.
 #[derive(Debug, Clone, Default, PartialEq)]
