@@ -42,7 +42,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::Client;
 use tracing::Instrument;
 
-use crate::core::Event;
+pub use crate::core::Event;
 use crate::core::{Caps, Counts, Entry, Layout, Pace, Placed, Work};
 pub use config::{Config, ConfigError, CounterDef};
 use intake::{Chunk, Tally};
