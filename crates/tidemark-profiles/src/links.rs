@@ -17,18 +17,18 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::core::Event;
-use crate::core::{Caps, Entry, Known, Layout, LinkStage, Pace};
+use crate::core::{Caps, Entry, Event, Known, Layout, LinkPlan, LinkStage, Pace};
+use crate::refusals::{refused, set_aside};
 use crate::store as profiles;
-use crate::{refused, set_aside, Config};
+use crate::tables::{Connection, ProfileTables};
+use crate::Config;
 use tidemark_store::StoreError;
 use tidemark_wire::Txid;
-use tokio_postgres::Client;
 
 /// A connection that applies one group, with what it keeps between batches.
-pub struct Conn<'c> {
+pub struct Conn<'c, C> {
     /// The connection (`None` while it is away: the group waits for the retry).
-    pub client: Option<&'c mut Client>,
+    pub client: Option<&'c mut C>,
     /// How many entries its next link-stage transaction takes.
     pub pace: &'c mut Pace,
     /// How its next transaction takes first-copy marks.
@@ -54,8 +54,8 @@ pub struct GroupDone {
 /// alone and set aside. Any other error stops it and, between their
 /// transactions, every other group (`stop`).
 #[allow(clippy::too_many_arguments)]
-pub async fn apply_group(
-    conn: Conn<'_>,
+pub(crate) async fn apply_group<C: Connection>(
+    conn: Conn<'_, C>,
     config: &Config,
     layout: &Layout,
     stage: Stage,
@@ -90,10 +90,10 @@ pub async fn apply_group(
         let started = Instant::now();
         let applied = apply(client, layout, stage, &entries[..n], conn.marking, known).await;
         match applied {
-            Ok(counts) => {
+            Ok(plan) => {
                 conn.pace.took(n, started.elapsed());
                 unknown_failures = 0;
-                for (k, v) in counts {
+                for (k, v) in plan.counts {
                     *done.counts.entry(k).or_default() += v;
                 }
                 entries.drain(..n);
@@ -143,17 +143,18 @@ pub struct Stage {
     pub counts_row: i16,
 }
 
-/// Applies `entries` (arrival order) in one transaction; returns the counts
-/// by reason to report. What it changes is forgotten in `known`, the
-/// workers' ([`Known::forget`]), before the commit.
-async fn apply(
-    client: &mut Client,
+/// Applies `entries` (arrival order) in one transaction; returns its plan
+/// (the counts by reason to report are its `counts`). What it changes is
+/// forgotten in `known`, the workers' ([`Known::forget`]), before the
+/// commit.
+pub(crate) async fn apply<C: Connection>(
+    client: &mut C,
     layout: &Layout,
     stage: Stage,
     entries: &[Entry],
     marking: &mut profiles::Marking,
     known: &RefCell<Vec<&mut Known>>,
-) -> Result<BTreeMap<&'static str, i64>, StoreError> {
+) -> Result<LinkPlan, StoreError> {
     let Stage {
         caps,
         trail_from,
@@ -168,32 +169,33 @@ async fn apply(
     let (riders, links): (Vec<&Entry>, Vec<&Entry>) = entries.iter().partition(|e| e.rider);
     let pairs: Vec<(String, i16)> = links.iter().map(|e| key(&e.event)).collect();
     let (tx, first) = loop {
-        let tx = client.transaction().await?;
-        match profiles::take_marks(&tx, &pairs, marking).await? {
+        let tx = client.begin().await?;
+        match tx.take_marks(&pairs, marking).await? {
             Some(first) => break (tx, first),
             None => tx.rollback().await?,
         }
     };
     // A rider that is a later copy changes nothing: looked at, not taken.
     let pairs: Vec<(String, i16)> = riders.iter().map(|e| key(&e.event)).collect();
-    let old = profiles::already_seen(&tx, &pairs).await?;
+    let old = tx.already_seen(&pairs).await?;
     let stage = LinkStage::new(layout, caps, entries, first, old, trail_from);
     let all = stage.identifiers();
-    let loaded = profiles::load(&tx, &all).await?;
-    let fresh = profiles::new_persons(&tx, all.len() - loaded.len()).await?;
+    let loaded = tx.load(&all).await?;
+    let fresh = tx.new_persons(all.len() - loaded.len()).await?;
     let plan = stage.plan(loaded, fresh);
 
     let (absorbed, survivors): (Vec<i64>, Vec<i64>) = plan.absorbed.iter().copied().unzip();
-    profiles::absorb(&tx, &absorbed, &survivors).await?;
-    profiles::upsert_ids(&tx, &plan.ids).await?;
-    profiles::upsert_persons(&tx, &plan.persons, layout.counters.len(), layout.types).await?;
-    profiles::log_merges(&tx, &plan.merges).await?;
-    profiles::insert_trail(&tx, &plan.trail).await?;
-    profiles::add_counts(&tx, counts_row, plan.counts.iter().map(|(k, v)| (*k, *v))).await?;
+    tx.absorb(&absorbed, &survivors).await?;
+    tx.upsert_ids(&plan.ids).await?;
+    tx.upsert_persons(&plan.persons, layout.counters.len(), layout.types)
+        .await?;
+    tx.log_merges(&plan.merges).await?;
+    tx.insert_trail(&plan.trail).await?;
+    tx.add_counts(counts_row, &plan.counts).await?;
     // Forgotten before the commit: whether or not it is heard back.
     for k in known.borrow_mut().iter_mut() {
         k.forget(&plan);
     }
     tx.commit().await?;
-    Ok(plan.counts)
+    Ok(plan)
 }

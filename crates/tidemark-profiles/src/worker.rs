@@ -11,15 +11,16 @@ use std::time::Instant;
 
 use crate::core::{Known, Layout, Pace, Share, Work};
 use crate::store as profiles;
+use crate::tables::{Connection, ProfileTables};
 use tidemark_store::StoreError;
 use tokio_postgres::Client;
 
 /// One worker and its connection (`None` while the database is away).
-pub struct Worker {
+pub(crate) struct Worker<C = Client> {
     /// Its number: its rows in `tidemark.profile_counts`.
     pub index: i16,
     /// Its connection.
-    pub client: Option<Client>,
+    pub client: Option<C>,
     /// How many events its next transaction takes.
     pub pace: Pace,
     /// How many entries its next link-stage transaction takes (the link
@@ -32,7 +33,7 @@ pub struct Worker {
     pub known: Known,
 }
 
-impl Worker {
+impl<C: Connection> Worker<C> {
     /// Applies `work` in transactions of [`Pace`]d size, in its order
     /// (grouped by routing key, `batch::route`; the counts ride with the first), each committed part leaving
     /// `work`; returns what committed and, on an error, leaves in `work`
@@ -112,24 +113,26 @@ impl Worker {
             })
             .collect();
         let (tx, first) = loop {
-            let tx = client.transaction().await?;
-            match profiles::take_marks(&tx, &pairs, &mut self.marking).await? {
+            let tx = client.begin().await?;
+            match tx.take_marks(&pairs, &mut self.marking).await? {
                 Some(first) => break (tx, first),
                 None => tx.rollback().await?,
             }
         };
         let share = Share::new(layout, work, first);
         let (mut stored, load) = self.known.split(&share.identifiers());
-        stored.extend(profiles::load(&tx, &load).await?);
+        stored.extend(tx.load(&load).await?);
         let plan = share.plan(stored);
 
         // New identifiers here are each a new person, in `persons` order.
-        let numbers = profiles::insert_ids(&tx, &plan.new_ids, &plan.new_first).await?;
+        let numbers = tx.insert_ids(&plan.new_ids, &plan.new_first).await?;
         let persons = plan.numbered(numbers);
-        profiles::lower_first_ts(&tx, &plan.lowered, &plan.lowered_first).await?;
-        profiles::upsert_persons(&tx, &persons, layout.counters.len(), layout.types).await?;
-        profiles::insert_trail(&tx, &plan.trail).await?;
-        profiles::add_counts(&tx, self.index, plan.counts.iter().map(|(k, v)| (*k, *v))).await?;
+        tx.lower_first_ts(&plan.lowered, &plan.lowered_first)
+            .await?;
+        tx.upsert_persons(&persons, layout.counters.len(), layout.types)
+            .await?;
+        tx.insert_trail(&plan.trail).await?;
+        tx.add_counts(self.index, &plan.counts).await?;
         tx.commit().await?;
         self.known.learn(&plan, &persons);
         Ok(plan.counts)

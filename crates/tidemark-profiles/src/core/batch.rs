@@ -359,7 +359,7 @@ mod tests {
     use std::collections::hash_map::DefaultHasher;
     use std::hash::BuildHasherDefault;
 
-    use crate::core::sim::{created, ev, T0};
+    use crate::sim::{created, ev, T0};
 
     #[test]
     fn judging_drops_later_copies_in_the_batch_and_stale_ones() {

@@ -149,167 +149,218 @@ impl<'a> LinkStage<'a> {
             caps,
             trail_from,
             firsts,
-            mut counts,
+            counts,
         } = self;
-        let mut ids: BTreeMap<String, IdState> = BTreeMap::new();
-        let mut persons: HashMap<i64, StoredPerson> = HashMap::new();
-        // Identifiers in memory per person, so a merge can re-point them.
-        let mut members: HashMap<i64, Vec<String>> = HashMap::new();
+        let mut t = Rows::loaded(layout, loaded, counts);
+        let mut fresh = fresh.into_iter();
+        for entry in firsts {
+            let e = &entry.event;
+            let l: Vec<String> = e.ids.ids.iter().map(|i| i.as_str().to_owned()).collect();
+            for id in &l {
+                t.place(id, e.ts, &mut fresh);
+            }
+            if entry.rider {
+                continue;
+            }
+            t.link(&l, e, caps);
+            let primary = e.ids.primary().expect("not empty").as_str();
+            let person = t.ids[primary].person;
+            let p = t.persons.get_mut(&person).expect("alive");
+            layout.count(&mut p.profile, e);
+            t.dirty.insert(person);
+            if trail_from.is_some_and(|from| e.ts >= from) {
+                t.trail.push(layout.trail_row(primary, e));
+            }
+        }
+        t.plan()
+    }
+}
+
+/// The rows one link-stage transaction holds while it decides: those
+/// loaded, and what it changed.
+struct Rows<'a> {
+    layout: &'a Layout,
+    ids: BTreeMap<String, IdState>,
+    persons: HashMap<i64, StoredPerson>,
+    /// Identifiers in memory per person, so a merge can re-point them.
+    members: HashMap<i64, Vec<String>>,
+    /// The persons loaded (stored before this transaction).
+    stored_before: BTreeSet<i64>,
+    /// Absorbed person -> the person it went into (chains resolved at the end).
+    into: BTreeMap<i64, i64>,
+    merges: Vec<Merge>,
+    trail: Vec<TrailRow>,
+    /// Persons to write back.
+    dirty: BTreeSet<i64>,
+    refused: i64,
+    counts: Counts,
+}
+
+impl<'a> Rows<'a> {
+    /// The stored identifiers and their persons, as loaded.
+    fn loaded(layout: &'a Layout, loaded: Vec<StoredId>, counts: Counts) -> Self {
+        let mut t = Rows {
+            layout,
+            ids: BTreeMap::new(),
+            persons: HashMap::new(),
+            members: HashMap::new(),
+            stored_before: BTreeSet::new(),
+            into: BTreeMap::new(),
+            merges: Vec::new(),
+            trail: Vec::new(),
+            dirty: BTreeSet::new(),
+            refused: 0,
+            counts,
+        };
         for s in loaded {
-            members
-                .entry(s.person.person)
-                .or_default()
-                .push(s.id.clone());
-            ids.insert(
-                s.id,
-                IdState {
-                    person: s.person.person,
-                    first_ts: s.first_ts,
-                    refusals: s.refusals,
-                    blocklisted: s.blocklisted,
-                    dirty: false,
-                },
-            );
-            persons.entry(s.person.person).or_insert_with(|| {
+            let person = s.person.person;
+            t.members.entry(person).or_default().push(s.id.clone());
+            let row = IdState {
+                person,
+                first_ts: s.first_ts,
+                refusals: s.refusals,
+                blocklisted: s.blocklisted,
+                dirty: false,
+            };
+            t.ids.insert(s.id, row);
+            t.persons.entry(person).or_insert_with(|| {
                 let mut p = s.person;
                 p.profile.fit(layout.counters.len(), layout.types);
                 p
             });
         }
-        let stored_before: BTreeSet<i64> = persons.keys().copied().collect();
-        let mut fresh = fresh.into_iter();
-        // Absorbed person -> the person it went into (chains resolved at the end).
-        let mut into: BTreeMap<i64, i64> = BTreeMap::new();
-        let mut merges: Vec<Merge> = Vec::new();
-        let mut trail: Vec<TrailRow> = Vec::new();
-        let mut dirty: BTreeSet<i64> = BTreeSet::new();
-        let mut refused = 0;
+        t.stored_before = t.persons.keys().copied().collect();
+        t
+    }
 
-        for entry in firsts {
-            let e = &entry.event;
-            let l: Vec<String> = e.ids.ids.iter().map(|i| i.as_str().to_owned()).collect();
-            for id in &l {
-                match ids.get_mut(id) {
-                    Some(s) => {
-                        if e.ts < s.first_ts {
-                            s.first_ts = e.ts;
-                            s.dirty = true;
-                            let p = persons.get_mut(&s.person).expect("loaded");
-                            p.profile.see(id, e.ts);
-                            dirty.insert(s.person);
-                        }
-                    }
-                    None => {
-                        let person = fresh.next().expect("a number per new identifier");
-                        let mut p = StoredPerson {
-                            person,
-                            profile: Person::new(id, e.ts),
-                        };
-                        p.profile.fit(layout.counters.len(), layout.types);
-                        persons.insert(person, p);
-                        members.insert(person, vec![id.clone()]);
-                        dirty.insert(person);
-                        ids.insert(
-                            id.clone(),
-                            IdState {
-                                person,
-                                first_ts: e.ts,
-                                refusals: 0,
-                                blocklisted: false,
-                                dirty: true,
-                            },
-                        );
-                    }
-                }
+    /// Places `id`, seen at `ts`: a new one is a new person (numbered from
+    /// `fresh`), a stored one's first ts lowered if `ts` is earlier.
+    fn place(&mut self, id: &str, ts: i64, fresh: &mut impl Iterator<Item = i64>) {
+        if let Some(s) = self.ids.get_mut(id) {
+            if ts < s.first_ts {
+                s.first_ts = ts;
+                s.dirty = true;
+                let p = self.persons.get_mut(&s.person).expect("loaded");
+                p.profile.see(id, ts);
+                self.dirty.insert(s.person);
             }
-            if entry.rider {
+            return;
+        }
+        let person = fresh.next().expect("a number per new identifier");
+        let mut p = StoredPerson {
+            person,
+            profile: Person::new(id, ts),
+        };
+        let layout = self.layout;
+        p.profile.fit(layout.counters.len(), layout.types);
+        self.persons.insert(person, p);
+        self.members.insert(person, vec![id.to_owned()]);
+        self.dirty.insert(person);
+        let row = IdState {
+            person,
+            first_ts: ts,
+            refusals: 0,
+            blocklisted: false,
+            dirty: true,
+        };
+        self.ids.insert(id.to_owned(), row);
+    }
+
+    /// The link steps of `e`, whose identifiers are `l` (in link order:
+    /// user, then ids by kind): each identifier to the first one before it
+    /// that is not blocklisted; merged within `max_ids`, else refused.
+    fn link(&mut self, l: &[String], e: &Event, caps: Caps) {
+        let mut charged: BTreeSet<(String, i64)> = BTreeSet::new();
+        for i in 1..l.len() {
+            if self.ids[&l[i]].blocklisted {
                 continue;
             }
-            // Link steps: each identifier to the first one before it that is
-            // not blocklisted, in link order (user, then ids by kind).
-            let mut charged: BTreeSet<(String, i64)> = BTreeSet::new();
-            for i in 1..l.len() {
-                if ids[&l[i]].blocklisted {
-                    continue;
-                }
-                let Some(anchor) = (0..i).find(|&j| !ids[&l[j]].blocklisted) else {
-                    continue;
-                };
-                let (p, q) = (ids[&l[anchor]].person, ids[&l[i]].person);
-                if p == q {
-                    continue;
-                }
-                let (size_p, size_q) = (
-                    persons[&p].profile.size as usize,
-                    persons[&q].profile.size as usize,
-                );
-                if size_p + size_q <= caps.max_ids {
-                    // The smaller side is absorbed: fewer identifier rows to move.
-                    let (keep, gone) = if size_q > size_p { (q, p) } else { (p, q) };
-                    let g = persons.remove(&gone).expect("alive");
-                    let k = persons.get_mut(&keep).expect("alive");
-                    let kept_master = k.profile.master.clone();
-                    k.profile.merge(&g.profile, &layout.counters);
-                    // The log names both sides by their masters as they stood:
-                    // the merged person's master first, whichever side it came from.
-                    let absorbed = if k.profile.master == kept_master {
-                        g.profile.master.clone()
-                    } else {
-                        kept_master
-                    };
-                    merges.push(Merge {
-                        ts: e.ts,
-                        txid: e.txid.as_str().to_owned(),
-                        master: k.profile.master.clone(),
-                        absorbed,
-                    });
-                    for id in members.remove(&gone).unwrap_or_default() {
-                        ids.get_mut(&id).expect("member").person = keep;
-                        members.entry(keep).or_default().push(id);
-                    }
-                    into.insert(gone, keep);
-                    dirty.remove(&gone);
-                    dirty.insert(keep);
-                    continue;
-                }
-                refused += 1;
-                // The person at the cap is the larger side, both when equal;
-                // each of the event's identifiers in it is charged once per
-                // distinct other person.
-                let mut capped = Vec::new();
-                if size_p >= size_q {
-                    capped.push((p, q));
-                }
-                if size_q >= size_p {
-                    capped.push((q, p));
-                }
-                for (cap, other) in capped {
-                    for id in &l {
-                        let s = ids.get_mut(id).expect("present");
-                        if s.person == cap && charged.insert((id.clone(), other)) {
-                            s.refusals = s.refusals.saturating_add(1);
-                            s.dirty = true;
-                            if s.refusals > i64::from(caps.blocklist_after) && !s.blocklisted {
-                                s.blocklisted = true;
-                                *counts.entry("blocklisted").or_default() += 1;
-                            }
-                        }
-                    }
-                }
+            let Some(anchor) = (0..i).find(|&j| !self.ids[&l[j]].blocklisted) else {
+                continue;
+            };
+            let (p, q) = (self.ids[&l[anchor]].person, self.ids[&l[i]].person);
+            if p == q {
+                continue;
             }
-            let primary = e.ids.primary().expect("not empty").as_str();
-            let person = ids[primary].person;
-            layout.count(&mut persons.get_mut(&person).expect("alive").profile, e);
-            dirty.insert(person);
-            if trail_from.is_some_and(|from| e.ts >= from) {
-                trail.push(layout.trail_row(primary, e));
+            let size = |p: i64| self.persons[&p].profile.size as usize;
+            let (size_p, size_q) = (size(p), size(q));
+            if size_p + size_q <= caps.max_ids {
+                // The smaller side is absorbed: fewer identifier rows to move.
+                let (keep, gone) = if size_q > size_p { (q, p) } else { (p, q) };
+                self.merge(keep, gone, e);
+                continue;
+            }
+            self.refused += 1;
+            // The person at the cap is the larger side, both when equal;
+            // each of the event's identifiers in it is charged once per
+            // distinct other person.
+            if size_p >= size_q {
+                self.charge(l, p, q, caps, &mut charged);
+            }
+            if size_q >= size_p {
+                self.charge(l, q, p, caps, &mut charged);
             }
         }
-        *counts.entry("links_refused").or_default() += refused;
-        *counts.entry("merges").or_default() += merges.len() as i64;
+    }
 
-        // Persons that existed before this transaction and were absorbed:
-        // their rows are re-pointed to where they finally went, and deleted.
+    /// Merges person `gone` into `keep` at `e`, logging both masters.
+    fn merge(&mut self, keep: i64, gone: i64, e: &Event) {
+        let g = self.persons.remove(&gone).expect("alive");
+        let k = self.persons.get_mut(&keep).expect("alive");
+        let kept_master = k.profile.master.clone();
+        k.profile.merge(&g.profile, &self.layout.counters);
+        // The log names both sides by their masters as they stood: the
+        // merged person's master first, whichever side it came from.
+        let absorbed = if k.profile.master == kept_master {
+            g.profile.master.clone()
+        } else {
+            kept_master
+        };
+        self.merges.push(Merge {
+            ts: e.ts,
+            txid: e.txid.as_str().to_owned(),
+            master: k.profile.master.clone(),
+            absorbed,
+        });
+        for id in self.members.remove(&gone).unwrap_or_default() {
+            self.ids.get_mut(&id).expect("member").person = keep;
+            self.members.entry(keep).or_default().push(id);
+        }
+        self.into.insert(gone, keep);
+        self.dirty.remove(&gone);
+        self.dirty.insert(keep);
+    }
+
+    /// Charges a refusal against `other` to each of `l` in person `cap`,
+    /// once per (identifier, other person); blocklists past the limit.
+    fn charge(
+        &mut self,
+        l: &[String],
+        cap: i64,
+        other: i64,
+        caps: Caps,
+        charged: &mut BTreeSet<(String, i64)>,
+    ) {
+        for id in l {
+            let s = self.ids.get_mut(id).expect("present");
+            if s.person == cap && charged.insert((id.clone(), other)) {
+                s.refusals = s.refusals.saturating_add(1);
+                s.dirty = true;
+                if s.refusals > i64::from(caps.blocklist_after) && !s.blocklisted {
+                    s.blocklisted = true;
+                    *self.counts.entry("blocklisted").or_default() += 1;
+                }
+            }
+        }
+    }
+
+    /// What to write back: persons that existed before this transaction and
+    /// were absorbed re-pointed to where they finally went (and deleted),
+    /// identifier rows changed, persons changed, the log, trails, counts.
+    fn plan(mut self) -> LinkPlan {
+        *self.counts.entry("links_refused").or_default() += self.refused;
+        *self.counts.entry("merges").or_default() += self.merges.len() as i64;
+        let into = &self.into;
         let finally = |mut p: i64| {
             while let Some(n) = into.get(&p) {
                 p = *n;
@@ -318,11 +369,10 @@ impl<'a> LinkStage<'a> {
         };
         let absorbed: Vec<(i64, i64)> = into
             .keys()
-            .filter(|p| stored_before.contains(p))
+            .filter(|p| self.stored_before.contains(p))
             .map(|p| (*p, finally(*p)))
             .collect();
-        let rows: Vec<IdRow> = ids
-            .iter()
+        let rows: Vec<IdRow> = (self.ids.iter())
             .filter(|(_, s)| s.dirty || into.contains_key(&s.person))
             .map(|(id, s)| IdRow {
                 id: id.clone(),
@@ -332,17 +382,16 @@ impl<'a> LinkStage<'a> {
                 blocklisted: s.blocklisted,
             })
             .collect();
-        let written: Vec<StoredPerson> = dirty
-            .iter()
-            .filter_map(|p| persons.get(p).cloned())
+        let written: Vec<StoredPerson> = (self.dirty.iter())
+            .filter_map(|p| self.persons.get(p).cloned())
             .collect();
         LinkPlan {
             absorbed,
             ids: rows,
             persons: written,
-            merges,
-            trail,
-            counts,
+            merges: self.merges,
+            trail: self.trail,
+            counts: self.counts,
         }
     }
 }
@@ -350,7 +399,7 @@ impl<'a> LinkStage<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::sim::{ev, Sim, T0};
+    use crate::sim::{ev, Sim, T0};
 
     fn link(e: Event) -> Entry {
         Entry {
@@ -370,12 +419,18 @@ mod tests {
         plan.counts.iter().map(|(k, v)| (*k, *v)).collect()
     }
 
-    fn refusals(sim: &Sim) -> Vec<(&str, i64, bool)> {
-        sim.db
+    fn refusals(sim: &Sim) -> Vec<(String, i64, bool)> {
+        sim.db()
             .ids
             .iter()
             .filter(|(_, s)| s.refusals > 0)
-            .map(|(id, s)| (id.as_str(), s.refusals, s.blocklisted))
+            .map(|(id, s)| (id.clone(), s.refusals, s.blocklisted))
+            .collect()
+    }
+
+    fn owned<const N: usize>(rows: [(&str, i64, bool); N]) -> Vec<(String, i64, bool)> {
+        rows.iter()
+            .map(|(i, n, b)| (i.to_string(), *n, *b))
             .collect()
     }
 
@@ -386,7 +441,7 @@ mod tests {
             ev(1, 1, T0 + 100, Some("a"), &[]),
             ev(1, 2, T0 + 50, Some("b"), &[]),
         ]);
-        let (a, b) = (sim.db.ids["user:a"].person, sim.db.ids["user:b"].person);
+        let (a, b) = (sim.db().ids["user:a"].person, sim.db().ids["user:b"].person);
         let plan = sim.links(&[link(ev(2, 3, T0 + 200, Some("a"), &[("member", "m")]))]);
         // A new identifier: a fresh person, absorbed at once (never stored).
         assert_eq!(merges(&plan), [(200, "user:a", "member:m")]);
@@ -421,10 +476,10 @@ mod tests {
         let plan = sim.links(&[link(ev(1, 4, T0 + 300, Some("b"), &[("member", "m")]))]);
         assert_eq!(merges(&plan), [(300, "user:b", "user:a")]);
         assert_eq!(plan.absorbed, [(b, a)]);
-        let p = &sim.db.persons[&a];
+        let p = &sim.db().persons[&a];
         assert_eq!((p.master.as_str(), p.size), ("user:b", 3));
         assert!(
-            !sim.db.persons.contains_key(&b),
+            !sim.db().persons.contains_key(&b),
             "the absorbed row is deleted"
         );
         assert_eq!(sim.person("user:b"), ["member:m", "user:a", "user:b"]);
@@ -439,7 +494,7 @@ mod tests {
             ev(1, 2, T0 + 2, None, &[("b", "1")]),
             ev(1, 3, T0 + 3, None, &[("d", "1"), ("e", "1"), ("f", "1")]),
         ]);
-        let n = |sim: &Sim, id: &str| sim.db.ids[id].person;
+        let n = |sim: &Sim, id: &str| sim.db().ids[id].person;
         let (a, b, d) = (n(&sim, "a:1"), n(&sim, "b:1"), n(&sim, "d:1"));
         let plan = sim.links(&[
             // Sizes 1 and 1: the anchor's person (a:1's) absorbs b:1's.
@@ -480,8 +535,11 @@ mod tests {
         assert_eq!(merges(&plan), [(9, "c:1", "user:b")]);
         // An earlier event (a worker's) moves the master.
         sim.batch(vec![ev(1, 4, T0 + 1, Some("b"), &[])]);
-        assert_eq!(sim.db.persons[&sim.db.ids["c:1"].person].master, "user:b");
-        assert_eq!(sim.db.ids["user:b"].first_ts, T0 + 1);
+        assert_eq!(
+            sim.db().persons[&sim.db().ids["c:1"].person].master,
+            "user:b"
+        );
+        assert_eq!(sim.db().ids["user:b"].first_ts, T0 + 1);
         // So does one in the link stage (c:1 at T0, before its link), and a
         // new identifier's first ts (a:9 at T0: the tie goes bytewise).
         let plan = sim.links(&[link(ev(1, 5, T0, None, &[("a", "9"), ("c", "1")]))]);
@@ -490,7 +548,7 @@ mod tests {
             plan.ids.iter().find(|r| r.id == "c:1").unwrap().first_ts,
             T0
         );
-        let p = &sim.db.persons[&sim.db.ids["c:1"].person];
+        let p = &sim.db().persons[&sim.db().ids["c:1"].person];
         assert_eq!((p.master.as_str(), p.size), ("a:9", 3), "T0: a:9 < c:1");
         sim.check_rows();
     }
@@ -531,13 +589,13 @@ mod tests {
             .map(|r| (r.id.as_str(), r.refusals))
             .collect();
         assert_eq!(rows, [("user:s", 1)]);
-        assert_eq!(refusals(&sim), [("user:s", 1, false)]);
+        assert_eq!(refusals(&sim), owned([("user:s", 1, false)]));
         assert_eq!(
-            sim.db.persons[&sim.db.ids["user:s"].person].types[1].count,
+            sim.db().persons[&sim.db().ids["user:s"].person].types[1].count,
             3
         );
         assert_eq!(
-            sim.db.persons[&sim.db.ids["idfa:i3"].person].types[1].count,
+            sim.db().persons[&sim.db().ids["idfa:i3"].person].types[1].count,
             1
         );
     }
@@ -551,9 +609,15 @@ mod tests {
         ]);
         let plan = sim.links(&[link(ev(1, 3, T0, None, &[("b", "1"), ("c", "1")]))]);
         assert_eq!(plan.counts["links_refused"], 1);
-        assert_eq!(refusals(&sim), [("b:1", 1, false), ("c:1", 1, false)]);
+        assert_eq!(
+            refusals(&sim),
+            owned([("b:1", 1, false), ("c:1", 1, false)])
+        );
         // Counted for its bytewise-smallest identifier's person.
-        assert_eq!(sim.db.persons[&sim.db.ids["a:1"].person].types[1].count, 2);
+        assert_eq!(
+            sim.db().persons[&sim.db().ids["a:1"].person].types[1].count,
+            2
+        );
     }
 
     #[test]
@@ -562,7 +626,7 @@ mod tests {
         sim.batch(vec![ev(1, 1, T0, Some("s"), &[("m", "1")])]);
         let plan = sim.links(&[link(ev(1, 2, T0, Some("s"), &[("x", "1")]))]);
         assert!(!plan.counts.contains_key("blocklisted"));
-        assert_eq!(refusals(&sim), [("user:s", 1, false)]);
+        assert_eq!(refusals(&sim), owned([("user:s", 1, false)]));
         // A second refusal: more than blocklist_after (1).
         let plan = sim.links(&[link(ev(1, 3, T0, Some("s"), &[("x", "2")]))]);
         assert_eq!(plan.counts["blocklisted"], 1);
@@ -575,12 +639,12 @@ mod tests {
         assert_eq!(sim.person("x:3"), ["x:3", "y:3"]);
         assert_eq!(sim.person("user:s"), ["m:1", "user:s"]);
         // Still readable, and still counted for.
-        let s = &sim.db.persons[&sim.db.ids["user:s"].person];
+        let s = sim.db().persons[&sim.db().ids["user:s"].person].clone();
         assert_eq!((s.size, s.types[1].count), (2, 4));
         // Linking nothing, it meets no cap: no refusal.
         let plan = sim.links(&[link(ev(1, 5, T0, Some("s"), &[("z", "5")]))]);
         assert_eq!(plan.counts["links_refused"], 0);
-        assert_eq!(refusals(&sim), [("user:s", 2, true)]);
+        assert_eq!(refusals(&sim), owned([("user:s", 2, true)]));
         sim.check_rows();
     }
 
@@ -597,15 +661,15 @@ mod tests {
             ev(1, 3, T0 + 10, Some("a"), &[]),
             ev(1, 4, T0 + 200, Some("a"), &[("d", "1")]),
         ]);
-        let log: Vec<(&str, &str)> = sim
-            .db
+        let db = sim.db();
+        let log: Vec<(&str, &str)> = db
             .merges
             .iter()
             .map(|m| (m.master.as_str(), m.absorbed.as_str()))
             .collect();
         assert_eq!(log, [("user:a", "d:1")]);
-        assert_eq!(sim.db.counts["applied"], 4, "the rider counted once");
-        let p = &sim.db.persons[&sim.db.ids["d:1"].person];
+        assert_eq!(sim.db().counts["applied"], 4, "the rider counted once");
+        let p = &sim.db().persons[&sim.db().ids["d:1"].person];
         assert_eq!((p.types[1].count, p.types[1].first), (4, T0 + 10));
 
         // Without it the link stage would have seen d:1 as the master.
@@ -620,7 +684,7 @@ mod tests {
 
     #[test]
     fn a_rider_places_its_identifiers_and_counts_nothing() {
-        let layout = crate::core::sim::layout();
+        let layout = crate::sim::layout();
         let caps = Caps {
             max_ids: 10,
             blocklist_after: 100,

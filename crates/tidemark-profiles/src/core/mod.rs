@@ -28,8 +28,6 @@ pub mod days;
 mod event;
 mod links;
 mod pace;
-#[cfg(test)]
-mod sim;
 mod work;
 
 use std::collections::BTreeMap;

@@ -354,7 +354,7 @@ impl<'a> Share<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::sim::{ev, layout, type_name, Sim, T0};
+    use crate::sim::{ev, layout, type_name, Sim, T0};
 
     fn work(events: Vec<Event>, trail_from: Option<i64>) -> Work {
         Work {
@@ -443,7 +443,7 @@ mod tests {
     fn identifiers_of_one_person_fold_into_one_row_and_lower_first_ts() {
         let mut sim = Sim::new(10, 100);
         sim.batch(vec![ev(1, 1, T0 + 50, Some("a"), &[("d", "1")])]);
-        let person = sim.db.ids["user:a"].person;
+        let person = sim.db().ids["user:a"].person;
         let w = work(
             vec![
                 ev(1, 2, T0 + 60, None, &[("d", "1")]),
@@ -455,7 +455,7 @@ mod tests {
         let layout = layout();
         let share = Share::new(&layout, &w, vec![true; 3]);
         assert_eq!(share.identifiers(), ["d:1", "user:a"]);
-        let plan = share.plan(sim.db.load(&["d:1", "user:a"]));
+        let plan = share.plan(sim.db().load(&["d:1", "user:a"]));
         assert!(plan.new_ids.is_empty());
         assert_eq!(plan.lowered, ["d:1", "user:a"]);
         assert_eq!(plan.lowered_first, [T0 + 40, T0 + 40]);
@@ -471,7 +471,7 @@ mod tests {
         );
 
         sim.work(&w);
-        assert_eq!(sim.db.ids["user:a"].first_ts, T0 + 40);
+        assert_eq!(sim.db().ids["user:a"].first_ts, T0 + 40);
         sim.check_rows();
     }
 
@@ -520,12 +520,16 @@ mod tests {
             let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
             let (got, _) = known.split(&ids);
             for g in got {
-                assert_eq!(Some(&g), sim.db.load(&[g.id.as_str()]).first(), "{round:?}");
+                assert_eq!(
+                    Some(&g),
+                    sim.db().load(&[g.id.as_str()]).first(),
+                    "{round:?}"
+                );
             }
             sim.work_knowing(&w, &mut known);
         }
         let (got, load) = known.split(&["user:a", "user:b", "user:z"]);
         assert_eq!((got.len(), load.as_slice()), (2, &["user:z"][..]));
-        assert_eq!(got, sim.db.load(&["user:a", "user:b"]));
+        assert_eq!(got, sim.db().load(&["user:a", "user:b"]));
     }
 }

@@ -16,6 +16,7 @@ mod marks;
 mod packing;
 mod partitions;
 mod persons;
+mod tables;
 mod trails;
 
 pub use counts::{add_counts, counts, quarantine};
