@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 mod config;
+pub mod metrics;
 pub mod offline;
 mod online;
 mod sources;

@@ -14,6 +14,7 @@ use tidemark_ftrl::Models;
 use tidemark_store::observations::{self, Observation};
 use tidemark_store::StoreError;
 
+use crate::metrics;
 use crate::sources::SourceDb;
 use crate::Config;
 
@@ -90,12 +91,7 @@ pub async fn run(
             let e = tidemark_metrics::serve(addr, "learner", move || {
                 let mut v = b.read();
                 let age = (now_ms() - at.load(Ordering::Relaxed)) as f64 / 1000.0;
-                v.push(tidemark_metrics::gauge(
-                    "checkpoint_age_seconds",
-                    "seconds since the last checkpoint was written (or the learner started)",
-                    &[],
-                    age,
-                ));
+                v.push(metrics::CHECKPOINT_AGE.sample(&[], age));
                 v
             })
             .map_err(|e| TrainError::Metrics(e.to_string()))?;
@@ -307,35 +303,14 @@ impl State {
     /// this run and the progressive logloss, overall and recent; per stream
     /// the position reached.
     fn samples(&self) -> Vec<tidemark_metrics::Sample> {
-        use tidemark_metrics::{counter, gauge};
         let mut v = Vec::new();
         for (target, (model, m)) in &self.models.targets {
             let t = [("target", target.as_str())];
-            v.push(counter(
-                "rows",
-                "observations learned (since the model began)",
-                &t,
-                model.trained as f64,
-            ));
-            v.push(gauge(
-                "logloss",
-                "progressive logloss over every row learned",
-                &t,
-                m.total.logloss(),
-            ));
-            v.push(gauge(
-                "recent_logloss",
-                "progressive logloss over the last `window` rows",
-                &t,
-                m.recent().logloss(),
-            ));
+            v.push(metrics::ROWS.sample(&t, model.trained as f64));
+            v.push(metrics::LOGLOSS.sample(&t, m.total.logloss()));
+            v.push(metrics::RECENT_LOGLOSS.sample(&t, m.recent().logloss()));
             let c = model.choice();
-            v.push(counter(
-                "tuning_switches",
-                "times the setting a target predicts with changed",
-                &t,
-                c.switches as f64,
-            ));
+            v.push(metrics::TUNING_SWITCHES.sample(&t, c.switches as f64));
             for (j, p) in c.settings.iter().enumerate() {
                 let (alpha, l2) = (p.alpha.to_string(), p.l2.to_string());
                 let rate_only = p.is_rate_only().to_string();
@@ -345,51 +320,24 @@ impl State {
                     ("l2", &l2),
                     ("rate_only", &rate_only),
                 ];
-                v.push(gauge(
-                    "tuning_recent_logloss",
-                    "per setting of a target's grid, its progressive logloss decayed by half every half_life rows",
-                    &l,
-                    c.recent_loss[j],
-                ));
-                v.push(gauge(
-                    "tuning_chosen",
-                    "1 for the setting a target predicts with (the checkpoint's), 0 for the others",
-                    &l,
-                    f64::from(u8::from(j == c.chosen)),
-                ));
+                v.push(metrics::TUNING_RECENT_LOGLOSS.sample(&l, c.recent_loss[j]));
+                v.push(metrics::TUNING_CHOSEN.sample(&l, f64::from(u8::from(j == c.chosen))));
             }
         }
         for ((target, feature), n) in &self.models.out_of_range {
-            v.push(counter(
-                "numeric_out_of_range",
-                "numeric values (after their transform) or crosses' products left out of a row: not finite, or over 1e15 in magnitude",
-                &[("target", target), ("feature", feature)],
-                *n as f64,
-            ));
+            v.push(
+                metrics::NUMERIC_OUT_OF_RANGE
+                    .sample(&[("target", target), ("feature", feature)], *n as f64),
+            );
         }
         for (target, n) in &self.refused {
-            v.push(counter(
-                "checkpoint_refused",
-                "times a target held a number that is not finite when a checkpoint was due: not written, the target resumed from its last good checkpoint",
-                &[("target", target)],
-                *n as f64,
-            ));
+            v.push(metrics::CHECKPOINT_REFUSED.sample(&[("target", target)], *n as f64));
         }
         for stream in &self.ahead {
-            v.push(gauge(
-                "position_ahead",
-                "1 while a stream's saved position is ahead of its last seq (a failover or crash lost observations already read)",
-                &[("stream", stream)],
-                1.0,
-            ));
+            v.push(metrics::POSITION_AHEAD.sample(&[("stream", stream)], 1.0));
         }
         for (stream, seq) in &self.positions {
-            v.push(gauge(
-                "position",
-                "the last seq read, per <source>/<shard> stream",
-                &[("stream", stream)],
-                *seq as f64,
-            ));
+            v.push(metrics::POSITION.sample(&[("stream", stream)], *seq as f64));
         }
         v
     }

@@ -95,6 +95,59 @@ impl Board {
     }
 }
 
+/// A metric as its component defines it, once: its name (after
+/// `tidemark_<component>_`, before `_total`), help and kind. Each
+/// component lists its own (`tidemark_shard::telemetry` for a shard's
+/// counters), so the names a scrape shows, the code that posts them and a
+/// test against docs/operations.md agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metric {
+    /// Its name after `tidemark_<component>_`.
+    pub name: &'static str,
+    /// What it counts or shows.
+    pub help: &'static str,
+    /// Counter or gauge.
+    pub kind: Kind,
+}
+
+impl Metric {
+    /// A counter.
+    pub const fn counter(name: &'static str, help: &'static str) -> Metric {
+        Metric {
+            name,
+            help,
+            kind: Kind::Counter,
+        }
+    }
+
+    /// A gauge.
+    pub const fn gauge(name: &'static str, help: &'static str) -> Metric {
+        Metric {
+            name,
+            help,
+            kind: Kind::Gauge,
+        }
+    }
+
+    /// One value of it.
+    pub fn sample(&self, labels: &[(&'static str, &str)], value: f64) -> Sample {
+        Sample {
+            kind: self.kind,
+            ..counter(self.name, self.help, labels, value)
+        }
+    }
+
+    /// Its whole name as a scrape shows it, for `component`.
+    pub fn exposed(&self, component: &str) -> String {
+        let total = if self.kind == Kind::Counter {
+            "_total"
+        } else {
+            ""
+        };
+        format!("tidemark_{component}_{}{total}", self.name)
+    }
+}
+
 /// A counter sample.
 pub fn counter(
     name: &str,

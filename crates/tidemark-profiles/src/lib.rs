@@ -23,6 +23,7 @@ mod coordinator;
 mod core;
 pub mod intake;
 mod links;
+pub mod metrics;
 mod refusals;
 #[cfg(test)]
 mod sim;

@@ -20,6 +20,7 @@ use tokio_postgres::Client;
 use crate::core::days::{self, day_of, Spans};
 use crate::core::{Counts, Event, Layout, Pace};
 use crate::intake::{Chunk, Tally};
+use crate::metrics;
 use crate::store::{self, Saved};
 use crate::worker::Worker;
 use crate::{Config, ProfilesError};
@@ -289,36 +290,19 @@ impl<'a> Process<'a> {
     /// (`applied`, `merges`, `links_refused`, `blocklisted`, `stale`, …, as
     /// in `tidemark.profile_counts`) and the events waiting for a batch.
     fn samples(&self) -> Vec<tidemark_metrics::Sample> {
-        use tidemark_metrics::{counter, gauge};
         let name = self.config.name.as_str();
-        let mut v: Vec<_> = self
-            .run_counts
-            .iter()
+        let mut v: Vec<_> = (self.run_counts.iter())
             .map(|(reason, n)| {
                 let labels = [("profiles", name), ("reason", reason.as_str())];
-                counter(
-                    "events",
-                    "events and links counted by reason, this run",
-                    &labels,
-                    *n as f64,
-                )
+                metrics::EVENTS.sample(&labels, *n as f64)
             })
             .collect();
         let pending = self.pending.len() as f64;
-        v.push(gauge(
-            "pending_events",
-            "events received, not yet applied",
-            &[("profiles", name)],
-            pending,
-        ));
+        v.push(metrics::PENDING_EVENTS.sample(&[("profiles", name)], pending));
         let workers = &self.pipeline.workers;
         let remembered: usize = workers.iter().map(|w| w.known.persons()).sum();
-        v.push(gauge(
-            "worker_cache_persons",
-            "stored persons the workers remember (at most workers x worker_cache)",
-            &[("profiles", name)],
-            remembered as f64,
-        ));
+        let remembered = remembered as f64;
+        v.push(metrics::WORKER_CACHE_PERSONS.sample(&[("profiles", name)], remembered));
         v
     }
 
