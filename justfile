@@ -55,7 +55,7 @@ bench-phases transactions="1000000":
 bench-learner:
     bash bench/learner.sh
 
-# The differential runs (tests/e2e/exact.rs) `n` times at size `scale` (1 = CI)
+# The differential runs (tests/e2e/shard/exact.rs) `n` times at size `scale` (1 = CI)
 check-exact n="20" scale="1":
     cargo build --workspace --tests
     for i in $(seq {{n}}); do echo "run $i/{{n}}"; TIDEMARK_EXACT_SCALE={{scale}} cargo test -q --test e2e -- exact:: || exit 1; done

@@ -48,7 +48,7 @@ fn a_promoted_standby_that_missed_commits_is_written_as_it_stands() {
     let (primary, standby) = (cluster.url(), cluster.standby().url());
     let db = TestDb::external("profiles_failover", &host_list(&primary, &standby));
     let mut publisher = Publisher::new();
-    let mut proc = Proc::profiles(&db, "failover", &publisher.endpoint, LINKS);
+    let mut proc = Proc::profiles(&db, "failover", &publisher.endpoint, links());
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = link_stream(now as u64 ^ 0xfa11, 3000, now);
@@ -90,7 +90,7 @@ fn a_promoted_standby_that_missed_commits_is_written_as_it_stands() {
     publish(&mut publisher, c);
     fence(&mut publisher, &db.url, "fo_c", now);
     let kept: Vec<_> = a.iter().chain(&day_c).chain(c).cloned().collect();
-    let oracle = oracle(LINKS, &kept, now);
+    let oracle = oracle(links(), &kept, now);
     // Across the two sockets the order is unknown: masters as they stood
     // in the log are not compared (as after kill -9).
     compare_links(&standby, &oracle, &kept, now, false);
@@ -163,16 +163,12 @@ fn shard_failover(label: &str, restart: bool) {
         .join(format!("{label}-learn-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let learn_cfg = dir.join("learn.toml");
-    std::fs::write(
-        &learn_cfg,
-        format!(
-            "checkpoint_dir = \"{}\"\ncheckpoint_every = 100\ncheckpoint_interval = \"200ms\"\nbits = 12\nbatch = 500\npoll = \"50ms\"\nsource_timeout = \"3s\"\n\n[[sources]]\nname = \"local\"\ndatabase_url = \"{}\"\n",
-            dir.join("ckpt").display(),
-            db.url
-        ),
-    )
-    .unwrap();
+    let learn_cfg = tidemark_testkit::config::learner(&dir, &db.url)
+        .set("checkpoint_every", 100usize)
+        .set("checkpoint_interval", "200ms")
+        .set("bits", 12usize)
+        .set("source_timeout", "3s")
+        .write(&dir.join("learn.toml"));
     let learn_log = dir.join("learn.log");
     let log = std::fs::File::create(&learn_log).unwrap();
     let _learner = Reaped(

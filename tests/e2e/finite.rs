@@ -51,16 +51,13 @@ fn a_bid_with_an_absurd_number_leaves_every_checkpoint_loadable() {
     std::fs::create_dir_all(&dir).unwrap();
     let ckpt = dir.join("ckpt");
     let addr = tidemark_testkit::free_addr();
-    let cfg = dir.join("learn.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "metrics_addr = \"{addr}\"\ncheckpoint_dir = \"{}\"\ncheckpoint_every = 500\nkeep = 100\nbits = 16\nbatch = 300\npoll = \"50ms\"\ncrosses = [[\"uid\", \"m\"]]\n\n[[sources]]\nname = \"local\"\ndatabase_url = \"{}\"\n",
-            ckpt.display(),
-            db.url
-        ),
-    )
-    .unwrap();
+    let cfg = tidemark_testkit::config::learner(&dir, &db.url)
+        .set("metrics_addr", addr.as_str())
+        .set("checkpoint_every", 500usize)
+        .set("keep", 100usize)
+        .set("batch", 300usize)
+        .set("crosses", [["uid", "m"]])
+        .write(&dir.join("learn.toml"));
     insert(&db);
     let log = std::fs::File::create(dir.join("learn.log")).unwrap();
     let mut child = bin()

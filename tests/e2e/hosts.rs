@@ -276,16 +276,22 @@ fn several_hosts_one_cut_off_and_brought_back() {
     let learner_toml = dir.join("learner.toml");
     let checkpoints = dir.join("checkpoints");
     let _ = std::fs::remove_dir_all(&checkpoints);
-    std::fs::write(
-        &learner_toml,
-        format!(
-            "checkpoint_dir = \"{}\"\ncheckpoint_interval = \"300ms\"\nbits = 16\nbatch = 500\npoll = \"100ms\"\nsource_timeout = \"2s\"\n\n[[sources]]\nname = \"a\"\ndatabase_url = \"{}\"\n\n[[sources]]\nname = \"b\"\ndatabase_url = \"{}\"\n",
-            checkpoints.display(),
-            a.tcp,
-            b.tcp
-        ),
-    )
-    .unwrap();
+    tidemark_testkit::config::Config::new()
+        .set("checkpoint_dir", checkpoints.as_path())
+        .set("checkpoint_interval", "300ms")
+        .set("bits", 16usize)
+        .set("batch", 500usize)
+        .set("poll", "100ms")
+        .set("source_timeout", "2s")
+        .push(
+            "sources",
+            &[("name", &"a"), ("database_url", &a.tcp.as_str())],
+        )
+        .push(
+            "sources",
+            &[("name", &"b"), ("database_url", &b.tcp.as_str())],
+        )
+        .write(&learner_toml);
     let learner_log = dir.join("learner.log");
     let learner = in_host(
         &l_ns,

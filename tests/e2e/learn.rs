@@ -41,17 +41,13 @@ fn insert(db: &TestDb, shard: &str, from: i64, n: i64) {
 }
 
 fn config(dir: &Path, db: &TestDb) -> PathBuf {
-    let path = dir.join("learn.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "checkpoint_dir = \"{}\"\ncheckpoint_every = 700\ncheckpoint_interval = \"200ms\"\nkeep = 3\nbits = 16\nbatch = 500\npoll = \"50ms\"\ncrosses = [[\"app\", \"os\"]]\n\n[[sources]]\nname = \"local\"\ndatabase_url = \"{}\"\n\n[targets.cvr_long]\nalpha = 0.05\n",
-            dir.join("ckpt").display(),
-            db.url
-        ),
-    )
-    .unwrap();
-    path
+    tidemark_testkit::config::learner(dir, &db.url)
+        .set("checkpoint_every", 700usize)
+        .set("checkpoint_interval", "200ms")
+        .set("keep", 3usize)
+        .set("crosses", [["app", "os"]])
+        .set("targets.cvr_long.alpha", 0.05)
+        .write(&dir.join("learn.toml"))
 }
 
 fn start(config: &Path, log: &Path) -> Child {

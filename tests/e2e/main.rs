@@ -3,8 +3,6 @@
 //! Helpers come only from `tidemark-testkit`; the guardrails that need no
 //! database are the `tidy` test target.
 
-// Several publishers linking the same persons at once (SPEC 11).
-mod bridging;
 // `tidemark plan` and argument handling.
 mod cli;
 // The embedded cluster (SPEC 9) and the per-test database harness.
@@ -13,8 +11,6 @@ mod db;
 mod demo;
 // The systemd units and the shipped layout, alerts and dashboards.
 mod deploy;
-// Shards against the reference row by row, under faults and load.
-mod exact;
 // The programs under `examples/`, against real processes.
 mod examples;
 // Promoted standbys that missed commits: profiles, shard, reader.
@@ -33,29 +29,21 @@ mod hosts;
 mod keys;
 // The learner end to end, killed at random, checkpoints scored.
 mod learn;
-// First-copy marks (SPEC 11) taken plainly, and copies.
-mod marks;
 // An oversized event costs only itself (SPEC 2).
 mod oversize;
-// Profiles (SPEC 11) end to end against the reference.
+// Profiles (SPEC 11) end to end against the reference: links, marks,
+// restarts, staleness, statistics and trails in its folder.
 mod profiles;
 // A stalled replica receiver reads as lag.
 mod replicas;
-// Restarts never stall (SPEC 12): kill -9 twenty times, an operator's lock.
-mod restarts;
 // The embedded cluster's password and files against a local attacker.
 mod secrets;
-// Shards end to end (SPEC 5), and their faults.
+// Shards end to end (SPEC 5), their faults, and `exact`: row by row
+// against the reference under faults and load.
 mod shard;
-// Staleness fixed at acceptance (SPEC 11): held databases.
-mod staleness;
 // Processes started before their database, or cut while starting.
 mod starting;
-// What ANALYZE does to the profile tables.
-mod statistics;
 // `tidemark status` and `tidemark validate` over a deployment.
 mod status;
 // TLS to PostgreSQL as libpq's sslmode asks.
 mod tls;
-// Trails packed by day, read back against the reference.
-mod trails;

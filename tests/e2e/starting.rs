@@ -71,7 +71,7 @@ fn a_shard_and_the_profile_process_wait_for_their_database() {
     let mut publ = Publisher::new();
     let config = "clock = \"wall\"\nbatch_delay = \"20ms\"\n";
     let mut profiles = Proc::profiles(&late, "later", &publ.endpoint, config);
-    let mut shard = Proc::shard(&late, "x", &free_endpoint(), &config_text(&[], "", ""));
+    let mut shard = Proc::shard(&late, "x", &free_endpoint(), config_text(&[], "", ""));
     wait_logged(&profiles, "starting: database unavailable, retrying");
     wait_logged(&shard, "starting: database unavailable, retrying");
     // Each retry line names its process.
@@ -104,7 +104,7 @@ fn a_stop_while_waiting_for_the_database_is_clean() {
     let db = TestDb::new("never");
     let (url, _, _) = later_url(&db, "never");
     let never = TestDb::external(&db.name, &url);
-    let mut shard = Proc::shard(&never, "x", &free_endpoint(), &config_text(&[], "", ""));
+    let mut shard = Proc::shard(&never, "x", &free_endpoint(), config_text(&[], "", ""));
     let mut profiles = Proc::profiles(&never, "never", &free_endpoint(), "");
     wait_logged(&shard, "starting: database unavailable, retrying");
     wait_logged(&profiles, "starting: database unavailable, retrying");
@@ -130,7 +130,7 @@ fn sessions_cut_while_they_start_are_retried_until_both_serve() {
     let mut publ = Publisher::new();
     let config = "clock = \"wall\"\nbatch_delay = \"20ms\"\n";
     let mut profiles = Proc::profiles(&db, "startcut", &publ.endpoint, config);
-    let mut shard = Proc::shard(&db, "x", &free_endpoint(), &config_text(&[], "", ""));
+    let mut shard = Proc::shard(&db, "x", &free_endpoint(), config_text(&[], "", ""));
     std::thread::sleep(std::time::Duration::from_secs(15));
     let cuts = cutter.stop();
     wait_logged(&shard, "shard started");

@@ -51,22 +51,26 @@ fn status_turns_unhealthy_when_a_shard_the_learner_or_the_database_stops() {
     let db = TestDb::external("status", &cluster.url());
     let endpoint = tidemark_testkit::exact::free_endpoint();
     let mut shard = Proc::shard(&db, "st0", &endpoint, "");
-    let counters = "[[counters]]\nname = \"clk\"\nevent = \"click\"\nhalf_life = \"1h\"\n";
+    let counters = tidemark_testkit::config::Config::new().counter("clk", "click", "1h");
     let mut profiles = Proc::profiles(&db, "stp", &endpoint, counters);
     let dir = tidemark_testkit::tmp_dir().join(format!("status-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let learner_cfg = dir.join("learner.toml");
-    std::fs::write(
-        &learner_cfg,
-        format!(
-            "checkpoint_dir = \"{}\"\ncheckpoint_interval = \"200ms\"\npoll = \"50ms\"\nbits = 12\n\
-             [[sources]]\nname = \"local\"\ndatabase_url = \"{}\"\nshards = [\"st0\", \"ghost\"]\n",
-            dir.join("ckpt").display(),
-            db.url
-        ),
-    )
-    .unwrap();
+    let shards = ["st0", "ghost"];
+    let learner_cfg = tidemark_testkit::config::Config::new()
+        .set("checkpoint_dir", dir.join("ckpt"))
+        .set("checkpoint_interval", "200ms")
+        .set("poll", "50ms")
+        .set("bits", 12usize)
+        .push(
+            "sources",
+            &[
+                ("name", &"local"),
+                ("database_url", &db.url.as_str()),
+                ("shards", &shards),
+            ],
+        )
+        .write(&dir.join("learner.toml"));
     let mut learner = bin()
         .args(["learn", "--config", learner_cfg.to_str().unwrap()])
         .stderr(std::fs::File::create(dir.join("learner.log")).unwrap())

@@ -14,6 +14,7 @@
 #![allow(clippy::should_implement_trait)]
 
 mod certs;
+pub mod config;
 mod cutter;
 mod db;
 pub mod exact;

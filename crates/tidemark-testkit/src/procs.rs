@@ -1,6 +1,7 @@
 //! Tidemark processes of the built binary, configured against a test
 //! database, started, restarted, stopped and killed.
 
+use std::fmt::Display;
 use std::path::PathBuf;
 
 use crate::{bin, TestDb};
@@ -20,23 +21,28 @@ pub struct Proc {
 
 impl Proc {
     /// Starts `tidemark shard` with `name`, connecting to `endpoint`; `extra` is more TOML.
-    pub fn shard(db: &TestDb, name: &str, endpoint: &str, extra: &str) -> Proc {
+    pub fn shard(db: &TestDb, name: &str, endpoint: &str, extra: impl Display) -> Proc {
         Proc::shard_multi(db, name, &[endpoint], extra)
     }
 
     /// Starts a shard connecting to several endpoints.
-    pub fn shard_multi(db: &TestDb, name: &str, endpoints: &[&str], extra: &str) -> Proc {
-        Proc::start_command("shard", db, name, endpoints, extra)
+    pub fn shard_multi(db: &TestDb, name: &str, endpoints: &[&str], extra: impl Display) -> Proc {
+        Proc::start_command("shard", db, name, endpoints, &extra.to_string())
     }
 
     /// Starts `tidemark profiles` (SPEC 11) against `db`; `extra` is more TOML.
-    pub fn profiles(db: &TestDb, name: &str, endpoint: &str, extra: &str) -> Proc {
-        Proc::start_command("profiles", db, name, &[endpoint], extra)
+    pub fn profiles(db: &TestDb, name: &str, endpoint: &str, extra: impl Display) -> Proc {
+        Proc::start_command("profiles", db, name, &[endpoint], &extra.to_string())
     }
 
     /// Starts `tidemark profiles` connecting to several endpoints.
-    pub fn profiles_multi(db: &TestDb, name: &str, endpoints: &[&str], extra: &str) -> Proc {
-        Proc::start_command("profiles", db, name, endpoints, extra)
+    pub fn profiles_multi(
+        db: &TestDb,
+        name: &str,
+        endpoints: &[&str],
+        extra: impl Display,
+    ) -> Proc {
+        Proc::start_command("profiles", db, name, endpoints, &extra.to_string())
     }
 
     /// Starts `tidemark <command>` (`shard` or `profiles`) with more
@@ -46,14 +52,15 @@ impl Proc {
         db: &TestDb,
         name: &str,
         endpoint: &str,
-        extra: &str,
+        extra: impl Display,
         env: &[(&str, &str)],
     ) -> Proc {
         let env = env
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        Proc::start_command_env(command, db, name, &[endpoint], extra, env)
+        let extra = extra.to_string();
+        Proc::start_command_env(command, db, name, &[endpoint], &extra, env)
     }
 
     fn start_command(

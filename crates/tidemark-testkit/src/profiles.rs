@@ -9,6 +9,7 @@ use serde_json::Value;
 use tidemark_reference::profiles::{Profiles, Setup};
 use tidemark_wire::Txid;
 
+use crate::config::Config;
 use crate::{query_rows, run_ok, store, wait_for, Publisher, Rng, DAY, HOUR};
 
 /// The messages of one run, in publication order: `(topic, payload)`.
@@ -102,8 +103,9 @@ pub fn identical_copies(messages: Vec<(String, String)>) -> Vec<(String, String)
 
 /// What the process must end with after receiving `messages` in order, all
 /// at wall time `now` (its clock and reference).
-pub fn oracle(config: &str, messages: &[(String, String)], now: i64) -> Profiles {
-    let setup = Setup::from_toml(config).expect("the oracle reads the test configuration");
+pub fn oracle(config: impl std::fmt::Display, messages: &[(String, String)], now: i64) -> Profiles {
+    let setup =
+        Setup::from_toml(&config.to_string()).expect("the oracle reads the test configuration");
     let mut oracle = Profiles::new(setup);
     for (t, m) in messages {
         oracle.receive(t.as_bytes(), m.as_bytes(), now, Some(now));
@@ -291,50 +293,37 @@ pub fn compare(url: &str, oracle: &Profiles, messages: &[(String, String)], now:
 /// The profile configuration of the plain differential runs (wall clock,
 /// 7-day trails, small batches and transactions so kills and cuts land
 /// between commits, three counters).
-pub const CONFIG: &str = r#"
-clock = "wall"
-trail = "7d"
-batch_delay = "50ms"
-batch_events = 700
-# Shares of ~350 events in transactions of at most 60: kill -9, cuts and
-# restarts land between a share's commits.
-transaction_events = 60
-workers = 2
-[[counters]]
-name = "imp_1h"
-event = "impression"
-half_life = "1h"
-[[counters]]
-name = "clk_1d"
-event = "click"
-half_life = "1d"
-[[counters]]
-name = "ins_7d"
-event = "install"
-half_life = "7d"
-"#;
+pub fn config() -> Config {
+    Config::new()
+        .set("clock", "wall")
+        .set("trail", "7d")
+        .set("batch_delay", "50ms")
+        .set("batch_events", 700usize)
+        // Shares of ~350 events in transactions of at most 60: kill -9,
+        // cuts and restarts land between a share's commits.
+        .set("transaction_events", 60usize)
+        .set("workers", 2usize)
+        .counter("imp_1h", "impression", "1h")
+        .counter("clk_1d", "click", "1d")
+        .counter("ins_7d", "install", "7d")
+}
 
 /// The profile configuration of the link runs: every type remembered 8
 /// days, so the streams' transactions (created up to 6 h back) all count
 /// and every distinct event is applied.
-pub const LINKS: &str = r#"
-clock = "wall"
-dedup = "8d"
-trail = "7d"
-batch_delay = "50ms"
-batch_events = 300
-workers = 2
-max_ids = 6
-blocklist_after = 3
-[[counters]]
-name = "imp_1h"
-event = "impression"
-half_life = "1h"
-[[counters]]
-name = "clk_1d"
-event = "click"
-half_life = "1d"
-"#;
+pub fn links() -> Config {
+    Config::new()
+        .set("clock", "wall")
+        .set("dedup", "8d")
+        .set("trail", "7d")
+        .set("batch_delay", "50ms")
+        .set("batch_events", 300usize)
+        .set("workers", 2usize)
+        .set("max_ids", 6usize)
+        .set("blocklist_after", 3usize)
+        .counter("imp_1h", "impression", "1h")
+        .counter("clk_1d", "click", "1d")
+}
 
 /// Events of 60 true persons, each with a user, up to three devices and a
 /// member id, linked at random; some carry a shared carrier IP or the test

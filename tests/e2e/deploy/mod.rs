@@ -471,7 +471,7 @@ fn a_shard_notifies_systemd_and_answers_readyz() {
         &db,
         "nt",
         &endpoint,
-        &format!("metrics_addr = \"{addr}\"\n"),
+        format!("metrics_addr = \"{addr}\"\n"),
         &[
             ("NOTIFY_SOCKET", path.to_str().unwrap()),
             ("WATCHDOG_USEC", "1000000"),

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use tidemark_wire::Txid;
 
+// Row by row against the reference under faults and load.
+mod exact;
 mod faults;
 
 use tidemark_testkit::exact::counter;
@@ -266,7 +268,7 @@ fn malformed_messages_are_counted_and_never_fatal() {
         &db,
         "m",
         &publ.endpoint,
-        &format!("batch_delay = \"20ms\"\nmetrics_addr = \"{metrics}\""),
+        format!("batch_delay = \"20ms\"\nmetrics_addr = \"{metrics}\""),
     );
     publ.wait_subscribed("tick", 2);
     let now = tidemark_testkit::now_ms();

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tidemark_wire::Txid;
 
 use tidemark_testkit::profiles::{
-    compare_links, fence, fence_ids, oracle, profile_get, publish, FENCE_EVENTS, LINKS,
+    compare_links, fence, fence_ids, links, oracle, profile_get, publish, FENCE_EVENTS,
 };
 use tidemark_testkit::*;
 use tidemark_testkit::{Rng, HOUR};
@@ -144,7 +144,7 @@ fn links_from_several_publishers_keep_the_invariants() {
     let endpoints: Vec<&str> = publishers.iter().map(|p| p.endpoint.as_str()).collect();
     // Small batches and two workers: many batches, each splitting persons
     // between workers while the link stage merges them.
-    let config = LINKS.replace("batch_events = 300", "batch_events = 40");
+    let config = links().set("batch_events", 40usize);
     let mut proc = Proc::profiles_multi(&db, "crowd", &endpoints, &config);
     for p in &mut publishers {
         p.wait_subscribed("tick", 2);
@@ -329,7 +329,7 @@ fn linked_market(name: &str, args: &[&str]) -> Vec<String> {
 fn the_linked_market_is_bridged_exactly_and_scored_against_its_true_persons() {
     let db = TestDb::new("profiles_market");
     let mut publisher = Publisher::new();
-    let mut proc = Proc::profiles(&db, "market", &publisher.endpoint, LINKS);
+    let mut proc = Proc::profiles(&db, "market", &publisher.endpoint, links());
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let lines = linked_market(
@@ -369,7 +369,7 @@ fn the_linked_market_is_bridged_exactly_and_scored_against_its_true_persons() {
         );
         messages.extend(part);
     }
-    let oracle = oracle(LINKS, &messages, now);
+    let oracle = oracle(links(), &messages, now);
     compare_links(&db.url, &oracle, &messages, now, true);
 
     // Purity and completeness, from the database's bridging and the

@@ -9,8 +9,8 @@ use tidemark_wire::Txid;
 
 /// The tests' profile configuration, impressions remembered 20 s only: a
 /// wait of 30 s outlasts the horizon of every impression it holds.
-fn config() -> String {
-    format!("{}\n[dedup]\nimpression = \"20s\"\n", CONFIG)
+fn held() -> config::Config {
+    config().set("dedup.impression", "20s")
 }
 
 /// Impressions and clicks of 60 persons, created within the last 8 s of
@@ -39,7 +39,7 @@ fn fresh(now: i64, n: usize) -> Vec<(String, String)> {
 
 #[test]
 fn events_held_by_a_locked_database_past_their_horizon_are_all_applied() {
-    let config = config();
+    let config = held();
     let db = TestDb::new("stale_held");
     let mut publisher = Publisher::new();
     let mut proc = Proc::profiles(&db, "held", &publisher.endpoint, &config);
@@ -79,10 +79,8 @@ fn events_held_by_a_stopped_server_under_the_event_clock_are_all_applied() {
     let _ = cluster.destroy();
     run_ok(&["db", "up", "--home", home.to_str().unwrap()]);
     let db = TestDb::external("stale_stopped", &cluster.url());
-    let config = format!(
-        "{}\n[dedup]\nimpression = \"20m\"\n",
-        CONFIG.replace("clock = \"wall\"", "clock = \"event\"\nlateness = \"0s\"")
-    );
+    let config =
+        (config().set("clock", "event").set("lateness", "0s")).set("dedup.impression", "20m");
     let mut publisher = Publisher::new();
     let mut proc = Proc::profiles(&db, "stopped", &publisher.endpoint, &config);
     publisher.wait_subscribed("tick", 2);

@@ -62,7 +62,7 @@ fn one_shard_replay(label: &str, m: &MarketFile, extra_config: &str, speed: &str
         &db,
         "x",
         &endpoint,
-        &format!("metrics_addr = \"{metrics}\"\n{config}"),
+        format!("metrics_addr = \"{metrics}\"\n{config}"),
     );
     finish(replay(&m.path, &endpoint, speed));
     wait_all_swept(&db, "x", m);

@@ -8,24 +8,13 @@ use serde_json::Value;
 use tidemark_testkit::profiles::*;
 use tidemark_testkit::*;
 
-const PACKED: &str = r#"
-clock = "event"
-lateness = "0s"
-dedup = "8d"
-trail = "7d"
-batch_delay = "50ms"
-batch_events = 700
-transaction_events = 60
-workers = 2
-[[counters]]
-name = "imp_1h"
-event = "impression"
-half_life = "1h"
-[[counters]]
-name = "clk_1d"
-event = "click"
-half_life = "1d"
-"#;
+/// Event clock, 8-day marks, 7-day trails; small batches and transactions.
+fn packed() -> config::Config {
+    config()
+        .set("clock", "event")
+        .set("lateness", "0s")
+        .set("dedup", "8d")
+}
 
 /// Trail partitions an hour past their day's end at `now`, and how many of
 /// them are packed.
@@ -52,7 +41,7 @@ fn packable_and_packed(url: &str, now: i64) -> (i64, i64) {
 fn packed_days_read_as_the_reference_across_kill_9_replay_and_late_events() {
     let db = TestDb::new("trails_packed");
     let mut publisher = Publisher::new();
-    let mut proc = Proc::profiles(&db, "packed", &publisher.endpoint, PACKED);
+    let mut proc = Proc::profiles(&db, "packed", &publisher.endpoint, packed());
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     publisher.tick(now);
@@ -66,7 +55,7 @@ fn packed_days_read_as_the_reference_across_kill_9_replay_and_late_events() {
     // Late: more events of two days back, sent after their day is packed.
     let late = stream(now as u64 ^ 0x7a14, 300, now - 2 * DAY + 3 * HOUR);
     let all: Vec<(String, String)> = messages.iter().chain(&late).cloned().collect();
-    let oracle = oracle(PACKED, &all, now);
+    let oracle = oracle(packed(), &all, now);
 
     // Killed somewhere between intake and packing; everything replayed.
     let cut = messages.len() / 2 + (now as usize % (messages.len() / 2));
@@ -149,7 +138,7 @@ fn wait_long<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
 
 /// A database migrated by a profile process that then stopped.
 fn migrated(db: &TestDb, name: &str) {
-    let mut p = Proc::profiles(db, name, "tcp://127.0.0.1:1", PACKED);
+    let mut p = Proc::profiles(db, name, "tcp://127.0.0.1:1", packed());
     wait_for("the schema", || {
         query_i64(&db.url, "SELECT count(*) FROM tidemark.profile_process").filter(|n| *n == 1)
     });
@@ -180,7 +169,7 @@ fn a_kill_9_while_packing_a_day_moves_every_event_exactly_once() {
     });
 
     let mut publisher = Publisher::new();
-    let mut proc = Proc::profiles(&db, "kp", &publisher.endpoint, PACKED);
+    let mut proc = Proc::profiles(&db, "kp", &publisher.endpoint, packed());
     publisher.wait_subscribed("tick", 2);
     publisher.tick(now);
     let packer = "FROM pg_stat_activity WHERE application_name = 'tidemark profiles kp: packer'
@@ -385,7 +374,7 @@ fn a_trail_day_without_its_chunks_partition_gets_one_at_start() {
     assert_eq!(chunk_parts(), 0);
 
     let mut publisher = Publisher::new();
-    let mut proc = Proc::profiles(&db, "nc", &publisher.endpoint, PACKED);
+    let mut proc = Proc::profiles(&db, "nc", &publisher.endpoint, packed());
     publisher.wait_subscribed("tick", 2);
     publisher.tick(now);
     let txids: Vec<tidemark_wire::Txid> = (0..3)

@@ -8,10 +8,10 @@ use tidemark_testkit::*;
 
 #[test]
 fn a_profile_process_killed_twenty_times_and_restarted_at_once_loses_nothing() {
-    let config = CONFIG;
+    let config = config();
     let db = TestDb::new("profiles_kill20");
     let mut publisher = Publisher::new();
-    let mut proc = Proc::profiles(&db, "prof", &publisher.endpoint, config);
+    let mut proc = Proc::profiles(&db, "prof", &publisher.endpoint, &config);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     // Copies made identical: a kill followed by more publishing makes a
@@ -64,10 +64,10 @@ fn a_profile_process_killed_twenty_times_and_restarted_at_once_loses_nothing() {
 /// holds it, and applies everything once the transaction ends.
 #[test]
 fn a_restart_waits_out_a_predecessor_blocked_behind_an_operator() {
-    let config = CONFIG;
+    let config = config();
     let db = TestDb::new("profiles_blocked");
     let mut publisher = Publisher::new();
-    let mut proc = Proc::profiles(&db, "prof", &publisher.endpoint, config);
+    let mut proc = Proc::profiles(&db, "prof", &publisher.endpoint, &config);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = stream(now as u64 ^ 0xb10c, 2000, now);

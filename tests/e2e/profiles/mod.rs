@@ -2,6 +2,19 @@
 //! get` and `trail` against real ZeroMQ and PostgreSQL, compared row by row
 //! with `tidemark_reference::profiles`, an oracle written from the contract alone (`docs/contract.md`).
 
+// Several publishers linking the same persons at once.
+mod bridging;
+// First-copy marks taken plainly, and copies.
+mod marks;
+// Restarts never stall (SPEC 12): kill -9 twenty times, an operator's lock.
+mod restarts;
+// Staleness fixed at acceptance: held databases.
+mod staleness;
+// What ANALYZE does to the profile tables.
+mod statistics;
+// Trails packed by day, read back against the reference.
+mod trails;
+
 use serde_json::Value;
 use tidemark_wire::Txid;
 
@@ -12,11 +25,11 @@ use tidemark_testkit::*;
 fn profiles_match_the_reference_row_by_row() {
     let db = TestDb::new("profiles_exact");
     let mut publisher = Publisher::new();
-    let mut proc = Proc::profiles(&db, "prof", &publisher.endpoint, CONFIG);
+    let mut proc = Proc::profiles(&db, "prof", &publisher.endpoint, config());
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = stream(now as u64, 3000, now);
-    let oracle = oracle(CONFIG, &messages, now);
+    let oracle = oracle(config(), &messages, now);
     publish(&mut publisher, &messages);
     fence(&mut publisher, &db.url, "fence1", now);
     compare(&db.url, &oracle, &messages, now);
@@ -73,11 +86,11 @@ fn profiles_match_the_reference_row_by_row() {
 fn a_kill_9_loses_nothing_committed_and_never_double_counts() {
     let db = TestDb::new("profiles_kill");
     let mut publisher = Publisher::new();
-    let mut proc = Proc::profiles(&db, "prof", &publisher.endpoint, CONFIG);
+    let mut proc = Proc::profiles(&db, "prof", &publisher.endpoint, config());
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = stream(now as u64 ^ 0x5eed, 4000, now);
-    let oracle = oracle(CONFIG, &messages, now);
+    let oracle = oracle(config(), &messages, now);
     // Kill somewhere in the middle of intake, with batches in flight.
     let cut = messages.len() / 3 + (now as usize % (messages.len() / 3));
     publish(&mut publisher, &messages[..cut]);
@@ -112,7 +125,7 @@ fn a_kill_9_loses_nothing_committed_and_never_double_counts() {
 fn one_process_per_database_and_counter_definitions_are_fixed() {
     let db = TestDb::new("profiles_owner");
     let publisher = Publisher::new();
-    let mut first = Proc::profiles(&db, "one", &publisher.endpoint, CONFIG);
+    let mut first = Proc::profiles(&db, "one", &publisher.endpoint, config());
     wait_for("the first process to register", || {
         query_i64(
             &db.url,
@@ -120,12 +133,14 @@ fn one_process_per_database_and_counter_definitions_are_fixed() {
         )
         .filter(|n| *n == 1)
     });
-    let mut second = Proc::profiles(&db, "two", &publisher.endpoint, CONFIG);
+    let mut second = Proc::profiles(&db, "two", &publisher.endpoint, config());
     let status = second.child.wait().unwrap();
     assert!(!status.success());
     assert!(second.log().contains("already runs"), "{}", second.log());
     first.stop();
-    let changed = CONFIG.replace("half_life = \"1d\"", "half_life = \"2d\"");
+    let changed = config()
+        .to_string()
+        .replace("half_life = \"1d\"", "half_life = \"2d\"");
     let mut third = Proc::profiles(&db, "three", &publisher.endpoint, &changed);
     let status = third.child.wait().unwrap();
     assert!(!status.success());
@@ -136,7 +151,7 @@ fn one_process_per_database_and_counter_definitions_are_fixed() {
 fn the_synthetic_bidder_reads_profiles_into_its_bids() {
     let db = TestDb::new("profiles_bidder");
     let mut publisher = Publisher::new();
-    let mut proc = Proc::profiles(&db, "bidder", &publisher.endpoint, CONFIG);
+    let mut proc = Proc::profiles(&db, "bidder", &publisher.endpoint, config());
     publisher.wait_subscribed("tick", 2);
     // Persons' history: the market's own events, straight into the profile process.
     let file = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -339,20 +354,17 @@ fn the_synthetic_bidder_reads_profiles_into_its_bids() {
 
 #[test]
 fn whole_days_behind_the_clock_are_dropped_and_old_copies_are_stale() {
-    const RETAIN: &str = r#"
-clock = "event"
-lateness = "0s"
-trail = "1d"
-dedup = { impression = "1h", click = "1d" }
-batch_delay = "50ms"
-[[counters]]
-name = "clk_1d"
-event = "click"
-half_life = "1d"
-"#;
+    let retain = config::Config::new()
+        .set("clock", "event")
+        .set("lateness", "0s")
+        .set("trail", "1d")
+        .set("dedup.impression", "1h")
+        .set("dedup.click", "1d")
+        .set("batch_delay", "50ms")
+        .counter("clk_1d", "click", "1d");
     let db = TestDb::new("profiles_retain");
     let mut publisher = Publisher::new();
-    let mut proc = Proc::profiles(&db, "retain", &publisher.endpoint, RETAIN);
+    let mut proc = Proc::profiles(&db, "retain", &publisher.endpoint, &retain);
     publisher.wait_subscribed("tick", 2);
     let t0 = now_ms();
     publisher.tick(t0);
@@ -436,11 +448,11 @@ fn a_postgresql_crash_under_ingest_loses_nothing_committed() {
     let cluster = own_cluster("profiles-crash-home", false);
     let db = TestDb::external("profiles_crash", &cluster.url());
     let mut publisher = Publisher::new();
-    let mut proc = Proc::profiles(&db, "crash", &publisher.endpoint, CONFIG);
+    let mut proc = Proc::profiles(&db, "crash", &publisher.endpoint, config());
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = stream(now as u64 ^ 0xc0ffee, 3000, now);
-    let oracle = oracle(CONFIG, &messages, now);
+    let oracle = oracle(config(), &messages, now);
     let half = messages.len() / 2;
     publish(&mut publisher, &messages[..half]);
     cluster.crash().unwrap();
@@ -463,7 +475,7 @@ fn links_merge_persons_as_the_reference_does() {
     let db = TestDb::new("profiles_links");
     let mut publisher = Publisher::new();
     let metrics = tidemark_testkit::free_addr();
-    let config = format!("metrics_addr = \"{metrics}\"\n{LINKS}");
+    let config = links().set("metrics_addr", metrics.as_str());
     let mut proc = Proc::profiles(&db, "links", &publisher.endpoint, &config);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
@@ -478,7 +490,7 @@ fn links_merge_persons_as_the_reference_does() {
     publish(&mut publisher, &clicks);
     fence(&mut publisher, &db.url, "fence5b", now);
     messages.extend(clicks);
-    let oracle = oracle(LINKS, &messages, now);
+    let oracle = oracle(links(), &messages, now);
     compare_links(&db.url, &oracle, &messages, now, true);
     let refused = query_i64(
         &db.url,
@@ -523,7 +535,7 @@ fn connections_cut_at_random_lose_nothing_and_count_nothing_twice() {
     // count. (A replay, as after a crash, would hide it behind its copy.)
     let db = TestDb::new("profiles_cut");
     let mut publisher = Publisher::new();
-    let config = LINKS.replace("batch_events = 300", "batch_events = 100");
+    let config = links().set("batch_events", 100usize);
     let mut proc = Proc::profiles(&db, "cut", &publisher.endpoint, &config);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
@@ -557,11 +569,11 @@ fn connections_cut_at_random_lose_nothing_and_count_nothing_twice() {
 fn links_survive_kill_9_during_merges() {
     let db = TestDb::new("profiles_links_kill");
     let mut publisher = Publisher::new();
-    let mut proc = Proc::profiles(&db, "linkk", &publisher.endpoint, LINKS);
+    let mut proc = Proc::profiles(&db, "linkk", &publisher.endpoint, links());
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
     let messages = link_stream(now as u64 ^ 0x11, 3000, now);
-    let oracle = oracle(LINKS, &messages, now);
+    let oracle = oracle(links(), &messages, now);
     let cut = messages.len() / 3 + (now as usize % (messages.len() / 3));
     publish(&mut publisher, &messages[..cut]);
     std::thread::sleep(std::time::Duration::from_millis(now as u64 % 200));
@@ -578,7 +590,7 @@ fn links_survive_kill_9_during_merges() {
 fn an_event_carrying_many_long_identifiers_never_wedges_the_process() {
     let db = TestDb::new("profiles_wide");
     let mut publisher = Publisher::new();
-    let config = format!("max_ids_per_event = 64\n{CONFIG}");
+    let config = config().set("max_ids_per_event", 64usize);
     let mut proc = Proc::profiles(&db, "wide", &publisher.endpoint, &config);
     publisher.wait_subscribed("tick", 2);
     let now = now_ms();
