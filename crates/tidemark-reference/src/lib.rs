@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+mod names;
 pub mod profiles;
 mod shard;
 

@@ -2,6 +2,7 @@
 //! logged with their masters, the `max_ids` cap, refusals charged and
 //! blocklisting, and a person's master.
 
+use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use super::state::Profiles;
@@ -9,6 +10,7 @@ use super::state::Profiles;
 impl Profiles {
     /// Applies an event's links, one step at a time (see the module docs).
     pub(super) fn link(&mut self, ids: &[String], ts: i64, txid: &str) {
+        // Who was charged for whom within this event: (identifier, other person).
         let mut charged: BTreeSet<(String, usize)> = BTreeSet::new();
         for i in 1..ids.len() {
             if self.blocklisted.contains(&ids[i]) {
@@ -22,40 +24,66 @@ impl Profiles {
             if p == q {
                 continue;
             }
-            let (size_p, size_q) = (self.persons[p].len(), self.persons[q].len());
-            if size_p + size_q <= self.setup.max_ids {
-                // Logged: the merged person's master, and the other side's
-                // master as it stood (whichever side the master came from).
-                let (mp, mq) = (self.master_of(p), self.master_of(q));
-                let absorbed = std::mem::take(&mut self.persons[q]);
-                for id in &absorbed {
-                    self.person_of.insert(id.clone(), p);
+            if self.persons[p].len() + self.persons[q].len() > self.setup.max_ids {
+                self.refuse(ids, p, q, &mut charged);
+            } else {
+                self.merge(p, q, ts, txid);
+            }
+        }
+    }
+
+    /// Joins person `q` into `p`. Logged: the merged person's master, and
+    /// the other side's master as it stood (whichever side the master came
+    /// from).
+    fn merge(&mut self, p: usize, q: usize, ts: i64, txid: &str) {
+        let (mp, mq) = (self.master_of(p), self.master_of(q));
+        let absorbed = std::mem::take(&mut self.persons[q]);
+        for id in &absorbed {
+            self.person_of.insert(id.clone(), p);
+        }
+        self.persons[p].extend(absorbed);
+        let master = self.master_of(p);
+        let other = if master == mp { mq } else { mp };
+        self.merges.push((ts, txid.to_string(), master, other));
+    }
+
+    /// A link between persons `a` and `b` refused at `max_ids` (SPEC 11):
+    /// counted, and charged to the event's identifiers that belong to the
+    /// person at the cap, once per distinct other person. The person at the
+    /// cap is the larger one; of two the same size, each is.
+    fn refuse(
+        &mut self,
+        ids: &[String],
+        a: usize,
+        b: usize,
+        charged: &mut BTreeSet<(String, usize)>,
+    ) {
+        self.count("links_refused");
+        let at_cap = match self.persons[a].len().cmp(&self.persons[b].len()) {
+            Ordering::Greater => vec![(a, b)],
+            Ordering::Less => vec![(b, a)],
+            Ordering::Equal => vec![(a, b), (b, a)],
+        };
+        for (person, other) in at_cap {
+            let members: Vec<&String> = ids
+                .iter()
+                .filter(|id| self.person_of[*id] == person)
+                .collect();
+            for id in members {
+                if charged.insert((id.clone(), other)) {
+                    self.charge(id);
                 }
-                self.persons[p].extend(absorbed);
-                let master = self.master_of(p);
-                let other = if master == mp { mq } else { mp };
-                self.merges.push((ts, txid.to_string(), master, other));
-                continue;
             }
-            self.count("links_refused");
-            let mut capped = Vec::new();
-            if size_p >= size_q {
-                capped.push((p, q));
-            }
-            if size_q >= size_p {
-                capped.push((q, p));
-            }
-            for (cap, other) in capped {
-                for id in ids {
-                    if self.person_of[id] == cap && charged.insert((id.clone(), other)) {
-                        let refusals = self.refusals.entry(id.clone()).or_insert(0);
-                        *refusals += 1;
-                        if *refusals > self.setup.blocklist_after {
-                            self.blocklisted.insert(id.clone());
-                        }
-                    }
-                }
-            }
+        }
+    }
+
+    /// One more refusal charged to `id`. Charged more than `blocklist_after`
+    /// times, it is blocklisted at once: the event's later steps see it.
+    fn charge(&mut self, id: &str) {
+        let total = self.refusals.entry(id.to_string()).or_insert(0);
+        *total += 1;
+        if *total > self.setup.blocklist_after {
+            self.blocklisted.insert(id.to_string());
         }
     }
 

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::setup::Setup;
+use crate::names::is_name;
 
 /// The largest payload accepted (SPEC 2): 64 KiB.
 pub(super) const MAX_PAYLOAD: usize = 64 * 1024;
@@ -39,16 +40,6 @@ pub(super) struct Decoded {
 
 fn is_lower_hex(b: u8) -> bool {
     b.is_ascii_digit() || (b'a'..=b'f').contains(&b)
-}
-
-/// `[a-z][a-z0-9_]{0,31}`.
-fn is_kind(kind: &str) -> bool {
-    let b = kind.as_bytes();
-    !b.is_empty()
-        && b.len() <= 32
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
 }
 
 /// 1-256 bytes without U+0000.
@@ -137,7 +128,7 @@ pub(super) fn identifiers(body: &Map<String, Value>) -> (Vec<String>, usize) {
             }
             for (kind, value) in by_kind {
                 match value {
-                    Value::String(value) if is_kind(kind) && kind != "user" && is_value(value) => {
+                    Value::String(value) if is_name(kind) && kind != "user" && is_value(value) => {
                         out.push(format!("{kind}:{value}"))
                     }
                     _ => bad += 1,

@@ -3,6 +3,7 @@
 //! durations it is written in.
 
 use super::txid::is_lower_hex;
+use crate::names::is_name;
 
 /// Event types every shard knows (SPEC 2), which no custom type may take.
 /// `tick` is handled apart.
@@ -212,11 +213,7 @@ fn check_prefixes(prefixes: &[String]) -> Result<(), String> {
 }
 
 fn check_custom_type(name: &str) -> Result<(), String> {
-    let mut chars = name.chars();
-    let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase());
-    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    let shape_ok = first_ok && rest_ok && name.len() <= 32;
-    if !shape_ok || BUILT_IN_TYPES.contains(&name) || name.starts_with("tick") {
+    if !is_name(name) || BUILT_IN_TYPES.contains(&name) || name.starts_with("tick") {
         return Err(format!("custom_types: {name:?} is not a valid custom type"));
     }
     Ok(())
@@ -289,29 +286,6 @@ fn read_target(value: &toml::Value) -> Result<Target, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(500));
-        assert_eq!(parse_duration("5s"), Ok(5_000));
-        assert_eq!(parse_duration("2m"), Ok(120_000));
-        assert_eq!(parse_duration("1h"), Ok(3_600_000));
-        assert_eq!(parse_duration("7d"), Ok(604_800_000));
-        assert_eq!(parse_duration("0s"), Ok(0));
-        for bad in [
-            "",
-            "5",
-            "s",
-            "1.5h",
-            "-1s",
-            "5 s",
-            "5sec",
-            "1w",
-            "99999999999999999999d",
-        ] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn from_toml_defaults() {
@@ -421,6 +395,29 @@ mod tests {
         for (text, key) in cases {
             let err = Config::from_toml(text).unwrap_err();
             assert!(err.starts_with(key), "{text:?} gave {err:?}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(500));
+        assert_eq!(parse_duration("5s"), Ok(5_000));
+        assert_eq!(parse_duration("2m"), Ok(120_000));
+        assert_eq!(parse_duration("1h"), Ok(3_600_000));
+        assert_eq!(parse_duration("7d"), Ok(604_800_000));
+        assert_eq!(parse_duration("0s"), Ok(0));
+        for bad in [
+            "",
+            "5",
+            "s",
+            "1.5h",
+            "-1s",
+            "5 s",
+            "5sec",
+            "1w",
+            "99999999999999999999d",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
         }
     }
 }
