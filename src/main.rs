@@ -19,6 +19,7 @@ mod plan;
 mod profiles;
 mod proxy;
 mod publish;
+mod reads;
 mod score;
 mod shard;
 mod signals;

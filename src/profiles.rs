@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use tidemark_person::Identifier;
 use tidemark_profiles::Config;
-use tidemark_wire::parse_instant;
+
+use crate::reads::{identifier, instant};
 
 #[derive(clap::Args)]
 pub struct ProcessArgs {
@@ -35,7 +35,7 @@ pub enum ProfileAction {
         #[arg(long, env = "TIDEMARK_DATABASE_URL", hide_env_values = true)]
         database_url: Option<String>,
         #[command(flatten)]
-        replicas: crate::trail::Replicas,
+        replicas: crate::reads::Replicas,
     },
 }
 
@@ -51,16 +51,6 @@ pub fn run_process(args: ProcessArgs) -> anyhow::Result<()> {
         tracing::info!(applied, "profile process stopped");
         Ok(())
     })
-}
-
-pub(crate) fn identifier(s: &str) -> anyhow::Result<String> {
-    Identifier::parse(s)
-        .map(|i| i.as_str().to_owned())
-        .map_err(|e| anyhow::anyhow!("{s:?} is not an identifier (kind:value): {e}"))
-}
-
-pub(crate) fn instant(s: &str, what: &str) -> anyhow::Result<i64> {
-    parse_instant(s).map_err(|e| anyhow::anyhow!("--{what}: {e}"))
 }
 
 pub fn run_profile(action: ProfileAction) -> anyhow::Result<()> {

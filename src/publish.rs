@@ -72,7 +72,7 @@ pub struct Args {
     no_profile_counters: bool,
     /// With --profiles: hot standbys to read them from
     #[command(flatten)]
-    replicas: crate::trail::Replicas,
+    replicas: crate::reads::Replicas,
     /// Synthetic market: write the true label probabilities and delays of transactions with an impression to FILE
     #[arg(long)]
     truth: Option<PathBuf>,

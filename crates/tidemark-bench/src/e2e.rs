@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -228,36 +228,8 @@ async fn run(
     let lines: Vec<&str> = text.lines().collect();
     let url = fresh_db(cluster, &format!("bench_e2e_{name}")).await?;
     let endpoint = "tcp://127.0.0.1:57411";
-    let mut shard_config = format!(
-        "name = \"e\"\nendpoints = [\"{endpoint}\"]\ndatabase_url = \"{url}\"\nclock = \"event\"\nlateness = \"5s\"\n"
-    );
-    let mut publish_keys = Vec::new();
-    if let Some(k) = keys {
-        shard_config += &format!(
-            "[curve]\nsecret_key_file = \"{}\"\n[[curve.publishers]]\nname = \"tidemark-publish\"\npublic_key = \"{}\"\n",
-            k.fleet.display(),
-            k.publisher_public
-        );
-        let fleet_public = format!("{}.pub", k.fleet.display());
-        publish_keys.extend([
-            "--curve-secret-key".into(),
-            k.publisher.display().to_string(),
-        ]);
-        publish_keys.extend(["--curve-server-key".into(), fleet_public]);
-    }
-    let config_path = dir.join(format!("{name}.toml"));
-    std::fs::write(&config_path, &shard_config)?;
-    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
-    let mut shard = Command::new(bin)
-        .args(["shard", "--config"])
-        .arg(&config_path)
-        .env(
-            "RUST_LOG",
-            std::env::var("TIDEMARK_BENCH_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()?;
+    let (shard_config, publish_keys) = shard_config(endpoint, &url, keys);
+    let mut shard = start_shard(bin, dir, name, &shard_config)?;
     std::thread::sleep(Duration::from_secs(2));
     println!("{name}: replaying {} events at --speed 0 …", lines.len());
     let warmup = Duration::from_secs(1);
@@ -289,24 +261,94 @@ async fn run(
     );
     let end = report["through_ms"].as_i64().context("through_ms")?;
     let c = tidemark_store::connect(&url).await?;
-    let deadline = Instant::now() + Duration::from_secs(1800);
-    loop {
-        let clock = crate::store::shard_clock(&c, "e").await?;
-        if clock.is_some_and(|c| c >= end - LATENESS_MS) {
-            break;
-        }
-        if Instant::now() > deadline {
-            terminate(&mut shard);
-            bail!("{name}: the shard never swept through the end");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    if !swept_through(&c, end).await? {
+        terminate(&mut shard);
+        bail!("{name}: the shard never swept through the end");
     }
     let last_ms = crate::store::last_emission_ms(&c).await?;
     terminate(&mut shard);
     let seconds = (last_ms - first_ms as f64) / 1000.0;
+    let (wrong, wanted, observations) = compare(&c, &shard_config, &lines, name).await?;
+    let ts: Vec<i64> = lines.iter().filter_map(|l| ts_of(l)).collect();
+    let span = ts.iter().max().unwrap_or(&0) - ts.iter().min().unwrap_or(&0);
+    Ok(Outcome {
+        name,
+        events: lines.len(),
+        event_hours: span as f64 / 3_600_000.0,
+        seconds,
+        observations,
+        exact: wrong == 0 && observations == wanted,
+        published_per_second: report["events_per_second"].as_f64().unwrap_or(0.0),
+    })
+}
 
-    // Row by row against the reference.
-    let cfg = reference::Config::from_toml(&shard_config).map_err(anyhow::Error::msg)?;
+/// The shard's configuration (`keys`: CURVE, the replaying publisher
+/// listed), and the arguments that give the publisher its keys.
+fn shard_config(endpoint: &str, url: &str, keys: Option<&Keys>) -> (String, Vec<String>) {
+    let mut shard_config = format!(
+        "name = \"e\"\nendpoints = [\"{endpoint}\"]\ndatabase_url = \"{url}\"\nclock = \"event\"\nlateness = \"5s\"\n"
+    );
+    let mut publish_keys = Vec::new();
+    if let Some(k) = keys {
+        shard_config += &format!(
+            "[curve]\nsecret_key_file = \"{}\"\n[[curve.publishers]]\nname = \"tidemark-publish\"\npublic_key = \"{}\"\n",
+            k.fleet.display(),
+            k.publisher_public
+        );
+        let fleet_public = format!("{}.pub", k.fleet.display());
+        publish_keys.extend([
+            "--curve-secret-key".into(),
+            k.publisher.display().to_string(),
+        ]);
+        publish_keys.extend(["--curve-server-key".into(), fleet_public]);
+    }
+    (shard_config, publish_keys)
+}
+
+/// Starts the shard `name` with `config`, logging to `dir/name.log`.
+fn start_shard(bin: &Path, dir: &Path, name: &str, config: &str) -> anyhow::Result<Child> {
+    let config_path = dir.join(format!("{name}.toml"));
+    std::fs::write(&config_path, config)?;
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    Ok(Command::new(bin)
+        .args(["shard", "--config"])
+        .arg(&config_path)
+        .env(
+            "RUST_LOG",
+            std::env::var("TIDEMARK_BENCH_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()?)
+}
+
+/// Waits (30 minutes at most) for the shard's clock to pass `end`, the
+/// replay's last tick, less the lateness, when everything is swept; false
+/// if it never did.
+async fn swept_through(c: &tokio_postgres::Client, end: i64) -> anyhow::Result<bool> {
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    loop {
+        let clock = crate::store::shard_clock(c, "e").await?;
+        if clock.is_some_and(|c| c >= end - LATENESS_MS) {
+            return Ok(true);
+        }
+        if Instant::now() > deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The shard's observations row by row against the reference's for the
+/// replayed `lines`: rows that differ (or only one side has), rows wanted,
+/// rows observed.
+async fn compare(
+    c: &tokio_postgres::Client,
+    shard_config: &str,
+    lines: &[&str],
+    name: &str,
+) -> anyhow::Result<(usize, usize, usize)> {
+    let cfg = reference::Config::from_toml(shard_config).map_err(anyhow::Error::msg)?;
     let sent: Vec<reference::Sent> = lines
         .iter()
         .map(|l| {
@@ -323,7 +365,7 @@ async fn run(
         })
         .collect();
     let want = reference::expected(&cfg, &sent, now_ms() + 3_600_000);
-    let got = observed(&c).await?;
+    let got = observed(c).await?;
     let wrong = want.iter().filter(|(k, w)| got.get(*k) != Some(*w)).count()
         + got.keys().filter(|k| !want.contains_key(*k)).count();
     if wrong > 0 {
@@ -332,21 +374,7 @@ async fn run(
             want.len()
         );
     }
-    let ts: Vec<i64> = sent
-        .len()
-        .checked_sub(0)
-        .map(|_| lines.iter().filter_map(|l| ts_of(l)).collect())
-        .unwrap_or_default();
-    let span = ts.iter().max().unwrap_or(&0) - ts.iter().min().unwrap_or(&0);
-    Ok(Outcome {
-        name,
-        events: lines.len(),
-        event_hours: span as f64 / 3_600_000.0,
-        seconds,
-        observations: got.len(),
-        exact: wrong == 0 && got.len() == want.len(),
-        published_per_second: report["events_per_second"].as_f64().unwrap_or(0.0),
-    })
+    Ok((wrong, want.len(), got.len()))
 }
 
 fn ts_of(line: &str) -> Option<i64> {

@@ -51,7 +51,36 @@ fn per_name<'a>(t: &[f64], o: &'a Value) -> Vec<Series<'a>> {
 
 /// The page.
 pub fn page(v: &Value) -> String {
-    let mut h = String::from(
+    let targets: Vec<String> = v["targets"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut h = String::new();
+    summary(&mut h, v);
+    targets_table(&mut h, v, &targets);
+    bridging(&mut h, v);
+    run_charts(&mut h, v);
+    h.push_str("</div><h2>The model against the truth</h2><div class=\"charts\">");
+    for t in &targets {
+        h.push_str(&logloss_over_time(v, t));
+        h.push_str(&calibration(v, t));
+    }
+    h.push_str("</div><h2>Delays and windows</h2><div class=\"charts\">");
+    delay_charts(&mut h, v);
+    h.push_str("</div><h2>Profile lift</h2><div class=\"charts\">");
+    h.push_str(&lift_chart(v, &targets));
+    let _ = write!(
+        h,
+        r#"</div><p class="note">Profile features the bids carried: {}.</p><script type="application/json" id="report">{}</script></body></html>"#,
+        esc(&v["profile_features"].to_string()),
+        v.to_string().replace("</", "<\\/")
+    );
+    h
+}
+
+/// The page's head and style, and what ran.
+fn summary(h: &mut String, v: &Value) {
+    h.push_str(
         r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Tidemark demo report</title><style>
 body{font-family:sans-serif;margin:24px;max-width:1180px;color:#222}
 table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
@@ -71,13 +100,13 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
             ""
         }
     );
+}
+
+/// The table of targets, a row each, and the settings each one's tuning chose.
+fn targets_table(h: &mut String, v: &Value, targets: &[String]) {
     h.push_str(r#"<h2>Targets</h2><p class="note">Progressive validation: each observation is predicted before it is learned, in emission order. <i>truth</i> is the market's own probability of each row's label (the floor); <i>baseline</i> predicts the label rate everywhere (in hindsight); <i>online constant</i> predicts before each row the label rate of the rows before it, as a learner without features would; <i>p_install</i> is the bidder's figure, ctr × (cvr_short + cvr_long) predicted for each impression from the same pass, labelled by an install within the long window; <i>gap closed</i> is the learner's share of the distance from baseline to truth; <i>no profiles</i> is the same learner on the same rows without what the bidder read from the profiles (the click rate derived from the counters, and the person); <i>counters' lift</i> is what the counters alone saved, as the bidder sent them, the person kept.</p>
 <table><tr><th>target</th><th>rows</th><th>label rate</th><th>logloss</th><th>AUC</th><th>truth</th><th>baseline</th><th>online constant</th><th>gap closed</th><th>no profiles</th><th>profile lift</th><th>counters' lift</th><th>online learner</th></tr>"#);
-    let targets: Vec<String> = v["targets"]
-        .as_object()
-        .map(|m| m.keys().cloned().collect())
-        .unwrap_or_default();
-    for t in &targets {
+    for t in targets {
         let k = |f: &str| format!("targets/{t}/{f}");
         let _ = write!(
             h,
@@ -121,6 +150,10 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
             tuned.join("; ")
         );
     }
+}
+
+/// Bridging against the market's true persons, when the report has it.
+fn bridging(h: &mut String, v: &Value) {
     if v["bridging"].is_object() {
         let _ = write!(
             h,
@@ -131,6 +164,10 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
             cell(v, "bridging/persons", 0).replace("td", "span"),
         );
     }
+}
+
+/// The run's charts: events through the shards, buffer rows, observations.
+fn run_charts(h: &mut String, v: &Value) {
     h.push_str(r#"<h2>The run</h2><div class="charts">"#);
     let t = arr(&v["series"]["t"]);
     let over = |name, color, ys| over(&t, name, color, ys);
@@ -158,103 +195,113 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
         &obs,
         true,
     ));
-    h.push_str("</div><h2>The model against the truth</h2><div class=\"charts\">");
-    for t in &targets {
-        let ot = v["targets"][t]["over_time"]
+}
+
+/// Target `t`'s logloss per slice of emission time: the learner, without
+/// profiles, and the truth's floor.
+fn logloss_over_time(v: &Value, t: &str) -> String {
+    let ot = v["targets"][t]["over_time"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let col = |i: usize| -> Vec<(f64, f64)> {
+        ot.iter()
+            .map(|r| {
+                (
+                    r[0].as_f64().unwrap_or(f64::NAN),
+                    r[i].as_f64().unwrap_or(f64::NAN),
+                )
+            })
+            .collect()
+    };
+    let series = [
+        Series {
+            name: "learner",
+            color: COLORS[0],
+            points: col(2),
+            dashed: false,
+            dots: true,
+        },
+        Series {
+            name: "no profiles",
+            color: COLORS[1],
+            points: col(3),
+            dashed: false,
+            dots: false,
+        },
+        Series {
+            name: "truth (floor)",
+            color: COLORS[2],
+            points: col(4),
+            dashed: true,
+            dots: false,
+        },
+    ];
+    lines(
+        &format!("{t}: logloss per slice of emission time"),
+        "seconds",
+        "logloss",
+        &series,
+        false,
+    )
+}
+
+/// Target `t`'s calibration over the later half, with and without
+/// profiles, against the diagonal.
+fn calibration(v: &Value, t: &str) -> String {
+    let cal = |key: &str| -> Vec<(f64, f64)> {
+        v["targets"][t][key]
             .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let col = |i: usize| -> Vec<(f64, f64)> {
-            ot.iter()
-                .map(|r| {
-                    (
-                        r[0].as_f64().unwrap_or(f64::NAN),
-                        r[i].as_f64().unwrap_or(f64::NAN),
-                    )
-                })
-                .collect()
-        };
-        let series = [
-            Series {
-                name: "learner",
-                color: COLORS[0],
-                points: col(2),
-                dashed: false,
-                dots: true,
-            },
-            Series {
-                name: "no profiles",
-                color: COLORS[1],
-                points: col(3),
-                dashed: false,
-                dots: false,
-            },
-            Series {
-                name: "truth (floor)",
-                color: COLORS[2],
-                points: col(4),
-                dashed: true,
-                dots: false,
-            },
-        ];
-        h.push_str(&lines(
-            &format!("{t}: logloss per slice of emission time"),
-            "seconds",
-            "logloss",
-            &series,
-            false,
-        ));
-        let cal = |key: &str| -> Vec<(f64, f64)> {
-            v["targets"][t][key]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|d| {
-                            let g = |k: &str| d[k].as_f64().unwrap_or(f64::NAN);
-                            (g("predicted"), g("observed"))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let (with, without) = (cal("calibration"), cal("calibration_without_profiles"));
-        let hi = with
-            .iter()
-            .chain(&without)
-            .map(|p| p.0.max(p.1))
-            .fold(0.0, f64::max);
-        let series = [
-            Series {
-                name: "learner",
-                color: COLORS[0],
-                points: with,
-                dashed: false,
-                dots: true,
-            },
-            Series {
-                name: "no profiles",
-                color: COLORS[1],
-                points: without,
-                dashed: false,
-                dots: true,
-            },
-            Series {
-                name: "perfect",
-                color: COLORS[4],
-                points: vec![(0.0, 0.0), (hi, hi)],
-                dashed: true,
-                dots: false,
-            },
-        ];
-        h.push_str(&lines(
-            &format!("{t}: calibration, later half (observed vs predicted)"),
-            "predicted",
-            "observed",
-            &series,
-            true,
-        ));
-    }
-    h.push_str("</div><h2>Delays and windows</h2><div class=\"charts\">");
+            .map(|a| {
+                a.iter()
+                    .map(|d| {
+                        let g = |k: &str| d[k].as_f64().unwrap_or(f64::NAN);
+                        (g("predicted"), g("observed"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (with, without) = (cal("calibration"), cal("calibration_without_profiles"));
+    let hi = with
+        .iter()
+        .chain(&without)
+        .map(|p| p.0.max(p.1))
+        .fold(0.0, f64::max);
+    let series = [
+        Series {
+            name: "learner",
+            color: COLORS[0],
+            points: with,
+            dashed: false,
+            dots: true,
+        },
+        Series {
+            name: "no profiles",
+            color: COLORS[1],
+            points: without,
+            dashed: false,
+            dots: true,
+        },
+        Series {
+            name: "perfect",
+            color: COLORS[4],
+            points: vec![(0.0, 0.0), (hi, hi)],
+            dashed: true,
+            dots: false,
+        },
+    ];
+    lines(
+        &format!("{t}: calibration, later half (observed vs predicted)"),
+        "predicted",
+        "observed",
+        &series,
+        true,
+    )
+}
+
+/// The click and install delays from creation, with their windows marked.
+fn delay_charts(h: &mut String, v: &Value) {
     let minutes = |ms: f64| ms / 60_000.0;
     let w = |k: &str| minutes(at(v, &format!("windows_ms/{k}")).unwrap_or(f64::NAN));
     for (kind, marks, color) in [
@@ -293,7 +340,10 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
             &marks,
         ));
     }
-    h.push_str("</div><h2>Profile lift</h2><div class=\"charts\">");
+}
+
+/// Logloss saved by the profiles, per target.
+fn lift_chart(v: &Value, targets: &[String]) -> String {
     let lift: Vec<(String, f64)> = targets
         .iter()
         .filter_map(|t| {
@@ -307,16 +357,9 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.charts{disp
         .enumerate()
         .map(|(k, (t, x))| (t.as_str(), *x, COLORS[k % 6]))
         .collect();
-    h.push_str(&bars(
+    bars(
         "Profile lift: logloss saved by what the bidder read from the profiles",
         "% of the logloss without them (higher is better)",
         &items,
-    ));
-    let _ = write!(
-        h,
-        r#"</div><p class="note">Profile features the bids carried: {}.</p><script type="application/json" id="report">{}</script></body></html>"#,
-        esc(&v["profile_features"].to_string()),
-        v.to_string().replace("</", "<\\/")
-    );
-    h
+    )
 }
