@@ -470,3 +470,145 @@ fn all_files(dir: &Path, out: &mut Vec<PathBuf>) {
         }
     }
 }
+
+/// A source file's module path in its crate (`src/a/b.rs` and
+/// `src/a/b/mod.rs` are `a::b`; `lib.rs` and `main.rs` the root).
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let mut path: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(
+        path.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        path.pop();
+    }
+    path
+}
+
+/// The paths a file's code names from its own crate: `use` items (one
+/// level of braces expanded) and inline `crate::…` and `super::…` paths,
+/// each as its segments, `self`/`super` resolved against `me`.
+fn paths_named(text: &str, me: &[String], children: &BTreeSet<String>) -> Vec<Vec<String>> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = Vec::new();
+    let mut resolve = |segs: Vec<&str>| {
+        let (mut base, rest): (Vec<String>, &[&str]) = match segs.first() {
+            Some(&"crate") => (Vec::new(), &segs[1..]),
+            Some(&"self") => (me.to_vec(), &segs[1..]),
+            Some(&"super") => {
+                let mut b = me.to_vec();
+                let mut i = 0;
+                while segs.get(i) == Some(&"super") {
+                    b.pop();
+                    i += 1;
+                }
+                (b, &segs[i..])
+            }
+            Some(first) if children.contains(*first) => (me.to_vec(), &segs[..]),
+            _ => return,
+        };
+        base.extend(rest.iter().map(|s| s.to_string()));
+        out.push(base);
+    };
+    // `use` items.
+    for item in text.split("use ").skip(1) {
+        let Some(end) = item.find(';') else { continue };
+        let item: String = item[..end].split_whitespace().collect();
+        let (prefix, inner) = match item.split_once('{') {
+            Some((p, rest)) => (p.trim_end_matches(':'), rest.trim_end_matches('}')),
+            None => (item.as_str(), ""),
+        };
+        if !prefix.chars().all(|c| ident(c) || c == ':') {
+            continue;
+        }
+        let head: Vec<&str> = prefix.split("::").filter(|s| !s.is_empty()).collect();
+        if inner.is_empty() {
+            resolve(head);
+            continue;
+        }
+        for part in inner.split(',') {
+            let first = part.split(['{', ' ']).next().unwrap_or("");
+            let mut segs = head.clone();
+            segs.extend(first.split("::").filter(|s| !s.is_empty() && *s != "*"));
+            resolve(segs);
+        }
+    }
+    // Inline paths.
+    for start in ["crate::", "super::"] {
+        for (at, _) in text.match_indices(start) {
+            if text[..at].chars().next_back().is_some_and(ident) {
+                continue;
+            }
+            let rest = &text[at..];
+            let end = rest
+                .find(|c: char| !(ident(c) || c == ':'))
+                .unwrap_or(rest.len());
+            resolve(rest[..end].split("::").filter(|s| !s.is_empty()).collect());
+        }
+    }
+    out
+}
+
+/// No two modules of a crate name each other, a module and its own parent
+/// aside (a parent declares its parts, and they name what it owns): two
+/// sibling files that use each other are one concern split in two, or two
+/// tangled, and neither can be read alone.
+#[test]
+fn no_two_modules_import_each_other() {
+    let root = Path::new(ROOT);
+    let mut sources = vec![root.join("src")];
+    for e in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
+        sources.push(e.path().join("src"));
+    }
+    let mut cycles = Vec::new();
+    for src in sources {
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_of(&src, f)).collect();
+        let mut edges: BTreeSet<(Vec<String>, Vec<String>)> = BTreeSet::new();
+        for f in &files {
+            let me = module_of(&src, f);
+            let text = std::fs::read_to_string(f).unwrap();
+            // What only tests or comments name is not the module's dependency.
+            let text = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+            let text: String = (text.lines())
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let children: BTreeSet<String> = modules
+                .iter()
+                .filter(|m| m.len() == me.len() + 1 && m.starts_with(&me))
+                .map(|m| m[me.len()].clone())
+                .collect();
+            for path in paths_named(&text, &me, &children) {
+                // The longest prefix that is a module of this crate.
+                let named = (0..=path.len())
+                    .rev()
+                    .map(|k| path[..k].to_vec())
+                    .find(|p| modules.contains(p));
+                if let Some(named) = named.filter(|n| *n != me) {
+                    edges.insert((me.clone(), named));
+                }
+            }
+        }
+        for (a, b) in &edges {
+            let kin = a.len().abs_diff(b.len()) == 1 && (a.starts_with(b) || b.starts_with(a));
+            if !kin && a < b && edges.contains(&(b.clone(), a.clone())) {
+                cycles.push(format!(
+                    "{}: {} and {}",
+                    src.display(),
+                    a.join("::"),
+                    b.join("::")
+                ));
+            }
+        }
+    }
+    assert!(
+        cycles.is_empty(),
+        "modules that name each other (move what both need into one of them or a third):\n{}",
+        cycles.join("\n")
+    );
+}
