@@ -90,6 +90,19 @@ pub async fn drive<S: Step>(
     shutdown: impl Future<Output = ()>,
     shutdown_timeout: Duration,
 ) -> Result<(), S::Error> {
+    serve(step, &stop, &mut rx, shutdown).await?;
+    finish(step, intake, stop, rx, shutdown_timeout).await
+}
+
+/// Turns the loop until `shutdown` completes or intake ends: takes chunks
+/// while the step has room, works when due, backs off on a retryable
+/// failure; a fatal one stops intake and is returned.
+async fn serve<S: Step>(
+    step: &mut S,
+    stop: &AtomicBool,
+    rx: &mut mpsc::Receiver<S::Chunk>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), S::Error> {
     tokio::pin!(shutdown);
     let mut next_report = Instant::now() + REPORT_EVERY;
     let mut backoff = Backoff::new();
@@ -164,9 +177,19 @@ pub async fn drive<S: Step>(
             next_report = now + REPORT_EVERY;
         }
     }
+    Ok(())
+}
 
-    // Clean stop: no more reading; take what intake holds, then write it,
-    // trying for at most `shutdown_timeout`.
+/// The clean stop: no more reading; takes what intake holds, then writes
+/// it, trying for at most `shutdown_timeout`; an intake panic is reported
+/// after what was accepted is written.
+async fn finish<S: Step>(
+    step: &mut S,
+    intake: JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+    mut rx: mpsc::Receiver<S::Chunk>,
+    shutdown_timeout: Duration,
+) -> Result<(), S::Error> {
     stop.store(true, Ordering::Relaxed);
     let joined = tokio::task::spawn_blocking(move || intake.join());
     while let Some(c) = rx.recv().await {
