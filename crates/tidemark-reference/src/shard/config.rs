@@ -54,6 +54,8 @@ pub struct Windows {
 /// The parts of a shard's configuration that decide its observations.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
+    /// How far ahead of the reference an event or tick may be (SPEC 1).
+    pub max_future_ms: i64,
     /// Empty means every transaction.
     pub prefixes: Vec<String>,
     /// Custom event type names.
@@ -64,8 +66,6 @@ pub struct Config {
     pub grace_ms: Windows,
     /// Only the configured extra targets, not `ctr` and `cvr_*`.
     pub targets: Vec<Target>,
-    /// How far ahead of the reference an event or tick may be (SPEC 1).
-    pub max_future_ms: i64,
 }
 
 pub(super) const SECOND: i64 = 1_000;
