@@ -12,25 +12,6 @@ use tidemark_market::Zipf;
 use tidemark_testkit::Rng;
 use tidemark_wire::Txid;
 
-const COUNTERS: &str = r#"
-[[counters]]
-name = "imp_1h"
-event = "impression"
-half_life = "1h"
-[[counters]]
-name = "imp_7d"
-event = "impression"
-half_life = "7d"
-[[counters]]
-name = "clk_7d"
-event = "click"
-half_life = "7d"
-[[counters]]
-name = "ins_30d"
-event = "install"
-half_life = "30d"
-"#;
-
 /// How many events after its original a copy is sent: seconds later, so
 /// the copy falls in a later batch and meets the original's first-copy mark
 /// (a copy within one batch is dropped before the database).
@@ -159,10 +140,16 @@ pub(crate) fn spawn_profiles(
     extra: &str,
 ) -> anyhow::Result<Child> {
     let config = dir.join("profiles.toml");
-    std::fs::write(
-        &config,
-        format!("name = \"bench\"\nendpoints = [\"{endpoint}\"]\ndatabase_url = \"{url}\"\n{extra}\n{COUNTERS}"),
-    )?;
+    // `extra`'s keys first: they are top-level, and the counters are tables.
+    let file = tidemark_testkit::config::Config::new()
+        .set("name", "bench")
+        .set("endpoints", [endpoint])
+        .set("database_url", url)
+        .counter("imp_1h", "impression", "1h")
+        .counter("imp_7d", "impression", "7d")
+        .counter("clk_7d", "click", "7d")
+        .counter("ins_30d", "install", "30d");
+    std::fs::write(&config, format!("{extra}\n{file}"))?;
     let log = std::fs::File::create(dir.join("profiles.log"))?;
     Ok(Command::new(bin)
         .args(["profiles", "--config"])
