@@ -276,177 +276,29 @@ impl Checkpoint {
     /// Reads and verifies a checkpoint. With `with_state = false` the resume
     /// state is skipped (what a bidder needs).
     pub fn from_bytes(bytes: &[u8], with_state: bool) -> Result<Checkpoint, FormatError> {
-        if bytes.len() < 8 || &bytes[..8] != MAGIC {
-            return Err(FormatError::NotACheckpoint);
-        }
-        let corrupt = |why: &str| FormatError::Corrupt(why.to_owned());
-        if bytes.len() < 20 {
-            return Err(corrupt("truncated header"));
-        }
-        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-        if !(1..=FORMAT_VERSION).contains(&version) {
-            return Err(FormatError::UnsupportedVersion(version));
-        }
-        let (body, tail) = bytes.split_at(bytes.len() - 4);
-        if crc32fast::hash(body) != u32::from_le_bytes(tail.try_into().expect("4 bytes")) {
-            return Err(corrupt("checksum mismatch (truncated or damaged file)"));
-        }
-        let hlen = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize;
-        let header_end = 16usize
-            .checked_add(hlen)
-            .filter(|e| *e <= body.len())
-            .ok_or_else(|| corrupt("header length"))?;
-        let header: Value = serde_json::from_slice(&body[16..header_end])
-            .map_err(|e| corrupt(&format!("header: {e}")))?;
-        let h = &header["hashing"];
-        if h["function"] != "murmur3_x86_32" {
-            return Err(corrupt("unknown hash function"));
-        }
-        let bits = h["bits"]
-            .as_u64()
-            .filter(|b| (1..=30).contains(b))
-            .ok_or_else(|| corrupt("hashing.bits"))? as u8;
-        let seed = h["seed"]
-            .as_u64()
-            .and_then(|s| u32::try_from(s).ok())
-            .ok_or_else(|| corrupt("hashing.seed"))?;
-        let crosses = h["crosses"]
-            .as_array()
-            .ok_or_else(|| corrupt("hashing.crosses"))?
-            .iter()
-            .map(|c| match (c[0].as_str(), c[1].as_str()) {
-                (Some(a), Some(b)) => Ok((a.to_owned(), b.to_owned())),
-                _ => Err(corrupt("hashing.crosses")),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let transforms = match (version, &h["transforms"]) {
-            (1, _) => BTreeMap::new(),
-            (_, Value::Object(m)) => m
-                .iter()
-                .map(|(n, t)| {
-                    Transform::from_json(t)
-                        .map(|t| (n.clone(), t))
-                        .ok_or_else(|| corrupt(&format!("hashing.transforms.{n}")))
-                })
-                .collect::<Result<_, _>>()?,
-            _ => return Err(corrupt("hashing.transforms")),
-        };
-        let mut hashing = Hashing::new(bits, seed, crosses).with_transforms(transforms);
-        if version >= 4 {
-            hashing.max_abs = h["max_abs"]
-                .as_f64()
-                .filter(|m| m.is_finite() && *m > 0.0)
-                .ok_or_else(|| corrupt("hashing.max_abs"))?;
-        }
+        let (version, header, mut sections) = frame(bytes)?;
+        let hashing = read_hashing(&header["hashing"], version)?;
         let slots = hashing.slots() as u32;
         let metas = header["targets"]
             .as_array()
             .ok_or_else(|| corrupt("targets"))?;
-        let mut at = header_end;
         let mut targets = Vec::with_capacity(metas.len());
         for m in metas {
-            let nw = m["weights"]
+            let count = m["weights"]
                 .as_u64()
                 .ok_or_else(|| corrupt("targets.weights"))? as usize;
-            let end = nw
-                .checked_mul(8)
-                .and_then(|b| b.checked_add(at))
-                .filter(|e| *e <= body.len())
-                .ok_or_else(|| corrupt("weights length"))?;
-            let weights = body[at..end]
-                .chunks_exact(8)
-                .map(|c| {
-                    let i = u32::from_le_bytes(c[..4].try_into().expect("4"));
-                    (i, f32::from_le_bytes(c[4..].try_into().expect("4")))
-                })
-                .collect::<Vec<_>>();
-            if weights.iter().any(|(i, _)| *i >= slots) {
-                return Err(corrupt("weight index out of range"));
-            }
-            at = end;
-            let f = |k: &str| {
-                m[k].as_f64()
-                    .ok_or_else(|| corrupt(&format!("targets.{k}")))
-            };
-            targets.push(Target {
-                name: m["name"]
-                    .as_str()
-                    .ok_or_else(|| corrupt("targets.name"))?
-                    .to_owned(),
-                alpha: f("alpha")?,
-                beta: f("beta")?,
-                l1: f("l1")?,
-                l2: f("l2")?,
-                trained: m["trained"]
-                    .as_u64()
-                    .ok_or_else(|| corrupt("targets.trained"))?,
-                margin: match version {
-                    1 => 0.0,
-                    _ => f("margin")?,
-                },
-                labels: match (version, &m["labels"]) {
-                    (1, _) | (_, Value::Null) => None,
-                    (_, l) => match (l[0].as_u64(), l[1].as_u64()) {
-                        (Some(rows), Some(ones)) if ones <= rows => Some((rows, ones)),
-                        _ => return Err(corrupt("targets.labels")),
-                    },
-                },
-                weights,
-                state: Vec::new(),
-                metrics: m["metrics"].clone(),
-                tuning: None,
-            });
-            let t = targets.last().expect("just pushed");
-            if !usable(t.alpha, t.beta, t.l1, t.l2) {
-                return Err(corrupt("targets: unusable alpha, beta, l1 or l2"));
-            }
+            let weights = sections.weights(count, slots)?;
+            targets.push(read_target(m, version, weights)?);
         }
-        // A block of `count` (index, z, n) entries at `at`; kept only `with_state`.
-        let block = |at: &mut usize, count: Option<u64>| {
-            let end = count
-                .and_then(|n| usize::try_from(n).ok())
-                .and_then(|n| n.checked_mul(12))
-                .and_then(|b| b.checked_add(*at))
-                .filter(|e| *e <= body.len())
-                .ok_or_else(|| corrupt("state length"))?;
-            let state: Vec<(u32, f32, f32)> = if with_state {
-                body[*at..end]
-                    .chunks_exact(12)
-                    .map(|c| {
-                        let g = |r: std::ops::Range<usize>| c[r].try_into().expect("4");
-                        (
-                            u32::from_le_bytes(g(0..4)),
-                            f32::from_le_bytes(g(4..8)),
-                            f32::from_le_bytes(g(8..12)),
-                        )
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            if state.iter().any(|(i, _, _)| *i >= slots) {
-                return Err(corrupt("state index out of range"));
-            }
-            *at = end;
-            Ok(state)
-        };
-        for (t, m) in targets.iter_mut().zip(metas) {
-            t.state = block(&mut at, m["state"].as_u64())?;
-        }
-        for (t, m) in targets.iter_mut().zip(metas) {
-            if version < 3 || m["tuning"].is_null() {
-                continue;
-            }
-            let mut u = tuning(&m["tuning"]).ok_or_else(|| corrupt("targets.tuning"))?;
-            for (k, c) in u.candidates.iter_mut().enumerate() {
-                let count = m["tuning"]["candidates"][k]["state"].as_u64();
-                c.state = block(&mut at, count)?;
-            }
-            t.tuning = Some(u);
-        }
-        if at != body.len() {
-            return Err(corrupt("trailing bytes"));
-        }
+        read_states(
+            &mut targets,
+            metas,
+            version,
+            &mut sections,
+            with_state,
+            slots,
+        )?;
+        sections.finish()?;
         // A checksum proves the bytes are the ones written, not that the
         // writer was sound: no reader scores with a non-finite number.
         if let Some(why) = targets.iter().find_map(|t| {
@@ -477,6 +329,231 @@ impl Checkpoint {
     pub fn read(path: &std::path::Path, with_state: bool) -> Result<Checkpoint, FormatError> {
         let bytes = std::fs::read(path)?;
         Checkpoint::from_bytes(&bytes, with_state)
+    }
+}
+
+fn corrupt(why: &str) -> FormatError {
+    FormatError::Corrupt(why.to_owned())
+}
+
+/// The frame around everything: magic, a version this build reads, the
+/// checksum, the header's length and its JSON. Returns the version, the
+/// header, and the binary sections after it (the checksum cut off).
+fn frame(bytes: &[u8]) -> Result<(u32, Value, Sections<'_>), FormatError> {
+    if bytes.len() < 8 || &bytes[..8] != MAGIC {
+        return Err(FormatError::NotACheckpoint);
+    }
+    if bytes.len() < 20 {
+        return Err(corrupt("truncated header"));
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if !(1..=FORMAT_VERSION).contains(&version) {
+        return Err(FormatError::UnsupportedVersion(version));
+    }
+    let (body, tail) = bytes.split_at(bytes.len() - 4);
+    if crc32fast::hash(body) != u32::from_le_bytes(tail.try_into().expect("4 bytes")) {
+        return Err(corrupt("checksum mismatch (truncated or damaged file)"));
+    }
+    let hlen = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize;
+    let header_end = 16usize
+        .checked_add(hlen)
+        .filter(|e| *e <= body.len())
+        .ok_or_else(|| corrupt("header length"))?;
+    let header: Value = serde_json::from_slice(&body[16..header_end])
+        .map_err(|e| corrupt(&format!("header: {e}")))?;
+    let sections = Sections {
+        body,
+        at: header_end,
+    };
+    Ok((version, header, sections))
+}
+
+/// The header's `hashing` as a file of `version` holds it (no transforms
+/// before version 2, no `max_abs` before version 4: this build's bound).
+fn read_hashing(h: &Value, version: u32) -> Result<Hashing, FormatError> {
+    if h["function"] != "murmur3_x86_32" {
+        return Err(corrupt("unknown hash function"));
+    }
+    let bits = h["bits"]
+        .as_u64()
+        .filter(|b| (1..=30).contains(b))
+        .ok_or_else(|| corrupt("hashing.bits"))? as u8;
+    let seed = h["seed"]
+        .as_u64()
+        .and_then(|s| u32::try_from(s).ok())
+        .ok_or_else(|| corrupt("hashing.seed"))?;
+    let crosses = h["crosses"]
+        .as_array()
+        .ok_or_else(|| corrupt("hashing.crosses"))?
+        .iter()
+        .map(|c| match (c[0].as_str(), c[1].as_str()) {
+            (Some(a), Some(b)) => Ok((a.to_owned(), b.to_owned())),
+            _ => Err(corrupt("hashing.crosses")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let transforms = match (version, &h["transforms"]) {
+        (1, _) => BTreeMap::new(),
+        (_, Value::Object(m)) => m
+            .iter()
+            .map(|(n, t)| {
+                Transform::from_json(t)
+                    .map(|t| (n.clone(), t))
+                    .ok_or_else(|| corrupt(&format!("hashing.transforms.{n}")))
+            })
+            .collect::<Result<_, _>>()?,
+        _ => return Err(corrupt("hashing.transforms")),
+    };
+    let mut hashing = Hashing::new(bits, seed, crosses).with_transforms(transforms);
+    if version >= 4 {
+        hashing.max_abs = h["max_abs"]
+            .as_f64()
+            .filter(|m| m.is_finite() && *m > 0.0)
+            .ok_or_else(|| corrupt("hashing.max_abs"))?;
+    }
+    Ok(hashing)
+}
+
+/// A target from its header entry `m` and its weights, without its resume
+/// state and tuning (read after every target's weights).
+fn read_target(m: &Value, version: u32, weights: Vec<(u32, f32)>) -> Result<Target, FormatError> {
+    let f = |k: &str| {
+        m[k].as_f64()
+            .ok_or_else(|| corrupt(&format!("targets.{k}")))
+    };
+    let t = Target {
+        name: m["name"]
+            .as_str()
+            .ok_or_else(|| corrupt("targets.name"))?
+            .to_owned(),
+        alpha: f("alpha")?,
+        beta: f("beta")?,
+        l1: f("l1")?,
+        l2: f("l2")?,
+        trained: m["trained"]
+            .as_u64()
+            .ok_or_else(|| corrupt("targets.trained"))?,
+        margin: match version {
+            1 => 0.0,
+            _ => f("margin")?,
+        },
+        labels: match (version, &m["labels"]) {
+            (1, _) | (_, Value::Null) => None,
+            (_, l) => match (l[0].as_u64(), l[1].as_u64()) {
+                (Some(rows), Some(ones)) if ones <= rows => Some((rows, ones)),
+                _ => return Err(corrupt("targets.labels")),
+            },
+        },
+        weights,
+        state: Vec::new(),
+        metrics: m["metrics"].clone(),
+        tuning: None,
+    };
+    if !usable(t.alpha, t.beta, t.l1, t.l2) {
+        return Err(corrupt("targets: unusable alpha, beta, l1 or l2"));
+    }
+    Ok(t)
+}
+
+/// The resume state of every target, in header order, then the tuning of
+/// those that have it (version 3 on), each candidate's state after it.
+/// States are kept, and their indices checked, only `with_state`; their
+/// lengths are checked either way.
+fn read_states(
+    targets: &mut [Target],
+    metas: &[Value],
+    version: u32,
+    sections: &mut Sections<'_>,
+    with_state: bool,
+    slots: u32,
+) -> Result<(), FormatError> {
+    for (t, m) in targets.iter_mut().zip(metas) {
+        t.state = sections.state(m["state"].as_u64(), slots, with_state)?;
+    }
+    for (t, m) in targets.iter_mut().zip(metas) {
+        if version < 3 || m["tuning"].is_null() {
+            continue;
+        }
+        let mut u = tuning(&m["tuning"]).ok_or_else(|| corrupt("targets.tuning"))?;
+        for (k, c) in u.candidates.iter_mut().enumerate() {
+            let count = m["tuning"]["candidates"][k]["state"].as_u64();
+            c.state = sections.state(count, slots, with_state)?;
+        }
+        t.tuning = Some(u);
+    }
+    Ok(())
+}
+
+/// The binary sections after the header, read in order.
+struct Sections<'a> {
+    /// The file without its checksum.
+    body: &'a [u8],
+    /// Where the next section starts.
+    at: usize,
+}
+
+impl Sections<'_> {
+    /// A block of `count` (index, weight) entries.
+    fn weights(&mut self, count: usize, slots: u32) -> Result<Vec<(u32, f32)>, FormatError> {
+        let end = count
+            .checked_mul(8)
+            .and_then(|b| b.checked_add(self.at))
+            .filter(|e| *e <= self.body.len())
+            .ok_or_else(|| corrupt("weights length"))?;
+        let weights = self.body[self.at..end]
+            .chunks_exact(8)
+            .map(|c| {
+                let i = u32::from_le_bytes(c[..4].try_into().expect("4"));
+                (i, f32::from_le_bytes(c[4..].try_into().expect("4")))
+            })
+            .collect::<Vec<_>>();
+        if weights.iter().any(|(i, _)| *i >= slots) {
+            return Err(corrupt("weight index out of range"));
+        }
+        self.at = end;
+        Ok(weights)
+    }
+
+    /// A block of `count` (index, z, n) entries; kept only if `keep`.
+    fn state(
+        &mut self,
+        count: Option<u64>,
+        slots: u32,
+        keep: bool,
+    ) -> Result<Vec<(u32, f32, f32)>, FormatError> {
+        let end = count
+            .and_then(|n| usize::try_from(n).ok())
+            .and_then(|n| n.checked_mul(12))
+            .and_then(|b| b.checked_add(self.at))
+            .filter(|e| *e <= self.body.len())
+            .ok_or_else(|| corrupt("state length"))?;
+        let state: Vec<(u32, f32, f32)> = if keep {
+            self.body[self.at..end]
+                .chunks_exact(12)
+                .map(|c| {
+                    let g = |r: std::ops::Range<usize>| c[r].try_into().expect("4");
+                    (
+                        u32::from_le_bytes(g(0..4)),
+                        f32::from_le_bytes(g(4..8)),
+                        f32::from_le_bytes(g(8..12)),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if state.iter().any(|(i, _, _)| *i >= slots) {
+            return Err(corrupt("state index out of range"));
+        }
+        self.at = end;
+        Ok(state)
+    }
+
+    /// Every byte was read: nothing trails the last section.
+    fn finish(&self) -> Result<(), FormatError> {
+        if self.at != self.body.len() {
+            return Err(corrupt("trailing bytes"));
+        }
+        Ok(())
     }
 }
 

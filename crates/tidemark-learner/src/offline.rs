@@ -190,39 +190,84 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Ftrl), OfflineE
     if files.is_empty() {
         return Err(OfflineError::NoInput);
     }
-    let params = opts.start.as_ref().map_or(opts.params, Params::from);
-    params.validate().map_err(OfflineError::Settings)?;
-    let hashing = &opts.hashing;
-    let bias = hashing.bias_index();
-    opts.grid.validate().map_err(OfflineError::Settings)?;
-    let mut model = match &opts.start {
-        Some(t) => Ftrl::from_target(t, hashing.slots()),
-        None => opts.grid.model(params, hashing.slots()),
-    };
-    let mut metrics = Metrics::new(100_000);
-    let mut pairs: Vec<(f32, bool)> = Vec::new();
-    let mut out = match &opts.predictions {
-        Some(p) => Some(BufWriter::with_capacity(
-            1 << 20,
-            File::create(p).map_err(io(p))?,
-        )),
-        None => None,
-    };
-    let mut names: Vec<String> = Vec::new();
-    let mut cols: Vec<Column> = Vec::new();
-    // Crosses as column positions, resolved once the names are known.
-    let mut cross_cols: Vec<(usize, usize, u32)> = Vec::new();
-    let mut x: Vec<(u32, f32)> = Vec::with_capacity(64);
-    let mut out_of_range = 0u64;
-    let mut line = Vec::with_capacity(4096);
-    let mut fields: Vec<(usize, usize)> = Vec::with_capacity(64);
+    let mut pass = Pass::new(opts)?;
     let started = Instant::now();
+    let mut line = Vec::with_capacity(4096);
     for (file_no, path) in files.iter().enumerate() {
+        pass.file(path, file_no == 0, &mut line)?;
+    }
+    pass.finish(started)
+}
+
+/// One pass under way: the model, what it has measured, the columns named
+/// so far, and the buffers each row reuses.
+struct Pass<'a> {
+    opts: &'a Options,
+    model: Ftrl,
+    /// The bias feature's index, in every row.
+    bias: u32,
+    metrics: Metrics,
+    /// Every row's (prediction, label), for the AUC.
+    pairs: Vec<(f32, bool)>,
+    /// Where predictions go (`Options::predictions`).
+    out: Option<BufWriter<File>>,
+    /// Column names, from the first file's header or the columns' numbers.
+    names: Vec<String>,
+    cols: Vec<Column>,
+    /// Crosses as column positions, resolved once the names are known.
+    cross_cols: Vec<(usize, usize, u32)>,
+    /// The row's hashed features.
+    x: Vec<(u32, f32)>,
+    /// The row's cells, as `(start, end)` in its line; the label first.
+    fields: Vec<(usize, usize)>,
+    out_of_range: u64,
+}
+
+impl<'a> Pass<'a> {
+    /// Checks the settings, makes the model (empty, or `opts.start`) and
+    /// opens the predictions' file.
+    fn new(opts: &'a Options) -> Result<Pass<'a>, OfflineError> {
+        let params = opts.start.as_ref().map_or(opts.params, Params::from);
+        params.validate().map_err(OfflineError::Settings)?;
+        let hashing = &opts.hashing;
+        let bias = hashing.bias_index();
+        opts.grid.validate().map_err(OfflineError::Settings)?;
+        let model = match &opts.start {
+            Some(t) => Ftrl::from_target(t, hashing.slots()),
+            None => opts.grid.model(params, hashing.slots()),
+        };
+        let out = match &opts.predictions {
+            Some(p) => Some(BufWriter::with_capacity(
+                1 << 20,
+                File::create(p).map_err(io(p))?,
+            )),
+            None => None,
+        };
+        Ok(Pass {
+            opts,
+            model,
+            bias,
+            metrics: Metrics::new(100_000),
+            pairs: Vec::new(),
+            out,
+            names: Vec::new(),
+            cols: Vec::new(),
+            cross_cols: Vec::new(),
+            x: Vec::with_capacity(64),
+            fields: Vec::with_capacity(64),
+            out_of_range: 0,
+        })
+    }
+
+    /// Every row of one file, read into `line` (the caller's, reused); the
+    /// header, with `Options::header`, names the columns if the file is the
+    /// `first`.
+    fn file(&mut self, path: &Path, first: bool, line: &mut Vec<u8>) -> Result<(), OfflineError> {
         let mut r = open(path)?;
         let mut line_no = 0u64;
         loop {
             line.clear();
-            let n = r.read_until(b'\n', &mut line).map_err(io(path))?;
+            let n = r.read_until(b'\n', line).map_err(io(path))?;
             if n == 0 {
                 break;
             }
@@ -230,9 +275,9 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Ftrl), OfflineE
             while matches!(line.last(), Some(b'\n' | b'\r')) {
                 line.pop();
             }
-            if line_no == 1 && opts.header {
-                if file_no == 0 {
-                    names = line
+            if line_no == 1 && self.opts.header {
+                if first {
+                    self.names = line
                         .split(|&b| b == b'\t')
                         .skip(1)
                         .map(|f| String::from_utf8_lossy(f).into_owned())
@@ -243,117 +288,172 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Ftrl), OfflineE
             if line.is_empty() {
                 continue;
             }
-            fields.clear();
-            let mut start = 0;
-            for (i, &b) in line.iter().enumerate() {
-                if b == b'\t' {
-                    fields.push((start, i));
-                    start = i + 1;
-                }
-            }
-            fields.push((start, line.len()));
-            let y = match &line[fields[0].0..fields[0].1] {
-                b"1" => true,
-                b"0" => false,
-                other => {
-                    return Err(OfflineError::Label {
-                        path: path.clone(),
-                        line: line_no,
-                        got: String::from_utf8_lossy(other).into_owned(),
-                    })
-                }
-            };
-            let n_cols = fields.len() - 1;
-            if cols.len() < n_cols {
-                // Name new columns: by header, else by number (1-based).
-                for j in cols.len()..n_cols {
-                    let cell = names.get(j).cloned().unwrap_or_else(|| (j + 1).to_string());
-                    let col = Column::new(hashing, &cell);
-                    names.resize(names.len().max(j + 1), String::new());
-                    names[j] = col.name.clone();
-                    cols.push(col);
-                }
-                cross_cols = resolve_crosses(hashing, &names)?;
-            }
-            x.clear();
-            let value = |j: usize| -> Result<Option<Val>, OfflineError> {
-                let (a, b) = fields[j + 1];
-                let cell = &line[a..b];
-                if cell.is_empty() {
-                    return Ok(None);
-                }
-                if !cols[j].numeric {
-                    return Ok(Some(Val::Bytes(cell)));
-                }
-                match std::str::from_utf8(cell)
-                    .ok()
-                    .and_then(|t| t.parse::<f64>().ok())
-                {
-                    Some(v) if v.is_finite() => Ok(Some(Val::Number(v))),
-                    _ => Err(OfflineError::Number {
-                        path: path.clone(),
-                        line: line_no,
-                        column: cols[j].name.clone(),
-                        got: String::from_utf8_lossy(cell).into_owned(),
-                    }),
-                }
-            };
-            for (j, col) in cols.iter().enumerate().take(n_cols) {
-                let (a, b) = fields[j + 1];
-                if a == b {
-                    continue;
-                }
-                if !col.numeric {
-                    // The hot path: a categorical cell, hashed in place.
-                    x.push((hashing.categorical(col.seed, &line[a..b]), 1.0));
-                } else if let Some(v) = value(j)? {
-                    if !hashing.push(col.seed, col.transform.as_ref(), v, &mut x) {
-                        out_of_range += 1;
-                    }
-                }
-            }
-            for &(ca, cb, seed) in &cross_cols {
-                if ca >= n_cols || cb >= n_cols {
-                    continue;
-                }
-                if let (Some(va), Some(vb)) = (value(ca)?, value(cb)?) {
-                    let (ta, tb) = (cols[ca].transform.as_ref(), cols[cb].transform.as_ref());
-                    if !hashing.push_cross(seed, (ta, va), (tb, vb), &mut x) {
-                        out_of_range += 1;
-                    }
-                }
-            }
-            x.push((bias, 1.0));
-            let p = if opts.learn {
-                model.learn(&x, y)
-            } else {
-                model.score(&x)
-            };
-            metrics.total.add(p, y);
-            pairs.push((p as f32, y));
-            if let Some(o) = out.as_mut() {
-                writeln!(o, "{}", p as f32)
-                    .map_err(io(opts.predictions.as_deref().expect("open")))?;
+            self.row(line, path, line_no)?;
+        }
+        Ok(())
+    }
+
+    /// One row: predicted, then learned from (with `Options::learn`), and
+    /// measured.
+    fn row(&mut self, line: &[u8], path: &Path, line_no: u64) -> Result<(), OfflineError> {
+        self.fields.clear();
+        let mut start = 0;
+        for (i, &b) in line.iter().enumerate() {
+            if b == b'\t' {
+                self.fields.push((start, i));
+                start = i + 1;
             }
         }
+        self.fields.push((start, line.len()));
+        let y = match &line[self.fields[0].0..self.fields[0].1] {
+            b"1" => true,
+            b"0" => false,
+            other => {
+                return Err(OfflineError::Label {
+                    path: path.to_owned(),
+                    line: line_no,
+                    got: String::from_utf8_lossy(other).into_owned(),
+                })
+            }
+        };
+        let n_cols = self.fields.len() - 1;
+        if self.cols.len() < n_cols {
+            self.name_columns(n_cols)?;
+        }
+        self.features(line, n_cols, path, line_no)?;
+        let p = if self.opts.learn {
+            self.model.learn(&self.x, y)
+        } else {
+            self.model.score(&self.x)
+        };
+        self.metrics.total.add(p, y);
+        self.pairs.push((p as f32, y));
+        if let Some(o) = self.out.as_mut() {
+            writeln!(o, "{}", p as f32).map_err(io(self
+                .opts
+                .predictions
+                .as_deref()
+                .expect("open")))?;
+        }
+        Ok(())
     }
-    if let Some(mut o) = out {
-        o.flush()
-            .map_err(io(opts.predictions.as_deref().expect("open")))?;
+
+    /// Names the columns first seen in a row of `n_cols`: by header, else
+    /// by number (1-based); resolves the crosses again.
+    fn name_columns(&mut self, n_cols: usize) -> Result<(), OfflineError> {
+        let hashing = &self.opts.hashing;
+        for j in self.cols.len()..n_cols {
+            let cell = self
+                .names
+                .get(j)
+                .cloned()
+                .unwrap_or_else(|| (j + 1).to_string());
+            let col = Column::new(hashing, &cell);
+            self.names
+                .resize(self.names.len().max(j + 1), String::new());
+            self.names[j] = col.name.clone();
+            self.cols.push(col);
+        }
+        self.cross_cols = resolve_crosses(hashing, &self.names)?;
+        Ok(())
     }
-    let seconds = started.elapsed().as_secs_f64();
-    let t = metrics.total;
-    let report = Report {
-        rows: t.rows,
-        positives: t.positives,
-        seconds,
-        logloss: t.logloss(),
-        auc: auc(&mut pairs),
-        calibration: t.calibration(),
-        choice: model.choice(),
-        out_of_range,
-    };
-    Ok((report, model))
+
+    /// Hashes the row's cells, crosses and bias into `x`.
+    fn features(
+        &mut self,
+        line: &[u8],
+        n_cols: usize,
+        path: &Path,
+        line_no: u64,
+    ) -> Result<(), OfflineError> {
+        let hashing = &self.opts.hashing;
+        let x = &mut self.x;
+        x.clear();
+        let value = |j: usize| cell_value(line, self.fields[j + 1], &self.cols[j], path, line_no);
+        for (j, col) in self.cols.iter().enumerate().take(n_cols) {
+            let (a, b) = self.fields[j + 1];
+            if a == b {
+                continue;
+            }
+            if !col.numeric {
+                // The hot path: a categorical cell, hashed in place.
+                x.push((hashing.categorical(col.seed, &line[a..b]), 1.0));
+            } else if let Some(v) = value(j)? {
+                if !hashing.push(col.seed, col.transform.as_ref(), v, x) {
+                    self.out_of_range += 1;
+                }
+            }
+        }
+        for &(ca, cb, seed) in &self.cross_cols {
+            if ca >= n_cols || cb >= n_cols {
+                continue;
+            }
+            if let (Some(va), Some(vb)) = (value(ca)?, value(cb)?) {
+                let (ta, tb) = (
+                    self.cols[ca].transform.as_ref(),
+                    self.cols[cb].transform.as_ref(),
+                );
+                if !hashing.push_cross(seed, (ta, va), (tb, vb), x) {
+                    self.out_of_range += 1;
+                }
+            }
+        }
+        x.push((self.bias, 1.0));
+        Ok(())
+    }
+
+    /// Flushes the predictions and reports, `started` being when the
+    /// first row was read.
+    fn finish(mut self, started: Instant) -> Result<(Report, Ftrl), OfflineError> {
+        if let Some(mut o) = self.out.take() {
+            o.flush()
+                .map_err(io(self.opts.predictions.as_deref().expect("open")))?;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let t = self.metrics.total;
+        let report = Report {
+            rows: t.rows,
+            positives: t.positives,
+            seconds,
+            logloss: t.logloss(),
+            auc: auc(&mut self.pairs),
+            calibration: t.calibration(),
+            choice: self.model.choice(),
+            out_of_range: self.out_of_range,
+        };
+        Ok((report, self.model))
+    }
+}
+
+/// Cell `field` of `line` as the value column `col` holds: `None` when
+/// empty, bytes when categorical, a finite number when numeric (or an error
+/// naming the file, line and column).
+fn cell_value<'l>(
+    line: &'l [u8],
+    (a, b): (usize, usize),
+    col: &Column,
+    path: &Path,
+    line_no: u64,
+) -> Result<Option<Val<'l>>, OfflineError> {
+    let cell = &line[a..b];
+    if cell.is_empty() {
+        return Ok(None);
+    }
+    if !col.numeric {
+        return Ok(Some(Val::Bytes(cell)));
+    }
+    match std::str::from_utf8(cell)
+        .ok()
+        .and_then(|t| t.parse::<f64>().ok())
+    {
+        Some(v) if v.is_finite() => Ok(Some(Val::Number(v))),
+        _ => Err(OfflineError::Number {
+            path: path.to_owned(),
+            line: line_no,
+            column: col.name.clone(),
+            got: String::from_utf8_lossy(cell).into_owned(),
+        }),
+    }
 }
 
 /// Hashing into `2^bits` slots with crosses and `NAME=T` transforms, as

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use std::collections::HashMap;
 
 use tidemark_intake::curve::{Client, Curve, Kept, Zap};
+use tidemark_intake::watch::{Watch, MAX_FRAME};
 
-use crate::publisher::PublishError;
+use crate::publisher::{endpoint, socket, PublishError};
 
 /// What the proxy counts: messages by the type in their topic, ticks,
 /// anything else, and subscription changes travelling upstream.
@@ -90,29 +91,185 @@ const REFUSALS: [&str; 3] = ["unlisted_key", "foreign_tick", "oversize"];
 /// transport limit (SPEC 2) is read; one over the payload's or topic's limit
 /// below it is dropped alone, counted `oversize`.
 pub fn run(o: &ProxyOptions) -> Result<(), PublishError> {
-    use tidemark_intake::watch::{Watch, MAX_FRAME};
-    let (xsub_connect, xsub_bind, xpub_bind, hwm) = (&o.publishers, &o.frontend, &o.backend, o.hwm);
-    let socket = |what: &'static str| move |error| PublishError::Socket { what, error };
-    let endpoint = |option: &'static str, ep: &str| {
-        let endpoint = ep.to_owned();
-        move |error| PublishError::Endpoint {
-            option,
-            endpoint,
-            error,
-        }
-    };
     let ctx = zmq::Context::new();
-    // Bound before any socket connects: with no handler, libzmq lets every key in.
-    let keyed = o.listen.is_some();
-    let zap = match &o.listen {
-        Some(c) => Some(Zap::start(&ctx, c).map_err(socket("zap"))?),
+    let mut sockets = Sockets::open(&ctx, o)?;
+    let counts = Arc::new(Counts::default());
+    let _endpoint = match &o.metrics_addr {
+        Some(addr) => Some(serve_metrics(addr, counts.clone())?),
         None => None,
     };
-    // With keys, never closed, on any path out (see `Kept`).
-    let zap = Kept::new(zap, keyed);
-    let up = Kept::new(ctx.socket(zmq::XSUB).map_err(socket("create"))?, keyed);
-    let down = ctx.socket(zmq::XPUB).map_err(socket("create"))?;
-    for s in [&*up, &down] {
+    sockets.forward_forever(&counts)
+}
+
+/// What the proxy has counted since it started.
+struct Counts {
+    /// Messages by kind, as `KINDS` names them.
+    messages: Vec<AtomicU64>,
+    /// Refusals by reason, as `REFUSALS` names them.
+    refused: [AtomicU64; 3],
+    /// Publishers' connections dropped for an oversized frame, connected again.
+    restored: AtomicU64,
+}
+
+impl Default for Counts {
+    fn default() -> Counts {
+        Counts {
+            messages: KINDS.iter().map(|_| AtomicU64::new(0)).collect(),
+            refused: Default::default(),
+            restored: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The proxy's sockets: `up`, the XSUB publishers send to, and `down`, the
+/// XPUB shards subscribe to.
+struct Sockets {
+    // Fields drop in this order, the reverse of their opening (the
+    // monitor first, the ZAP handler last).
+    /// Notices a publisher's connection dropped for an oversized frame.
+    watch: Watch,
+    /// With keys: the names each listed key's ticks may carry (`true`: a
+    /// forwarder's key, any name).
+    names: Option<HashMap<String, bool>>,
+    down: zmq::Socket,
+    up: Kept<zmq::Socket>,
+    /// With keys: the handler that lets in only the listed ones.
+    zap: Kept<Option<Zap>>,
+}
+
+impl Sockets {
+    /// Opens both sides with their bounds and keys, connects to the
+    /// publishers and binds the endpoints.
+    fn open(ctx: &zmq::Context, o: &ProxyOptions) -> Result<Sockets, PublishError> {
+        // Bound before any socket connects: with no handler, libzmq lets every key in.
+        let keyed = o.listen.is_some();
+        let zap = match &o.listen {
+            Some(c) => Some(Zap::start(ctx, c).map_err(socket("zap"))?),
+            None => None,
+        };
+        // With keys, never closed, on any path out (see `Kept`).
+        let zap = Kept::new(zap, keyed);
+        let up = Kept::new(ctx.socket(zmq::XSUB).map_err(socket("create"))?, keyed);
+        let down = ctx.socket(zmq::XPUB).map_err(socket("create"))?;
+        bound_queues(&up, &down, o.hwm)?;
+        set_keys(&up, &down, o)?;
+        // Which names each listed key's ticks may carry (`None`: any, a forwarder).
+        let names: Option<HashMap<String, bool>> = o.listen.as_ref().map(|c| {
+            c.publishers
+                .iter()
+                .map(|p| (p.name.clone(), p.forwarder))
+                .collect()
+        });
+        let watch = Watch::new(ctx, &up, &o.publishers).map_err(socket("monitor"))?;
+        for ep in &o.publishers {
+            up.connect(ep).map_err(endpoint("--publishers", ep))?;
+        }
+        for ep in &o.frontend {
+            up.bind(ep).map_err(endpoint("--frontend", ep))?;
+        }
+        for ep in &o.backend {
+            down.bind(ep).map_err(endpoint("--backend", ep))?;
+        }
+        tracing::info!(
+            xsub_connect = ?o.publishers,
+            xsub_bind = ?o.frontend,
+            xpub_bind = ?o.backend,
+            hwm = o.hwm,
+            "proxy forwarding"
+        );
+        Ok(Sockets {
+            watch,
+            names,
+            down,
+            up,
+            zap,
+        })
+    }
+
+    /// Forwards both ways, a burst from each side in turn, until an error.
+    fn forward_forever(&mut self, counts: &Counts) -> Result<(), PublishError> {
+        let mut watched = Instant::now();
+        let mut frames = Vec::with_capacity(2);
+        tidemark_metrics::alive::ready();
+        loop {
+            tidemark_metrics::alive::beat();
+            let mut items = [
+                self.up.as_poll_item(zmq::POLLIN),
+                self.down.as_poll_item(zmq::POLLIN),
+            ];
+            zmq::poll(&mut items, 200).map_err(socket("poll"))?;
+            let ready = [items[0].is_readable(), items[1].is_readable()];
+            if ready[0] {
+                self.forward_publications(counts, &mut frames)?;
+            }
+            if ready[1] {
+                self.forward_subscriptions(counts, &mut frames)?;
+            }
+            if let Some(z) = &*self.zap {
+                counts.refused[0].store(z.refused(), Ordering::Relaxed);
+            }
+            let now = Instant::now();
+            if now.duration_since(watched) >= Duration::from_millis(200) {
+                watched = now;
+                for ep in self.watch.check(&self.up, now) {
+                    tracing::warn!(
+                        endpoint = ep,
+                        "a publisher's connection was dropped for an oversized frame; connected again"
+                    );
+                    counts.restored.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Forwards up to `BURST` messages from the publishers to the shards,
+    /// counting what it refuses.
+    fn forward_publications(
+        &self,
+        counts: &Counts,
+        frames: &mut Vec<zmq::Message>,
+    ) -> Result<(), PublishError> {
+        for _ in 0..BURST {
+            let names = self.names.as_ref();
+            match forward(&self.up, &self.down, &counts.messages, names, true, frames)
+                .map_err(socket("forward"))?
+            {
+                Forwarded::Nothing => break,
+                Forwarded::One => {}
+                Forwarded::ForeignTick => {
+                    counts.refused[1].fetch_add(1, Ordering::Relaxed);
+                }
+                Forwarded::Oversize => {
+                    counts.refused[2].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forwards up to `BURST` subscription changes from the shards to the
+    /// publishers.
+    fn forward_subscriptions(
+        &self,
+        counts: &Counts,
+        frames: &mut Vec<zmq::Message>,
+    ) -> Result<(), PublishError> {
+        for _ in 0..BURST {
+            if forward(&self.down, &self.up, &counts.messages, None, false, frames)
+                .map_err(socket("forward"))?
+                == Forwarded::Nothing
+            {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bounds every queue: `hwm` messages per connection each way, no linger,
+/// and frames of at most the transport limit from publishers.
+fn bound_queues(up: &zmq::Socket, down: &zmq::Socket, hwm: i32) -> Result<(), PublishError> {
+    for s in [up, down] {
         s.set_rcvhwm(hwm).map_err(socket("rcvhwm"))?;
         s.set_sndhwm(hwm).map_err(socket("sndhwm"))?;
         s.set_linger(0).map_err(socket("linger"))?;
@@ -120,6 +277,13 @@ pub fn run(o: &ProxyOptions) -> Result<(), PublishError> {
     up.set_maxmsgsize(MAX_FRAME).map_err(socket("maxmsgsize"))?;
     // Shards send only subscriptions: a type, a prefix and a flag byte.
     down.set_maxmsgsize(1024).map_err(socket("maxmsgsize"))?;
+    Ok(())
+}
+
+/// A CURVE server towards the publishers and a client towards the shards,
+/// as `o` has keys for each; a warning for each keyless side reaching
+/// beyond this host.
+fn set_keys(up: &zmq::Socket, down: &zmq::Socket, o: &ProxyOptions) -> Result<(), PublishError> {
     match &o.listen {
         Some(c) => {
             up.set_curve_server(true).map_err(socket("curve_server"))?;
@@ -128,125 +292,51 @@ pub fn run(o: &ProxyOptions) -> Result<(), PublishError> {
             up.set_zap_domain("tidemark")
                 .map_err(socket("zap_domain"))?;
         }
-        None => warn_open("publishers", xsub_connect.iter().chain(xsub_bind)),
+        None => warn_open("publishers", o.publishers.iter().chain(&o.frontend)),
     }
     match &o.forward {
-        Some(c) => c.apply(&down).map_err(socket("curve keys"))?,
-        None => warn_open("shards", xpub_bind.iter()),
+        Some(c) => c.apply(down).map_err(socket("curve keys"))?,
+        None => warn_open("shards", o.backend.iter()),
     }
-    // Which names each listed key's ticks may carry (`None`: any, a forwarder).
-    let names: Option<HashMap<String, bool>> = o.listen.as_ref().map(|c| {
-        c.publishers
+    Ok(())
+}
+
+/// Serves the proxy's counts at `addr` until the endpoint is dropped.
+fn serve_metrics(
+    addr: &str,
+    counts: Arc<Counts>,
+) -> Result<tidemark_metrics::Endpoint, PublishError> {
+    tidemark_metrics::serve(addr, "proxy", move || {
+        let c = &counts;
+        let mut v: Vec<_> = KINDS
             .iter()
-            .map(|p| (p.name.clone(), p.forwarder))
-            .collect()
-    });
-    let mut watch = Watch::new(&ctx, &up, xsub_connect).map_err(socket("monitor"))?;
-    for ep in xsub_connect {
-        up.connect(ep).map_err(endpoint("--publishers", ep))?;
-    }
-    for ep in xsub_bind {
-        up.bind(ep).map_err(endpoint("--frontend", ep))?;
-    }
-    for ep in xpub_bind {
-        down.bind(ep).map_err(endpoint("--backend", ep))?;
-    }
-    tracing::info!(
-        ?xsub_connect,
-        ?xsub_bind,
-        ?xpub_bind,
-        hwm,
-        "proxy forwarding"
-    );
-    let counts: Arc<Vec<AtomicU64>> = Arc::new(KINDS.iter().map(|_| AtomicU64::new(0)).collect());
-    let refused: Arc<[AtomicU64; 3]> = Arc::default();
-    let restored = Arc::new(AtomicU64::new(0));
-    let _endpoint = match &o.metrics_addr {
-        Some(addr) => {
-            let (c, r, f) = (counts.clone(), restored.clone(), refused.clone());
-            let e = tidemark_metrics::serve(addr, "proxy", move || {
-                let mut v: Vec<_> = KINDS
-                    .iter()
-                    .zip(c.iter())
-                    .map(|(k, n)| {
-                        tidemark_metrics::counter(
-                            "messages",
-                            "messages forwarded, by the kind their topic names",
-                            &[("kind", k)],
-                            n.load(Ordering::Relaxed) as f64,
-                        )
-                    })
-                    .collect();
-                v.push(tidemark_metrics::counter(
-                    "connections_restored",
-                    "connections to publishers dropped for an oversized frame, connected again",
-                    &[],
-                    r.load(Ordering::Relaxed) as f64,
-                ));
-                for (reason, n) in REFUSALS.iter().zip(f.iter()) {
-                    v.push(tidemark_metrics::counter(
-                        "refused",
-                        "handshakes and messages refused, by reason",
-                        &[("reason", reason)],
-                        n.load(Ordering::Relaxed) as f64,
-                    ));
-                }
-                v
+            .zip(c.messages.iter())
+            .map(|(k, n)| {
+                tidemark_metrics::counter(
+                    "messages",
+                    "messages forwarded, by the kind their topic names",
+                    &[("kind", k)],
+                    n.load(Ordering::Relaxed) as f64,
+                )
             })
-            .map_err(|e| PublishError::Metrics(e.to_string()))?;
-            Some(e)
+            .collect();
+        v.push(tidemark_metrics::counter(
+            "connections_restored",
+            "connections to publishers dropped for an oversized frame, connected again",
+            &[],
+            c.restored.load(Ordering::Relaxed) as f64,
+        ));
+        for (reason, n) in REFUSALS.iter().zip(c.refused.iter()) {
+            v.push(tidemark_metrics::counter(
+                "refused",
+                "handshakes and messages refused, by reason",
+                &[("reason", reason)],
+                n.load(Ordering::Relaxed) as f64,
+            ));
         }
-        None => None,
-    };
-    let mut watched = Instant::now();
-    let mut frames = Vec::with_capacity(2);
-    tidemark_metrics::alive::ready();
-    loop {
-        tidemark_metrics::alive::beat();
-        let mut items = [up.as_poll_item(zmq::POLLIN), down.as_poll_item(zmq::POLLIN)];
-        zmq::poll(&mut items, 200).map_err(socket("poll"))?;
-        let ready = [items[0].is_readable(), items[1].is_readable()];
-        if ready[0] {
-            for _ in 0..BURST {
-                match forward(&up, &down, &counts, names.as_ref(), true, &mut frames)
-                    .map_err(socket("forward"))?
-                {
-                    Forwarded::Nothing => break,
-                    Forwarded::One => {}
-                    Forwarded::ForeignTick => {
-                        refused[1].fetch_add(1, Ordering::Relaxed);
-                    }
-                    Forwarded::Oversize => {
-                        refused[2].fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        }
-        if ready[1] {
-            for _ in 0..BURST {
-                if forward(&down, &up, &counts, None, false, &mut frames)
-                    .map_err(socket("forward"))?
-                    == Forwarded::Nothing
-                {
-                    break;
-                }
-            }
-        }
-        if let Some(z) = &*zap {
-            refused[0].store(z.refused(), Ordering::Relaxed);
-        }
-        let now = Instant::now();
-        if now.duration_since(watched) >= Duration::from_millis(200) {
-            watched = now;
-            for ep in watch.check(&up, now) {
-                tracing::warn!(
-                    endpoint = ep,
-                    "a publisher's connection was dropped for an oversized frame; connected again"
-                );
-                restored.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
+        v
+    })
+    .map_err(|e| PublishError::Metrics(e.to_string()))
 }
 
 /// Warns at start that a side without keys reaches beyond this host.

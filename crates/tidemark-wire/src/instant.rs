@@ -1,5 +1,7 @@
-//! Instants on the command line (SPEC 11 `--at`, `--from`, `--to`):
-//! milliseconds since the epoch, or RFC 3339.
+//! Instants as people write them: on the command line (SPEC 11 `--at`,
+//! `--from`, `--to`), milliseconds since the epoch or RFC 3339; printed, RFC
+//! 3339 in UTC. Owns the calendar arithmetic (proleptic Gregorian, UTC)
+//! that turns one into the other, so no other crate keeps its own copy.
 
 /// Parses `1700000000000` or `2026-11-22T10:00:00Z` (fraction and offset
 /// optional: `2026-11-22T10:00:00.250+01:00`; a space may stand for `T`)
@@ -62,6 +64,62 @@ pub fn parse_instant(s: &str) -> Result<i64, String> {
     Ok(((days * 24 + h) * 60 + mi - offset_min) * 60_000 + sec * 1000 + ms)
 }
 
+/// `ms` milliseconds since the epoch in RFC 3339, UTC, to the millisecond:
+/// `2023-11-14T22:13:20.123Z`. [`parse_instant`] reads it back.
+pub fn format_instant(ms: i64) -> String {
+    let c = Civil::of(ms);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        c.year, c.month, c.day, c.hour, c.minute, c.second, c.milli
+    )
+}
+
+/// The UTC calendar fields of an instant (proleptic Gregorian).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Civil {
+    /// The year, e.g. 2023.
+    pub year: i64,
+    /// The month, 1 to 12.
+    pub month: u32,
+    /// The day of the month, from 1.
+    pub day: u32,
+    /// The hour, 0 to 23.
+    pub hour: u32,
+    /// The minute, 0 to 59.
+    pub minute: u32,
+    /// The second, 0 to 59.
+    pub second: u32,
+    /// The millisecond, 0 to 999.
+    pub milli: u32,
+}
+
+impl Civil {
+    /// The fields of `ms` milliseconds since the epoch (Howard Hinnant's
+    /// algorithm, the inverse of the one [`parse_instant`] uses).
+    pub fn of(ms: i64) -> Civil {
+        let secs = ms.div_euclid(1000);
+        let days = secs.div_euclid(86_400);
+        let rem = secs.rem_euclid(86_400);
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+        Civil {
+            year: yoe + era * 400 + i64::from(month <= 2),
+            month,
+            day,
+            hour: (rem / 3600) as u32,
+            minute: (rem % 3600 / 60) as u32,
+            second: (rem % 60) as u32,
+            milli: ms.rem_euclid(1000) as u32,
+        }
+    }
+}
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
@@ -98,6 +156,32 @@ mod tests {
             "2023-11-14T22:13:20.Z",
         ] {
             assert!(parse_instant(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn printed_in_utc_and_read_back() {
+        assert_eq!(format_instant(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            format_instant(1_700_000_000_123),
+            "2023-11-14T22:13:20.123Z"
+        );
+        assert_eq!(format_instant(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(format_instant(-1), "1969-12-31T23:59:59.999Z");
+        assert_eq!(
+            Civil::of(951_782_400_000),
+            Civil {
+                year: 2000,
+                month: 2,
+                day: 29,
+                hour: 0,
+                minute: 0,
+                second: 0,
+                milli: 0
+            }
+        );
+        for ms in [0, -1, 1_700_000_000_123, 951_825_600_123, 4_102_444_800_000] {
+            assert_eq!(parse_instant(&format_instant(ms)), Ok(ms), "{ms}");
         }
     }
 }

@@ -3,7 +3,8 @@
 //! Owns: txid generation and parsing, decoding and validating a received
 //! message with a named reason for every rejection, encoding messages for
 //! publishers, and what configuration files share: the duration syntax, and
-//! TOML errors that name the key, its line and the nearest known key.
+//! TOML errors that name the key, its line and the nearest known key; and
+//! instants as people write them (RFC 3339, with the UTC calendar behind it).
 //! Knows nothing of sockets, databases or clocks: publishers and bidders can
 //! link it without pulling in ZeroMQ or PostgreSQL.
 
@@ -24,6 +25,6 @@ pub use decode::{
 };
 pub use duration::{parse_duration, HumanDuration};
 pub use encode::{event_payload, tick_payload, topic};
-pub use instant::parse_instant;
+pub use instant::{format_instant, parse_instant, Civil};
 pub use txid::{Txid, MAX_CREATED_MS, RANDOM_DIGITS, TXID_LEN};
 pub use types::{BadTypeName, EventType, Types};
