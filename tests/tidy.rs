@@ -612,3 +612,83 @@ fn no_two_modules_import_each_other() {
         cycles.join("\n")
     );
 }
+
+/// Every source file of the workspace's crates and binary, with its text up
+/// to its in-file test module.
+fn sources_without_tests() -> Vec<(PathBuf, String)> {
+    let root = Path::new(ROOT);
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    for e in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
+        rust_files(&e.path().join("src"), &mut files);
+    }
+    files
+        .into_iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(&f).unwrap();
+            let code = text
+                .split("\n#[cfg(test)]\nmod ")
+                .next()
+                .unwrap()
+                .to_owned();
+            (f, code)
+        })
+        .collect()
+}
+
+/// How a function's first line starts, after its indentation.
+const FN_STARTS: [&str; 14] = [
+    "fn ",
+    "pub fn ",
+    "async fn ",
+    "pub async fn ",
+    "pub(crate) fn ",
+    "pub(crate) async fn ",
+    "pub(super) fn ",
+    "pub(super) async fn ",
+    "const fn ",
+    "pub const fn ",
+    "unsafe fn ",
+    "pub unsafe fn ",
+    "pub extern \"C\" fn ",
+    "pub unsafe extern \"C\" fn ",
+];
+
+/// Rooms stay small enough to read whole: no source file over 700 lines
+/// (its in-file test module aside; files only tests compile count), no
+/// function over 120 lines outside a test module.
+#[test]
+fn files_and_functions_stay_readable() {
+    let mut long = Vec::new();
+    for (f, code) in sources_without_tests() {
+        let lines: Vec<&str> = code.lines().collect();
+        if lines.len() > 700 {
+            long.push(format!("{}: {} lines", f.display(), lines.len()));
+        }
+        // A function runs from its `fn` line to the first line that closes
+        // it at the same indentation.
+        for (i, l) in lines.iter().enumerate() {
+            let body = l.trim_start();
+            let indent = &l[..l.len() - body.len()];
+            let is_fn = FN_STARTS.iter().any(|p| body.starts_with(p));
+            if !is_fn || body.ends_with(';') {
+                continue;
+            }
+            let close = format!("{indent}}}");
+            let end = (i..lines.len()).find(|&j| lines[j] == close);
+            if let Some(end) = end.filter(|&end| end - i + 1 > 120) {
+                long.push(format!(
+                    "{}:{}: a function of {} lines",
+                    f.display(),
+                    i + 1,
+                    end - i + 1
+                ));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "split these by concern:\n{}",
+        long.join("\n")
+    );
+}
