@@ -37,7 +37,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let summary = tidemark_shard::run(config, &url, shutdown)
             .await
             .context("shard")?;
-        let total = tidemark_store::telemetry::Family::Received.sum(&summary.counters);
+        let total = tidemark_shard::telemetry::Family::Received.sum(&summary.counters);
         tracing::info!(received = total, "shard stopped");
         Ok(())
     })

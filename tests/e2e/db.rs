@@ -178,12 +178,12 @@ impl OutputAsync for Command {
     }
 }
 
-/// Every counter name, as `tidemark_store::telemetry` defines it, lands in
+/// Every counter name, as `tidemark_shard::telemetry` defines it, lands in
 /// the family and subject the operators' views say, and `shard_status`
 /// sums the ones it names.
 #[test]
 fn the_views_classify_every_counter_as_telemetry_defines_it() {
-    use tidemark_store::telemetry::{Counter, Family};
+    use tidemark_shard::telemetry::{Counter, Family};
     let db = TestDb::new("telemetry_views");
     // (name, family, subject)
     type Classified = Vec<(String, String, String)>;

@@ -24,7 +24,7 @@ use clap::{Parser, Subcommand};
 use tidemark_market::{Market, MarketConfig, Out};
 use tidemark_shard::store::buffer::{EventRow, Layout};
 use tidemark_shard::store::state;
-use tidemark_store::telemetry::{Counter, Family};
+use tidemark_shard::telemetry::{Counter, Family};
 use tidemark_store::Cluster;
 
 #[derive(Parser)]

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use tidemark_store::telemetry::Family;
+use tidemark_shard::telemetry::Family;
 use tokio_postgres::Client;
 
 /// The state of every stage at one moment.

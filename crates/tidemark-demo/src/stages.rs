@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tidemark_checkpoint::Checkpoint;
 use tidemark_market::{MarketConfig, PublishError, PublishOptions, PublishReport, Source};
-use tidemark_store::telemetry::{Counter, Family};
+use tidemark_shard::telemetry::{Counter, Family};
 use tidemark_store::Cluster;
 
 use crate::procs::Proc;

@@ -1,10 +1,10 @@
 //! A shard's counters: lock-free increments from the intake thread and the
 //! writer, flushed as deltas to `tidemark.shard_counters`. Their names are
-//! `tidemark_store::telemetry`'s; this holds the values.
+//! `crate::telemetry`'s; this holds the values.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tidemark_store::telemetry::{Counter, Family};
+use crate::telemetry::{Counter, Family};
 use tidemark_wire::{EventType, Reject, Types};
 
 /// Monotone counters, one slot per name: the per-type families for every

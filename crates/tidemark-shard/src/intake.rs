@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::telemetry::{Counter, Family};
 use tidemark_intake::{wall_ms, Door, Handler, Intake, IntakeError, Socket, Sockets, TickRefusal};
-use tidemark_store::telemetry::{Counter, Family};
 use tidemark_wire::{Decoder, Event, EventType, Reject, Tick, Txid};
 use tokio::sync::mpsc;
 

@@ -4,7 +4,8 @@
 //!
 //! Owns: the shard configuration, its side of intake (chunks, counts, loss;
 //! the sockets, door and clock are `tidemark-intake`'s), phase arithmetic
-//! (down to the plan of each sweep), the writer that owns the connection
+//! (down to the plan of each sweep), its counters' names ([`telemetry`]),
+//! the writer that owns the connection
 //! and the buffer's state, its SQL ([`store`]: the buffer tables, its state
 //! row and counters, the sweeps' statements; connections, migrations and
 //! error classes are `tidemark-store`'s), and its [`Step`] of the shared
@@ -20,6 +21,7 @@ pub mod liveness;
 pub mod loss;
 pub mod phases;
 pub mod store;
+pub mod telemetry;
 mod writer;
 
 use std::future::Future;
@@ -98,7 +100,7 @@ pub async fn run(
             ShardError::Store(s) => Some(s),
             _ => None,
         },
-        |e| counters.add(tidemark_store::telemetry::Counter::db_errors(e.class()), 1),
+        |e| counters.add(crate::telemetry::Counter::db_errors(e.class()), 1),
     )
     // Its retry lines name the shard, as the shard's other lines do.
     .instrument(tracing::info_span!("starting", shard = %config.name))
@@ -214,7 +216,7 @@ impl Step for ShardStep<'_> {
             // (flush counts its own errors, batch by batch)
             Ok(()) if sweep_due => self.writer.sweep().await.inspect_err(|e| {
                 self.counters
-                    .add(tidemark_store::telemetry::Counter::db_errors(e.class()), 1);
+                    .add(crate::telemetry::Counter::db_errors(e.class()), 1);
             }),
             other => other,
         };

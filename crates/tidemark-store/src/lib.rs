@@ -2,9 +2,8 @@
 //!
 //! Owns: starting and stopping the private cluster (SPEC 9), the `sql/`
 //! migrations (every owner's schema, applied in one order), connections and
-//! pools, error classes, [`LockGrace`], the observation stream (written by
-//! shards, read by learners and export) and the counter names the SQL views
-//! classify. Each owner's own statements are in its `store` module (the
+//! pools, error classes, [`LockGrace`] and the observation stream (written by
+//! shards, read by learners and export). Each owner's own statements are in its `store` module (the
 //! shard's buffer, the profile process's tables, the reader's profile
 //! columns). Knows nothing of ZeroMQ or of the learner.
 
@@ -13,7 +12,6 @@
 pub mod cluster;
 mod migrate;
 pub mod observations;
-pub mod telemetry;
 
 pub use cluster::{Cluster, ClusterError, Status};
 pub use migrate::{latest_version, migrate, MIGRATIONS};

@@ -10,7 +10,7 @@ use tokio_postgres::Client;
 use super::buffer::{Consolidated, EventRow, Layout, MergeRow};
 use super::state;
 use crate::phases::{SweepPlan, SweepStep, TargetSql};
-use tidemark_store::telemetry::{Counter, Family};
+use crate::telemetry::{Counter, Family};
 use tidemark_store::{ErrorClass, StoreError};
 
 /// What a committed sweep did.

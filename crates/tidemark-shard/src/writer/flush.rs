@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::store::buffer::{EventRow, MergeRow};
 use crate::store::state;
-use tidemark_store::telemetry::{Counter, Family};
+use crate::telemetry::{Counter, Family};
 use tidemark_store::{ErrorClass, StoreError};
 use tidemark_wire::{EventType, Txid};
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::store::buffer::{Layout, Partition};
 use crate::store::state;
-use tidemark_store::telemetry::Counter;
+use crate::telemetry::Counter;
 use tidemark_store::StoreError;
 use tokio_postgres::Client;
 
@@ -438,7 +438,7 @@ impl Writer {
 
     /// Logs the counters of this run and where the writer stands.
     pub fn report(&self, queued_chunks: usize) {
-        use tidemark_store::telemetry::Family;
+        use crate::telemetry::Family;
         let c = &self.counters;
         let snapshot = c.snapshot();
         tracing::info!(

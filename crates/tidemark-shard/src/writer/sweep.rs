@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use tidemark_store::telemetry::Counter;
+use crate::telemetry::Counter;
 use tidemark_store::StoreError;
 
 use super::Writer;

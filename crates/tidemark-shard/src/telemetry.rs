@@ -141,12 +141,12 @@ impl Counter {
     }
 
     /// The counter of database errors of a class.
-    pub const fn db_errors(class: crate::ErrorClass) -> Counter {
+    pub const fn db_errors(class: tidemark_store::ErrorClass) -> Counter {
         match class {
-            crate::ErrorClass::Transient => Counter::DbErrorsTransient,
-            crate::ErrorClass::Resource => Counter::DbErrorsResource,
-            crate::ErrorClass::Data => Counter::DbErrorsData,
-            crate::ErrorClass::Unknown => Counter::DbErrorsUnknown,
+            tidemark_store::ErrorClass::Transient => Counter::DbErrorsTransient,
+            tidemark_store::ErrorClass::Resource => Counter::DbErrorsResource,
+            tidemark_store::ErrorClass::Data => Counter::DbErrorsData,
+            tidemark_store::ErrorClass::Unknown => Counter::DbErrorsUnknown,
         }
     }
 
