@@ -471,6 +471,16 @@ fn all_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The binary's `src/` and every crate's.
+fn source_dirs() -> Vec<PathBuf> {
+    let root = Path::new(ROOT);
+    let mut dirs = vec![root.join("src")];
+    for e in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
+        dirs.push(e.path().join("src"));
+    }
+    dirs
+}
+
 /// A source file's module path in its crate (`src/a/b.rs` and
 /// `src/a/b/mod.rs` are `a::b`; `lib.rs` and `main.rs` the root).
 fn module_of(src: &Path, file: &Path) -> Vec<String> {
@@ -558,13 +568,8 @@ fn paths_named(text: &str, me: &[String], children: &BTreeSet<String>) -> Vec<Ve
 /// tangled, and neither can be read alone.
 #[test]
 fn no_two_modules_import_each_other() {
-    let root = Path::new(ROOT);
-    let mut sources = vec![root.join("src")];
-    for e in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
-        sources.push(e.path().join("src"));
-    }
     let mut cycles = Vec::new();
-    for src in sources {
+    for src in source_dirs() {
         let mut files = Vec::new();
         rust_files(&src, &mut files);
         let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_of(&src, f)).collect();
@@ -616,11 +621,9 @@ fn no_two_modules_import_each_other() {
 /// Every source file of the workspace's crates and binary, with its text up
 /// to its in-file test module.
 fn sources_without_tests() -> Vec<(PathBuf, String)> {
-    let root = Path::new(ROOT);
     let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
-    for e in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
-        rust_files(&e.path().join("src"), &mut files);
+    for dir in source_dirs() {
+        rust_files(&dir, &mut files);
     }
     files
         .into_iter()

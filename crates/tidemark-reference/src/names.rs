@@ -1,5 +1,11 @@
-//! The name pattern the contract writes twice, `[a-z][a-z0-9_]{0,31}`:
-//! custom event types (SPEC 2) and identifier kinds (SPEC 11).
+//! The patterns the contract writes more than once: names,
+//! `[a-z][a-z0-9_]{0,31}` (custom event types, SPEC 2; identifier kinds,
+//! SPEC 11), and lowercase hex digits (txids, SPEC 1; prefixes, SPEC 4).
+
+/// Whether `c` is a lowercase hex digit, `[0-9a-f]`.
+pub(crate) fn is_lower_hex(c: char) -> bool {
+    c.is_ascii_digit() || ('a'..='f').contains(&c)
+}
 
 /// Whether `name` matches `[a-z][a-z0-9_]{0,31}`: one lowercase ASCII
 /// letter, then at most 31 more of lowercase letters, digits and `_`.

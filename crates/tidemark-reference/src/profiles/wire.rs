@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::setup::Setup;
-use crate::names::is_name;
+use crate::names::{is_lower_hex, is_name};
 
 /// The largest payload accepted (SPEC 2): 64 KiB.
 pub(super) const MAX_PAYLOAD: usize = 64 * 1024;
@@ -36,10 +36,6 @@ pub(super) struct Decoded {
     pub(super) created: i64,
     pub(super) ts: i64,
     pub(super) body: Map<String, Value>,
-}
-
-fn is_lower_hex(b: u8) -> bool {
-    b.is_ascii_digit() || (b'a'..=b'f').contains(&b)
 }
 
 /// 1-256 bytes without U+0000.
@@ -74,7 +70,7 @@ pub(super) fn decode(setup: &Setup, topic: &[u8], payload: &[u8]) -> Wire {
     };
 
     let decodable = BUILT_INS.contains(&kind.as_str()) || setup.custom_types.contains(&kind);
-    if !decodable || rest.len() != 32 || !rest.iter().all(|b| is_lower_hex(*b)) {
+    if !decodable || rest.len() != 32 || !rest.iter().all(|b| is_lower_hex(char::from(*b))) {
         return Wire::Rejected;
     }
     let txid = String::from_utf8(rest.to_vec()).expect("hex is ASCII");

@@ -2,7 +2,7 @@
 //! observations, read from its TOML file with SPEC 7's defaults, and the
 //! durations it is written in.
 
-use super::txid::is_lower_hex;
+use crate::names::is_lower_hex;
 use crate::names::is_name;
 
 /// Event types every shard knows (SPEC 2), which no custom type may take.

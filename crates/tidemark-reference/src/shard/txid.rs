@@ -2,10 +2,7 @@
 //! digits whose last 12 spell its creation time; a shard's prefixes say
 //! which share of all txids it sees.
 
-/// Lowercase hex, what txids and prefixes are written in.
-pub(super) fn is_lower_hex(c: char) -> bool {
-    c.is_ascii_digit() || ('a'..='f').contains(&c)
-}
+use crate::names::is_lower_hex;
 
 /// The creation time of a well-formed txid (SPEC 1), else `None`.
 pub fn txid_created_ms(txid: &str) -> Option<i64> {
