@@ -3,7 +3,9 @@
 //! one column per feature name (strings as they are, bools as true/false,
 //! numbers as written), empty where a bid lacked the feature. A feature
 //! whose every value is a number is headed `name:num`, so the offline pass
-//! hashes it as a number, as online learning does.
+//! hashes it as a number, as online learning does. Matured observations
+//! only (`kind <> 'provisional'`, SPEC 5): an early target's provisional
+//! zeros are for a learner that weighs them.
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -53,13 +55,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 shard,
                 (&cursor.0, cursor.1),
                 50_000,
+                false,
             )
             .await?;
             let Some(last) = page.last() else { break };
-            cursor = (last.0.clone(), last.1);
-            for (_, _, label, features) in &page {
-                let f: serde_json::Map<String, serde_json::Value> = serde_json::from_str(features)?;
-                write!(out, "{}", u8::from(*label))?;
+            cursor = (last.shard.clone(), last.seq);
+            for row in &page {
+                let f: serde_json::Map<String, serde_json::Value> =
+                    serde_json::from_str(&row.features)?;
+                write!(out, "{}", u8::from(row.label))?;
                 for (n, _) in &names {
                     out.write_all(b"\t")?;
                     match f.get(n) {

@@ -366,7 +366,10 @@ async fn compare(
         .collect();
     let want = reference::expected(&cfg, &sent, now_ms() + 3_600_000);
     let got = observed(c).await?;
-    let wrong = want.iter().filter(|(k, w)| got.get(*k) != Some(*w)).count()
+    let wrong = want
+        .iter()
+        .filter(|(k, w)| !got.get(*k).is_some_and(|g| w.admits(g)))
+        .count()
         + got.keys().filter(|k| !want.contains_key(*k)).count();
     if wrong > 0 {
         println!(
@@ -387,6 +390,7 @@ async fn observed(
     c: &tokio_postgres::Client,
 ) -> anyhow::Result<BTreeMap<(String, String), reference::Expected>> {
     let mut out = BTreeMap::new();
+    let mut provisional = std::collections::BTreeSet::new();
     for r in crate::store::observations(c).await? {
         let features: serde_json::Value = r.get(3);
         let features = features
@@ -406,16 +410,26 @@ async fn observed(
             })
             .collect();
         let key = (r.get::<_, String>(0), r.get::<_, String>(1));
-        if out
-            .insert(
-                key,
-                reference::Expected {
-                    label: r.get(2),
-                    features,
-                },
-            )
-            .is_some()
-        {
+        let delay: Option<i64> = r.get(5);
+        let kind = match r.get::<_, &str>(4) {
+            "provisional" => {
+                // Its matured row follows (rows are read in seq order).
+                if !provisional.insert(key) {
+                    bail!("a second provisional observation for one (target, txid)");
+                }
+                continue;
+            }
+            "late" => reference::Kind::Late,
+            _ => reference::Kind::Final,
+        };
+        let row = reference::Expected {
+            label: r.get(2),
+            features,
+            kind,
+            provisional: provisional.remove(&key),
+            delay_ms: delay.map(|d| (d, d)),
+        };
+        if out.insert(key, row).is_some() {
             bail!("a second observation for one (target, txid)");
         }
     }

@@ -29,7 +29,7 @@ pub async fn last_emission_ms(c: &Client) -> anyhow::Result<f64> {
 /// Every observation: `(target, txid, label, features)` in columns 0-3.
 pub async fn observations(c: &Client) -> anyhow::Result<Vec<Row>> {
     Ok(c.query(
-        "SELECT target, txid, label, features FROM tidemark.observations",
+        "SELECT target, txid, label, features, kind, delay_ms FROM tidemark.observations ORDER BY shard, seq",
         &[],
     )
     .await?)

@@ -16,6 +16,6 @@ pub mod profiles;
 mod shard;
 
 pub use shard::{
-    expected, parse_duration, shares, txid_created_ms, Config, Expected, Feature, Given, Sent,
-    Target, Windows, MAX_PAYLOAD_BYTES,
+    expected, parse_duration, shares, txid_created_ms, Config, Expected, Feature, Given, Kind,
+    Sent, Target, Windows, MAX_PAYLOAD_BYTES,
 };

@@ -33,6 +33,9 @@ pub struct Config {
     pub grace: Windows,
     /// Extra targets beyond `ctr`, `cvr_short`, `cvr_long`.
     pub targets: Vec<Target>,
+    /// `[feedback] cvr_long = "early"` (SPEC 5, 7 v1.3): provisional and
+    /// late observations for the built-in long install target.
+    pub cvr_long_early: bool,
     /// Events per batch written to PostgreSQL.
     pub batch_events: usize,
     /// Longest an event waits in memory before its batch is written.
@@ -97,6 +100,8 @@ pub struct Target {
     pub until: Duration,
     /// Added to `until` before the target is emitted.
     pub grace: Duration,
+    /// `feedback = "early"`: provisional and late observations (SPEC 5).
+    pub early: bool,
 }
 
 /// The population a target is learned over.
@@ -127,6 +132,8 @@ tidemark_intake::raw_config! {
         grace: BTreeMap<String, String>,
         #[serde(default)]
         targets: Vec<RawTarget>,
+        #[serde(default)]
+        feedback: BTreeMap<String, String>,
         batch_events: Option<usize>,
         batch_delay: Option<String>,
         max_pending: Option<usize>,
@@ -154,6 +161,7 @@ struct RawTarget {
     after: Option<String>,
     until: Option<String>,
     grace: Option<String>,
+    feedback: Option<String>,
 }
 
 /// SPEC 5's windows.
@@ -226,6 +234,7 @@ impl Config {
         for (i, t) in raw.targets.iter().enumerate() {
             targets.push(target(i, t, &types, &targets, windows)?);
         }
+        let cvr_long_early = builtin_feedback(&raw.feedback)?;
         let partition = dur("partition", &raw.partition, Duration::from_secs(60))?;
         if partition < Duration::from_secs(1) || partition.as_millis() % 1000 != 0 {
             return Err(err(
@@ -242,6 +251,7 @@ impl Config {
             windows,
             grace,
             targets,
+            cvr_long_early,
             batch_events: positive("batch_events", raw.batch_events, 20_000)?,
             batch_delay: dur("batch_delay", &raw.batch_delay, Duration::from_millis(200))?,
             max_pending: positive("max_pending", raw.max_pending, 100_000)?,
@@ -301,6 +311,45 @@ fn positive<T: PartialOrd + Default + Copy + std::fmt::Display>(
         Some(x) if x > T::default() => Ok(x),
         Some(x) => Err(err(key, format!("must be greater than 0, got {x}"))),
     }
+}
+
+/// `"early"` or `"final"` (the default), else an error naming `key`.
+fn feedback(key: &str, v: Option<&str>) -> Result<bool, ConfigError> {
+    match v {
+        None | Some("final") => Ok(false),
+        Some("early") => Ok(true),
+        Some(other) => Err(err(
+            key,
+            format!("{other:?} is neither \"early\" nor \"final\""),
+        )),
+    }
+}
+
+/// `[feedback]`: only a built-in target whose window starts after creation
+/// (`cvr_long`) can be learned early; `ctr` and `cvr_short` start at 0.
+fn builtin_feedback(raw: &BTreeMap<String, String>) -> Result<bool, ConfigError> {
+    let mut cvr_long = false;
+    for (k, v) in raw {
+        let key = format!("feedback.{k}");
+        let early = feedback(&key, Some(v))?;
+        match k.as_str() {
+            "cvr_long" => cvr_long = early,
+            "ctr" | "cvr_short" if early => {
+                return Err(err(
+                    key,
+                    "cannot be \"early\": its window starts at creation (`after` is 0), so there is no later label to learn early",
+                ))
+            }
+            "ctr" | "cvr_short" => {}
+            _ => {
+                return Err(err(
+                    key,
+                    "unknown built-in target; configured targets take `feedback` in their [[targets]] entry",
+                ))
+            }
+        }
+    }
+    Ok(cvr_long)
 }
 
 fn parse_windows(
@@ -388,6 +437,13 @@ fn target(
     if until <= after {
         return Err(err(key("until"), "must be later than `after`"));
     }
+    let early = feedback(&key("feedback"), t.feedback.as_deref())?;
+    if early && after.is_zero() {
+        return Err(err(
+            key("feedback"),
+            "cannot be \"early\" when `after` is 0: provisional rows are emitted at the window's start",
+        ));
+    }
     let population_ready = match given {
         Given::Impression => windows.impression,
         Given::Click => windows.click,
@@ -405,6 +461,7 @@ fn target(
         after,
         until,
         grace,
+        early,
     })
 }
 
@@ -537,5 +594,34 @@ grace = "1h"
             key_of(&format!("name = \"a\"\n{base}batch_events = \"50000\"")),
             "batch_events"
         );
+    }
+
+    #[test]
+    fn early_feedback_is_for_windows_that_start_late() {
+        let base = "name = \"a\"\nendpoints = [\"tcp://127.0.0.1:1\"]\ncustom_types = [\"open\"]\n";
+        let c = Config::parse(&format!("{base}[feedback]\ncvr_long = \"early\"")).unwrap();
+        assert!(c.cvr_long_early);
+        assert!(!Config::parse(base).unwrap().cvr_long_early);
+        for (body, key) in [
+            ("[feedback]\nctr = \"early\"", "feedback.ctr"),
+            ("[feedback]\ncvr_short = \"early\"", "feedback.cvr_short"),
+            ("[feedback]\ncvr_long = \"soon\"", "feedback.cvr_long"),
+            ("[feedback]\nopen_24h = \"early\"", "feedback.open_24h"),
+            (
+                "[[targets]]\nname = \"o\"\ngiven = \"click\"\nevent = \"open\"\nuntil = \"1d\"\nfeedback = \"early\"",
+                "targets[0].feedback",
+            ),
+            (
+                "[[targets]]\nname = \"o\"\ngiven = \"click\"\nevent = \"open\"\nuntil = \"1d\"\nfeedback = \"now\"",
+                "targets[0].feedback",
+            ),
+        ] {
+            assert_eq!(key_of(&format!("{base}{body}")), key, "{body}");
+        }
+        let c = Config::parse(&format!(
+            "{base}[[targets]]\nname = \"o\"\ngiven = \"click\"\nevent = \"open\"\nafter = \"1h\"\nuntil = \"1d\"\nfeedback = \"early\""
+        ))
+        .unwrap();
+        assert!(c.targets[0].early);
     }
 }

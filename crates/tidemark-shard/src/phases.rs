@@ -28,6 +28,10 @@ pub struct TargetDef {
     /// When its observations are emitted, after creation: window + grace, and
     /// never before its population is known.
     pub offset: i64,
+    /// `feedback = "early"` (SPEC 5): when its provisional rows are emitted,
+    /// after creation: the sweep of the window's start (`after` + grace; for
+    /// `cvr_long` the `install_short` sweep), never before the population.
+    pub start: Option<i64>,
 }
 
 impl TargetDef {
@@ -65,6 +69,7 @@ impl Phases {
         let g = &config.grace;
         let impression_offset = ms(w.impression + g.impression);
         let click_offset = impression_offset.max(ms(w.click + g.click));
+        let short_offset = click_offset.max(ms(w.install_short + g.install_short));
         let population_offset = |given: Given| match given {
             Given::Impression => impression_offset,
             Given::Click => click_offset,
@@ -77,6 +82,7 @@ impl Phases {
                 after: 0,
                 until: ms(w.click),
                 offset: click_offset,
+                start: None,
             },
             TargetDef {
                 name: "cvr_short".into(),
@@ -84,7 +90,8 @@ impl Phases {
                 event: EventType::Install,
                 after: 0,
                 until: ms(w.install_short),
-                offset: click_offset.max(ms(w.install_short + g.install_short)),
+                offset: short_offset,
+                start: None,
             },
             TargetDef {
                 name: "cvr_long".into(),
@@ -93,6 +100,7 @@ impl Phases {
                 after: ms(w.install_short),
                 until: ms(w.install_long),
                 offset: click_offset.max(ms(w.install_long + g.install_long)),
+                start: config.cvr_long_early.then_some(short_offset),
             },
         ];
         for t in &config.targets {
@@ -103,6 +111,9 @@ impl Phases {
                 after: ms(t.after),
                 until: ms(t.until),
                 offset: population_offset(t.given).max(ms(t.until + t.grace)),
+                start: t
+                    .early
+                    .then(|| population_offset(t.given).max(ms(t.after + t.grace))),
             });
         }
         // Stable: equal offsets keep configuration order.
@@ -142,6 +153,9 @@ pub struct Watermarks {
     pub impression: i64,
     /// One per target, in `Phases::targets` order.
     pub targets: Vec<i64>,
+    /// One per target: its provisional phase's watermark (early targets;
+    /// for the others the same as `targets`, and unused).
+    pub starts: Vec<i64>,
     /// Below this, only clicked transactions are kept (in `long`).
     pub unclicked: i64,
     /// Below this, nothing is kept.
@@ -154,6 +168,11 @@ impl Watermarks {
         Watermarks {
             impression: clock - phases.impression_offset,
             targets: phases.targets.iter().map(|t| clock - t.offset).collect(),
+            starts: phases
+                .targets
+                .iter()
+                .map(|t| clock - t.start.unwrap_or(t.offset))
+                .collect(),
             unclicked: clock - phases.unclicked_offset,
             last: clock - phases.last_offset,
         }
@@ -161,14 +180,11 @@ impl Watermarks {
 
     /// Elementwise max: watermarks never move back, even if the windows were shortened.
     pub fn max(&self, other: &Watermarks) -> Watermarks {
+        let max = |a: &[i64], b: &[i64]| a.iter().zip(b).map(|(a, b)| *a.max(b)).collect();
         Watermarks {
             impression: self.impression.max(other.impression),
-            targets: self
-                .targets
-                .iter()
-                .zip(&other.targets)
-                .map(|(a, b)| *a.max(b))
-                .collect(),
+            targets: max(&self.targets, &other.targets),
+            starts: max(&self.starts, &other.starts),
             unclicked: self.unclicked.max(other.unclicked),
             last: self.last.max(other.last),
         }
@@ -236,9 +252,19 @@ pub fn marks(phases: &Phases, wm: &Watermarks) -> Vec<(String, i64, i64)> {
     for (t, w) in phases.targets.iter().zip(&wm.targets) {
         m.push((t.name.clone(), t.offset, *w));
     }
+    for (t, w) in phases.targets.iter().zip(&wm.starts) {
+        if let Some(start) = t.start {
+            m.push((provisional_phase(&t.name), start, *w));
+        }
+    }
     m.push(("unclicked".into(), phases.unclicked_offset, wm.unclicked));
     m.push(("last".into(), phases.last_offset, wm.last));
     m
+}
+
+/// The name under which an early target's provisional watermark is saved.
+pub fn provisional_phase(target: &str) -> String {
+    format!("{target}.provisional")
 }
 
 /// The sweep that moves the watermarks from `old` to where `clock` puts
@@ -264,16 +290,39 @@ pub fn plan(
             hi: new.unclicked,
         })
     };
+    // Each target's emissions at their offsets: an early target's
+    // provisional rows and the late rows due at its start, its final rows at
+    // its end. Stable: equal offsets keep target order.
+    let mut due: Vec<(i64, usize, Emission)> = Vec::new();
+    for (i, t) in phases.targets.iter().enumerate() {
+        match t.start {
+            Some(start) => {
+                due.push((start, i, Emission::Provisional));
+                due.push((start, i, Emission::Late));
+                due.push((t.offset, i, Emission::FinalZero));
+            }
+            None => due.push((t.offset, i, Emission::Final)),
+        }
+    }
+    due.sort_by_key(|d| d.0);
     let mut steps = Vec::new();
     let mut unclicked = floor(old.unclicked);
     let mut moved = false;
-    for (i, t) in phases.targets.iter().enumerate() {
-        if !moved && t.offset > phases.unclicked_offset {
+    for (offset, i, emission) in due {
+        if !moved && offset > phases.unclicked_offset {
             steps.extend(keep_clicked());
             unclicked = new.unclicked;
             moved = true;
         }
-        if new.targets[i] > old.targets[i] {
+        // Late rows: every transaction given its provisional row and not yet
+        // its final one, at each sweep (an event may have arrived since).
+        let (lo, hi) = match emission {
+            Emission::Provisional => (old.starts[i], new.starts[i]),
+            Emission::Late => (old.targets[i], new.starts[i]),
+            Emission::Final | Emission::FinalZero => (old.targets[i], new.targets[i]),
+        };
+        if hi > lo && new.starts[i] > old.starts[i] {
+            let t = &phases.targets[i];
             steps.push(SweepStep::Emit {
                 target: TargetSql {
                     name: t.name.clone(),
@@ -282,8 +331,9 @@ pub fn plan(
                     after_ms: t.after,
                     until_ms: t.until,
                 },
-                lo: floor(old.targets[i]),
-                hi: new.targets[i],
+                emission,
+                lo: floor(lo),
+                hi,
                 unclicked,
             });
         }
@@ -332,6 +382,20 @@ pub struct SweepPlan {
     pub marks: Vec<(String, i64, i64)>,
 }
 
+/// Which observations of a target a step emits (SPEC 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Emission {
+    /// A target learned from final labels: every member, its label, kind `final`.
+    Final,
+    /// An early target's window start: every member, label 0, kind `provisional`.
+    Provisional,
+    /// An early target: members whose qualifying event has arrived and that
+    /// have no `late` row yet, label 1, kind `late`, with `delay_ms`.
+    Late,
+    /// An early target's window end: members without a `late` row, label 0, kind `final`.
+    FinalZero,
+}
+
 /// A step of a sweep after consolidation.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SweepStep {
@@ -347,6 +411,8 @@ pub enum SweepStep {
     Emit {
         /// The target.
         target: TargetSql,
+        /// Which of its rows.
+        emission: Emission,
         /// Exclusive lower bound of creation time.
         lo: i64,
         /// Inclusive upper bound of creation time.
@@ -489,10 +555,18 @@ mod tests {
                 SweepStep::KeepClicked { lo, hi } => format!("keep {lo}..{hi}"),
                 SweepStep::Emit {
                     target,
+                    emission: Emission::Final,
                     lo,
                     hi,
                     unclicked,
                 } => format!("{} {lo}..{hi} u{unclicked}", target.name),
+                SweepStep::Emit {
+                    target,
+                    emission,
+                    lo,
+                    hi,
+                    ..
+                } => format!("{}:{emission:?} {lo}..{hi}", target.name),
             })
             .collect()
     }
@@ -592,5 +666,79 @@ mod tests {
             )
         );
         assert_eq!(s[1], format!("keep {}..{}", wm.unclicked, wm.unclicked + M));
+    }
+
+    #[test]
+    fn an_early_target_emits_at_its_start_every_sweep_and_at_its_end() {
+        let c = config("[feedback]\ncvr_long = \"early\"");
+        let p = Phases::new(&c);
+        let long = p.targets.iter().find(|t| t.name == "cvr_long").unwrap();
+        let short = p.targets.iter().find(|t| t.name == "cvr_short").unwrap();
+        assert_eq!(long.start, Some(short.offset), "the install_short sweep");
+        assert!(p
+            .targets
+            .iter()
+            .all(|t| t.name == "cvr_long" || t.start.is_none()));
+
+        let wm = Watermarks::at(&p, 10 * 24 * H);
+        let (new, sweep) = plan(&p, &c.types, &wm, 10 * 24 * H + M);
+        let s = steps(&sweep);
+        let (ws, wl) = (wm.starts[2], wm.targets[2]);
+        assert_eq!(
+            s,
+            [
+                format!(
+                    "ctr {}..{} u{}",
+                    wm.targets[0],
+                    wm.targets[0] + M,
+                    wm.unclicked
+                ),
+                format!("keep {}..{}", wm.unclicked, wm.unclicked + M),
+                format!(
+                    "cvr_short {}..{} u{}",
+                    wm.targets[1],
+                    wm.targets[1] + M,
+                    new.unclicked
+                ),
+                format!("cvr_long:Provisional {ws}..{}", ws + M),
+                // Late rows: everything provisional and not final, new rows included.
+                format!("cvr_long:Late {wl}..{}", ws + M),
+                format!("cvr_long:FinalZero {wl}..{}", wl + M),
+            ]
+        );
+        let saved: Vec<&str> = sweep.marks.iter().map(|m| m.0.as_str()).collect();
+        assert!(saved.contains(&"cvr_long.provisional"));
+        assert_eq!(
+            sweep
+                .marks
+                .iter()
+                .find(|m| m.0 == "cvr_long.provisional")
+                .unwrap()
+                .2,
+            new.starts[2]
+        );
+        // A clock that does not move emits nothing, late rows included.
+        let (_, idle) = plan(&p, &c.types, &new, 10 * 24 * H + M);
+        assert!(idle.steps.is_empty());
+    }
+
+    #[test]
+    fn a_configured_early_target_starts_after_its_population_and_window_start() {
+        let c = config(
+            "[[targets]]\nname = \"o\"\ngiven = \"click\"\nevent = \"open\"\nafter = \"2h\"\nuntil = \"1d\"\ngrace = \"10m\"\nfeedback = \"early\"\n",
+        );
+        let p = Phases::new(&c);
+        let o = p.targets.iter().find(|t| t.name == "o").unwrap();
+        assert_eq!(o.start, Some(2 * H + 10 * M));
+        assert_eq!(o.offset, 24 * H + 10 * M);
+        let c = config(
+            "[[targets]]\nname = \"o\"\ngiven = \"click\"\nevent = \"open\"\nafter = \"1m\"\nuntil = \"1d\"\nfeedback = \"early\"\n",
+        );
+        let o = Phases::new(&c)
+            .targets
+            .into_iter()
+            .find(|t| t.name == "o")
+            .unwrap();
+        assert_eq!(o.start, Some(H + 5 * M), "not before clicks are known");
     }
 }

@@ -88,6 +88,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "replica_staleness",
         include_str!("../../../sql/V0017__replica_staleness.sql"),
     ),
+    (
+        18,
+        "observation_kinds",
+        include_str!("../../../sql/V0018__observation_kinds.sql"),
+    ),
 ];
 
 /// Any key works as long as only migrations use it.

@@ -112,24 +112,48 @@ pub async fn feature_names(
     .collect())
 }
 
+/// One row of an export page.
+#[derive(Debug, Clone)]
+pub struct Exported {
+    /// Its shard.
+    pub shard: String,
+    /// Its number in the shard's stream.
+    pub seq: i64,
+    /// The label.
+    pub label: bool,
+    /// `provisional`, `late` or `final` (SPEC 5).
+    pub kind: String,
+    /// The bid's features, as JSON text.
+    pub features: String,
+}
+
 /// A target's observations in `(shard, seq)` order after a cursor
-/// `(shard, seq)`, for streaming exports: `(shard, seq, label, features)`.
+/// `(shard, seq)`, for streaming exports: only matured ones (`kind <>
+/// 'provisional'`, SPEC 5) unless `provisional`.
 pub async fn page(
     c: &Client,
     target: &str,
     shard: Option<&str>,
     after: (&str, i64),
     limit: i64,
-) -> Result<Vec<(String, i64, bool, String)>, StoreError> {
+    provisional: bool,
+) -> Result<Vec<Exported>, StoreError> {
     Ok(c.query(
-        "SELECT shard, seq, label, features::text FROM tidemark.observations
+        "SELECT shard, seq, label, kind, features::text FROM tidemark.observations
              WHERE target = $1 AND ($2::text IS NULL OR shard = $2) AND (shard, seq) > ($3, $4)
+               AND ($6 OR kind <> 'provisional')
              ORDER BY shard, seq LIMIT $5",
-        &[&target, &shard, &after.0, &after.1, &limit],
+        &[&target, &shard, &after.0, &after.1, &limit, &provisional],
     )
     .await?
     .iter()
-    .map(|r| (r.get(0), r.get(1), r.get::<_, i16>(2) == 1, r.get(3)))
+    .map(|r| Exported {
+        shard: r.get(0),
+        seq: r.get(1),
+        label: r.get::<_, i16>(2) == 1,
+        kind: r.get(3),
+        features: r.get(4),
+    })
     .collect())
 }
 

@@ -191,25 +191,70 @@ pub fn observed(db: &TestDb, shard: &str) -> Rows {
 }
 
 /// A shard's observations as the reference shapes them, and their `seq`s in
-/// order (which may jump past a recorded gap, SPEC 5); panics on a second
-/// row for one (target, txid) or a repeated `seq`.
+/// order (which may jump past a recorded gap, SPEC 5); panics on a repeated
+/// `seq` or a row set SPEC 5 does not allow for one (target, txid): one
+/// `final`, or a `provisional` 0 followed by one `late` 1 or `final` 0 with
+/// the same features.
 pub fn observed_with_seq(db: &TestDb, shard: &str) -> (Rows, Vec<i64>) {
     let (url, shard) = (db.url.clone(), shard.to_owned());
     let rows = block_on(async move { crate::store::observations(&url, &shard).await });
     let mut out = Rows::new();
+    let mut provisional: BTreeMap<(String, String), reference::Expected> = BTreeMap::new();
     let mut seqs = Vec::with_capacity(rows.len());
-    for (target, txid, label, features, seq) in rows {
+    for row in rows {
+        let seq = row.seq;
         assert!(seqs.last().is_none_or(|l| *l < seq), "seq {seq} repeated");
         seqs.push(seq);
-        let features = features
+        let features = row
+            .features
             .as_object()
             .expect("features are an object")
             .iter()
             .map(|(k, v)| (k.clone(), feature_of(v)))
             .collect();
-        let key = (target, txid);
-        let dup = out.insert(key.clone(), reference::Expected { label, features });
-        assert!(dup.is_none(), "a second observation for {key:?}");
+        let key = (row.target, row.txid);
+        let kind = match row.kind.as_str() {
+            "provisional" => reference::Kind::Provisional,
+            "late" => reference::Kind::Late,
+            "final" => reference::Kind::Final,
+            other => panic!("an observation of kind {other:?}"),
+        };
+        assert_eq!(
+            row.delay_ms.is_some(),
+            kind == reference::Kind::Late,
+            "delay_ms on {key:?} ({kind:?}): {:?}",
+            row.delay_ms
+        );
+        let mut got = reference::Expected {
+            label: row.label,
+            features,
+            kind,
+            provisional: false,
+            delay_ms: row.delay_ms.map(|d| (d, d)),
+        };
+        assert!(
+            !out.contains_key(&key),
+            "a row for {key:?} after its final one"
+        );
+        if kind == reference::Kind::Provisional {
+            assert_eq!(got.label, 0, "a provisional row labelled 1: {key:?}");
+            let dup = provisional.insert(key.clone(), got);
+            assert!(dup.is_none(), "a second provisional row for {key:?}");
+            continue;
+        }
+        if let Some(p) = provisional.remove(&key) {
+            assert_eq!(p.features, got.features, "provisional features of {key:?}");
+            got.provisional = true;
+        }
+        assert!(
+            kind != reference::Kind::Late || (got.provisional && got.label == 1),
+            "a late row without a provisional one, or labelled 0: {key:?}"
+        );
+        out.insert(key, got);
+    }
+    // A provisional row still waiting for its matured one shows as such.
+    for (key, p) in provisional {
+        out.insert(key, p);
     }
     (out, seqs)
 }
@@ -220,7 +265,7 @@ pub fn assert_same(what: &str, got: &Rows, want: &Rows) {
     for (k, w) in want {
         match got.get(k) {
             None => diffs.push(format!("missing {k:?}: want {w:?}")),
-            Some(g) if g != w => diffs.push(format!("differs {k:?}: got {g:?}, want {w:?}")),
+            Some(g) if !w.admits(g) => diffs.push(format!("differs {k:?}: got {g:?}, want {w:?}")),
             _ => {}
         }
     }

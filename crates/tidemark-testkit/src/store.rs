@@ -106,21 +106,37 @@ pub(crate) fn cut_statement(pattern: &str, mid_query: bool) -> String {
     )
 }
 
-/// A shard's observations in `seq` order: `(target, txid, label, features, seq)`.
-pub(crate) async fn observations(
-    url: &str,
-    shard: &str,
-) -> Vec<(String, String, i16, serde_json::Value, i64)> {
+/// One observation row as a shard wrote it.
+pub(crate) struct Row {
+    pub target: String,
+    pub txid: String,
+    pub label: i16,
+    pub features: serde_json::Value,
+    pub seq: i64,
+    pub kind: String,
+    pub delay_ms: Option<i64>,
+}
+
+/// A shard's observations in `seq` order.
+pub(crate) async fn observations(url: &str, shard: &str) -> Vec<Row> {
     let c = tidemark_store::connect(url).await.unwrap();
     c.query(
-        "SELECT target, txid, label, features, seq FROM tidemark.observations
+        "SELECT target, txid, label, features, seq, kind, delay_ms FROM tidemark.observations
          WHERE shard = $1 ORDER BY seq",
         &[&shard],
     )
     .await
     .unwrap()
     .iter()
-    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+    .map(|r| Row {
+        target: r.get(0),
+        txid: r.get(1),
+        label: r.get(2),
+        features: r.get(3),
+        seq: r.get(4),
+        kind: r.get(5),
+        delay_ms: r.get(6),
+    })
     .collect()
 }
 

@@ -147,6 +147,39 @@ grace = "5s"
 }
 
 #[test]
+fn exact_with_early_feedback_for_built_in_and_configured_targets() {
+    let m = market("early", "2m", 300.0, &["--custom-types", "open"]);
+    let targets = r#"
+[feedback]
+cvr_long = "early"
+[[targets]]
+name = "open_late"
+given = "click"
+event = "open"
+after = "20s"
+until = "90s"
+grace = "5s"
+feedback = "early"
+"#;
+    let db = TestDb::new("early");
+    let endpoint = free_endpoint();
+    let config = config_text(&[], r#"custom_types = ["open"]"#, targets);
+    let mut shard = Proc::shard(&db, "x", &endpoint, &config);
+    finish(replay(&m.path, &endpoint, "0"));
+    wait_all_swept(&db, "x", &m);
+    shard.stop();
+    let want = expected(&config, &sent_of(&m.lines));
+    for t in ["cvr_long", "open_late"] {
+        let late = want
+            .iter()
+            .filter(|((target, _), e)| target == t && e.kind == reference::Kind::Late)
+            .count();
+        assert!(late > 0, "{t}: no late row to check");
+    }
+    assert_same("early", &observed(&db, "x"), &want);
+}
+
+#[test]
 fn exact_across_three_shards_from_plan() {
     let m = market("plan3", "2m", 400.0, &[]);
     let out = run_ok(&["plan", "--rate", "0.75", "--shards", "3", "--json"]);
@@ -374,11 +407,11 @@ impl Killer {
 /// Sends a market file with ticks as SPEC 3 asks, killing the shard (and
 /// restarting it at once) at `kills` random moments during intake, or while
 /// it sweeps and emits the tail.
-fn kill_9_run(label: &str, during_emission: bool, kills: usize) {
+fn kill_9_run(label: &str, during_emission: bool, kills: usize, tables: &str) {
     let m = market(label, "90s", 300.0, &[]);
     let db = TestDb::new(label);
     let publ = Publisher::new();
-    let config = config_text(&[], "", "");
+    let config = config_text(&[], "", tables);
     let shard = Proc::shard(&db, "x", &publ.endpoint, &config);
     let mut k = Killer {
         publ,
@@ -459,17 +492,24 @@ fn kill_9_run(label: &str, during_emission: bool, kills: usize) {
 /// twenty times, every start succeeds and the observations stay exact.
 #[test]
 fn a_shard_killed_twenty_times_and_restarted_at_once_stays_exact() {
-    kill_9_run("kill_20", false, 20);
+    kill_9_run("kill_20", false, 20, "");
 }
 
 #[test]
 fn exact_after_kill_9_during_intake() {
-    kill_9_run("kill_intake", false, 3);
+    kill_9_run("kill_intake", false, 3, "");
 }
 
 #[test]
 fn exact_after_kill_9_during_emission() {
-    kill_9_run("kill_emission", true, 3);
+    kill_9_run("kill_emission", true, 3, "");
+}
+
+/// Early feedback (SPEC 5, v1.3): provisional, late and final rows once
+/// each, in order, across kills while the tail is swept and emitted.
+#[test]
+fn exact_early_feedback_after_kill_9_during_emission() {
+    kill_9_run("kill_early", true, 3, "[feedback]\ncvr_long = \"early\"");
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tidemark_wire::Txid;
 
 // Row by row against the reference under faults and load.
+mod early;
 mod exact;
 mod faults;
 

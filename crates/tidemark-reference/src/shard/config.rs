@@ -36,6 +36,8 @@ pub struct Target {
     pub until_ms: i64,
     /// Added to `until_ms` before the target is emitted.
     pub grace_ms: i64,
+    /// `feedback = "early"` (SPEC 5, 7 v1.3): provisional and late observations.
+    pub early: bool,
 }
 
 /// Four durations in milliseconds, one per built-in window.
@@ -66,6 +68,8 @@ pub struct Config {
     pub grace_ms: Windows,
     /// Only the configured extra targets, not `ctr` and `cvr_*`.
     pub targets: Vec<Target>,
+    /// `[feedback] cvr_long = "early"` (SPEC 7 v1.3).
+    pub cvr_long_early: bool,
 }
 
 pub(super) const SECOND: i64 = 1_000;
@@ -92,6 +96,7 @@ impl Default for Config {
                 install_long: 6 * HOUR,
             },
             targets: Vec::new(),
+            cvr_long_early: false,
             max_future_ms: 10 * MINUTE,
         }
     }
@@ -144,6 +149,22 @@ impl Config {
                     return Err(format!("targets.name: {:?} is used twice", target.name));
                 }
                 config.targets.push(target);
+            }
+        }
+        if let Some(value) = table.get("feedback") {
+            let Some(entries) = value.as_table() else {
+                return Err("feedback: must be a table".to_string());
+            };
+            for (name, value) in entries {
+                let early = feedback(&format!("feedback.{name}"), value)?;
+                match name.as_str() {
+                    "cvr_long" => config.cvr_long_early = early,
+                    "ctr" | "cvr_short" if early => {
+                        return Err(format!("feedback.{name}: its window starts at creation"))
+                    }
+                    "ctr" | "cvr_short" => {}
+                    _ => return Err(format!("feedback.{name}: not a built-in target")),
+                }
             }
         }
         Ok(config)
@@ -273,6 +294,13 @@ fn read_target(value: &toml::Value) -> Result<Target, String> {
         Some(v) => duration("targets.grace", v)?,
         None => 0,
     };
+    let early = match table.get("feedback") {
+        Some(v) => feedback("targets.feedback", v)?,
+        None => false,
+    };
+    if early && after_ms == 0 {
+        return Err("targets.feedback: \"early\" needs `after` above 0".to_string());
+    }
     Ok(Target {
         name,
         given,
@@ -280,7 +308,17 @@ fn read_target(value: &toml::Value) -> Result<Target, String> {
         after_ms,
         until_ms,
         grace_ms,
+        early,
     })
+}
+
+/// `"early"` is true, `"final"` false (SPEC 7 v1.3).
+fn feedback(key: &str, value: &toml::Value) -> Result<bool, String> {
+    match value.as_str() {
+        Some("early") => Ok(true),
+        Some("final") => Ok(false),
+        _ => Err(format!("{key}: must be \"early\" or \"final\"")),
+    }
 }
 
 #[cfg(test)]
@@ -352,6 +390,7 @@ mod tests {
             after_ms: HOUR,
             until_ms: DAY,
             grace_ms: HOUR,
+            early: false,
         };
         let sign = Target {
             name: "sign".into(),
@@ -360,6 +399,7 @@ mod tests {
             after_ms: 0,
             until_ms: 2 * HOUR,
             grace_ms: 0,
+            early: false,
         };
         assert_eq!(c.targets, [open, sign]);
     }

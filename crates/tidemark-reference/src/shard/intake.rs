@@ -52,6 +52,24 @@ impl Transaction<'_> {
             .map(|a| a.ts_eff)
             .min()
     }
+
+    /// Every copy of type `kind`, in the order sent: `(ts_eff, what the
+    /// test saw of the shard's clock before sending it)`.
+    pub(super) fn copies<'s>(
+        &'s self,
+        kind: &'s str,
+    ) -> impl Iterator<Item = (i64, Option<i64>)> + 's {
+        self.arrivals
+            .iter()
+            .filter(move |a| a.kind == kind)
+            .map(|a| (a.ts_eff, a.clock_at_least))
+    }
+}
+
+/// Whether a copy the test saw the clock at `clock_at_least` before sending
+/// reached the shard before a sweep at `sweep_at` (unknown: it did).
+pub(super) fn before(clock_at_least: Option<i64>, sweep_at: i64) -> bool {
+    in_time(clock_at_least, sweep_at)
 }
 
 /// Every transaction with an accepted copy, in txid order, from the

@@ -6,16 +6,71 @@
 use std::collections::BTreeMap;
 
 use super::config::{Config, Given};
+use super::early::{self, Matured};
 use super::intake::{after, intake, Transaction};
 use super::message::{Feature, Sent};
 
-/// One observation's content.
+/// An observation's `kind` (SPEC 5, v1.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// An early target's label 0 at its window's start.
+    Provisional,
+    /// An early target's label 1, when its event arrived.
+    Late,
+    /// Every other observation.
+    Final,
+}
+
+impl Kind {
+    /// As the `kind` column spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Provisional => "provisional",
+            Kind::Late => "late",
+            Kind::Final => "final",
+        }
+    }
+}
+
+/// One (target, txid)'s matured observation (`kind` `late` or `final`),
+/// and whether a `provisional` row came before it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expected {
     /// 0 or 1.
     pub label: i16,
     /// The bid's features, by name.
     pub features: BTreeMap<String, Feature>,
+    /// `Late` or `Final`.
+    pub kind: Kind,
+    /// An early target's member: a `provisional` 0 row comes first.
+    pub provisional: bool,
+    /// `late` rows: `delay_ms` lies in this range (a shard's row gives one value).
+    pub delay_ms: Option<(i64, i64)>,
+}
+
+impl Expected {
+    /// Whether `got`, a row as a shard wrote it, is what this expects: the
+    /// same in every field, its `delay_ms` within the range.
+    pub fn admits(&self, got: &Expected) -> bool {
+        let delay = match (self.delay_ms, got.delay_ms) {
+            (None, None) => true,
+            (Some((lo, hi)), Some((d, e))) => d == e && lo <= d && d <= hi,
+            _ => false,
+        };
+        delay
+            && self.label == got.label
+            && self.kind == got.kind
+            && self.provisional == got.provisional
+            && self.features == got.features
+    }
+}
+
+/// What a transaction yields for one target.
+enum Outcome {
+    /// One `final` row with this label.
+    Label(bool),
+    /// An early target: `provisional` 0, then this.
+    Early(Matured),
 }
 
 /// Every observation (target, txid) -> Expected that one shard with `config`
@@ -35,10 +90,20 @@ pub fn expected(
             continue; // an orphan, or no bid in time
         };
         let txid = format!("{key:032x}");
-        for (target, label) in labels(config, &tx) {
+        for (target, outcome) in labels(config, &tx) {
+            let (label, kind, provisional, delay_ms) = match outcome {
+                Outcome::Label(l) => (l, Kind::Final, false, None),
+                Outcome::Early(Matured::Final) => (false, Kind::Final, true, None),
+                Outcome::Early(Matured::Late { lo, hi }) => {
+                    (true, Kind::Late, true, Some((lo, hi)))
+                }
+            };
             let observation = Expected {
                 label: i16::from(label),
                 features: features.clone(),
+                kind,
+                provisional,
+                delay_ms,
             };
             rows.entry(target)
                 .or_default()
@@ -55,7 +120,7 @@ pub fn expected(
 
 /// The labels of a transaction whose bid was in time, by target, in the
 /// order emitted: none when it was not shown.
-fn labels<'c>(config: &'c Config, tx: &Transaction) -> Vec<(&'c str, bool)> {
+fn labels<'c>(config: &'c Config, tx: &Transaction) -> Vec<(&'c str, Outcome)> {
     let windows = config.windows_ms;
     let grace = config.grace_ms;
     let created = tx.created;
@@ -75,7 +140,7 @@ fn labels<'c>(config: &'c Config, tx: &Transaction) -> Vec<(&'c str, bool)> {
     let clicked = tx
         .earliest("click", click_sweep)
         .is_some_and(|ts| ts <= click_end);
-    out.push(("ctr", clicked));
+    out.push(("ctr", Outcome::Label(clicked)));
 
     if clicked {
         let short_end = after(created, windows.install_short, 0);
@@ -83,13 +148,20 @@ fn labels<'c>(config: &'c Config, tx: &Transaction) -> Vec<(&'c str, bool)> {
         let short = tx
             .earliest("install", short_sweep)
             .is_some_and(|ts| ts <= short_end);
-        out.push(("cvr_short", short));
+        out.push(("cvr_short", Outcome::Label(short)));
 
         let long_end = after(created, windows.install_long, 0);
         let long_sweep = after(created, windows.install_long, grace.install_long);
-        let long = tx
-            .earliest("install", long_sweep)
-            .is_some_and(|ts| short_end < ts && ts <= long_end);
+        let long = if config.cvr_long_early {
+            let (window, start) = early::cvr_long(config);
+            let start = start.max(windows.click + grace.click);
+            Outcome::Early(early::matured(config, tx, "install", window, start))
+        } else {
+            Outcome::Label(
+                tx.earliest("install", long_sweep)
+                    .is_some_and(|ts| short_end < ts && ts <= long_end),
+            )
+        };
         out.push(("cvr_long", long));
     }
 
@@ -101,13 +173,24 @@ fn labels<'c>(config: &'c Config, tx: &Transaction) -> Vec<(&'c str, bool)> {
         if !in_population {
             continue;
         }
+        if target.early {
+            let (window, start) = early::configured(target);
+            // Not before its population is known.
+            let population = match target.given {
+                Given::Impression => windows.impression + grace.impression,
+                Given::Click => windows.click + grace.click,
+            };
+            let m = early::matured(config, tx, &target.event, window, start.max(population));
+            out.push((target.name.as_str(), Outcome::Early(m)));
+            continue;
+        }
         let start = after(created, target.after_ms, 0);
         let end = after(created, target.until_ms, 0);
         let sweep = after(created, target.until_ms, target.grace_ms);
         let label = tx
             .earliest(&target.event, sweep)
             .is_some_and(|ts| ts <= end && (target.after_ms <= 0 || ts > start));
-        out.push((target.name.as_str(), label));
+        out.push((target.name.as_str(), Outcome::Label(label)));
     }
     out
 }
@@ -304,6 +387,7 @@ mod tests {
                     after_ms: HOUR,
                     until_ms: 2 * HOUR,
                     grace_ms: MINUTE,
+                    early: false,
                 },
                 Target {
                     name: "open_any".into(),
@@ -312,6 +396,7 @@ mod tests {
                     after_ms: 0,
                     until_ms: 2 * HOUR,
                     grace_ms: MINUTE,
+                    early: false,
                 },
             ],
             ..Config::default()

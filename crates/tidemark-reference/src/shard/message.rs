@@ -300,6 +300,7 @@ mod tests {
                 after_ms: 0,
                 until_ms: HOUR,
                 grace_ms: 0,
+                early: false,
             }],
             ..Config::default()
         };

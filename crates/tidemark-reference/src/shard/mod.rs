@@ -16,9 +16,11 @@
 //! Its parts, in the order a message meets them: `txid` (transaction ids and
 //! prefixes), `config` (SPEC 7), `message` (one message's checks),
 //! `intake` (the `max_future` door and the copies kept per transaction),
-//! `labels` (populations and labels, [`expected`]).
+//! `labels` (populations and labels, [`expected`]), `early` (what an
+//! early-feedback target emits after its provisional row, SPEC 5 v1.3).
 
 mod config;
+mod early;
 #[cfg(test)]
 mod fixtures;
 mod intake;
@@ -27,6 +29,6 @@ mod message;
 mod txid;
 
 pub use config::{parse_duration, Config, Given, Target, Windows};
-pub use labels::{expected, Expected};
+pub use labels::{expected, Expected, Kind};
 pub use message::{Feature, Sent, MAX_PAYLOAD_BYTES};
 pub use txid::{shares, txid_created_ms};

@@ -9,7 +9,7 @@ use tokio_postgres::Client;
 
 use super::buffer::{Consolidated, EventRow, Layout, MergeRow};
 use super::state;
-use crate::phases::{SweepPlan, SweepStep, TargetSql};
+use crate::phases::{Emission, SweepPlan, SweepStep, TargetSql};
 use crate::telemetry::{Counter, Family};
 use tidemark_store::{ErrorClass, StoreError};
 
@@ -49,9 +49,16 @@ impl SweepOutcome {
         out.push((name(Counter::KeptClicked), self.kept_clicked));
         out.push((name(Counter::EmissionGaps), self.emission_gaps));
         out.push((name(Counter::Forgotten), self.forgotten));
+        // An early target emits up to three times a sweep: one counter each.
+        let mut by_target: std::collections::BTreeMap<&str, (i64, i64)> = Default::default();
         for (t, rows, positives) in &self.emitted {
-            out.push((Family::Observations.name(t), *rows));
-            out.push((Family::Positives.name(t), *positives));
+            let sum = by_target.entry(t).or_default();
+            sum.0 += rows;
+            sum.1 += positives;
+        }
+        for (t, (rows, positives)) in by_target {
+            out.push((Family::Observations.name(t), rows));
+            out.push((Family::Positives.name(t), positives));
         }
         out.retain(|(_, v)| *v != 0);
         out
@@ -127,13 +134,14 @@ impl Layout {
                 }
                 SweepStep::Emit {
                     target,
+                    emission,
                     lo,
                     hi,
                     unclicked,
                 } => {
                     let sp = tx.savepoint("emit").await?;
                     let emitted = self
-                        .emit(&sp, target, *lo, *hi, *unclicked, out.next_seq)
+                        .emit(&sp, (target, *emission), *lo, *hi, *unclicked, out.next_seq)
                         .await;
                     let (rows, positives) = match emitted {
                         Ok(v) => {
@@ -145,7 +153,7 @@ impl Layout {
                             let (rows, positives, gaps) = self
                                 .emit_row_by_row(
                                     &mut tx,
-                                    target,
+                                    (target, *emission),
                                     (*lo, *hi, *unclicked),
                                     out.next_seq,
                                     &e,
@@ -188,7 +196,7 @@ impl Layout {
     async fn emit_row_by_row(
         &self,
         tx: &mut tokio_postgres::Transaction<'_>,
-        target: &TargetSql,
+        (target, emission): (&TargetSql, Emission),
         (lo, hi, unclicked): (i64, i64, i64),
         next_seq: i64,
         first_error: &StoreError,
@@ -198,10 +206,19 @@ impl Layout {
             "the database refused a sweep's observations; emitting them one by one: {first_error}"
         );
         let (mut rows, mut positives, mut gaps) = (0, 0, 0);
-        for (txid, created) in self.population(&*tx, target, lo, hi, unclicked).await? {
+        let selection = self
+            .selection(&*tx, (target, emission), lo, hi, unclicked)
+            .await?;
+        for (txid, created) in selection {
             let sp = tx.savepoint("one").await?;
             match self
-                .emit_one(&sp, target, &txid, created, unclicked, next_seq + rows)
+                .emit_one(
+                    &sp,
+                    (target, emission),
+                    (&txid, created),
+                    unclicked,
+                    next_seq + rows,
+                )
                 .await
             {
                 Ok((n, p)) => {
@@ -221,6 +238,11 @@ impl Layout {
                         &reason,
                     )
                     .await?;
+                    if emission == Emission::Late {
+                        // Its final row must not follow in its place.
+                        self.settle_early(&*tx, &target.name, (&txid, created))
+                            .await?;
+                    }
                     tracing::error!(
                         target = target.name,
                         txid,

@@ -130,7 +130,15 @@ impl Writer {
     ) -> Result<Writer, ShardError> {
         let phases = Phases::new(&config);
         let custom: Vec<&str> = config.types.custom().map(|(_, n)| n).collect();
-        let layout = Layout::new(&config.name, &custom, phases.click_window, config.rate());
+        let mut layout = Layout::new(&config.name, &custom, phases.click_window, config.rate());
+        for t in phases.targets.iter().filter(|t| t.start.is_some()) {
+            let col = &layout.event_columns[layout
+                .column(config.types.name(t.event))
+                .expect("a buffered event type")];
+            if !layout.early_columns.contains(col) {
+                layout.early_columns.push(col.clone());
+            }
+        }
         let client = connect(&config, &layout, url).await?;
         let gate = config
             .liveness
@@ -201,6 +209,9 @@ impl Writer {
             get("impression", &mut wm.impression);
             for (t, v) in self.phases.targets.iter().zip(wm.targets.iter_mut()) {
                 get(&t.name, v);
+            }
+            for (t, v) in self.phases.targets.iter().zip(wm.starts.iter_mut()) {
+                get(&crate::phases::provisional_phase(&t.name), v);
             }
             get("unclicked", &mut wm.unclicked);
             get("last", &mut wm.last);

@@ -100,18 +100,19 @@ impl Writer {
         let [swept, kept, clicked] = self.subsetting;
         let impressed = share(kept, swept);
         let clicked = impressed * share(clicked, kept);
+        let kept = |offset: i64| {
+            if offset > self.phases.unclicked_offset {
+                clicked
+            } else {
+                impressed
+            }
+        };
         let mut phases: Vec<(i64, f64)> = self
             .phases
             .targets
             .iter()
-            .map(|t| {
-                let kept = if t.offset > self.phases.unclicked_offset {
-                    clicked
-                } else {
-                    impressed
-                };
-                (t.offset, kept)
-            })
+            .flat_map(|t| std::iter::once(t.offset).chain(t.start))
+            .map(|o| (o, kept(o)))
             .collect();
         phases.push((self.phases.impression_offset, 1.0));
         // (clock at which a bucket starts being swept by a phase, its rows)

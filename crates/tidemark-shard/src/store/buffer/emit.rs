@@ -1,78 +1,103 @@
 //! Emission: a target's observations for a creation-time range inserted
 //! into `tidemark.observations` in one statement, numbered in
 //! `(created_at, txid)` order; and, for when the database refuses the set,
-//! the population in that order and one transaction's observation at a time.
+//! the selection in that order and one transaction's observation at a time.
+//!
+//! An early target (SPEC 5) emits in three steps ([`Emission`]): its
+//! provisional rows, its late rows (each recorded in `early` in the same
+//! statement, so it is emitted once), and at its window's end the final
+//! rows of the members that have no late row.
 
 use tokio_postgres::types::ToSql;
 use tokio_postgres::GenericClient;
 
 use super::Layout;
-use crate::phases::TargetSql;
+use crate::phases::{Emission, TargetSql};
 use tidemark_store::{PgTime, StoreError};
 
 impl Layout {
-    /// Emits one target's observations for creation times `(lo, hi]`, numbered
-    /// from `next_seq`. `unclicked` is the current watermark below which only
-    /// `long` holds rows. Returns `(rows, positives)`.
+    /// Emits one target's observations of one kind for creation times
+    /// `(lo, hi]`, numbered from `next_seq`. `unclicked` is the current
+    /// watermark below which only `long` holds rows. Returns `(rows, positives)`.
     pub async fn emit(
         &self,
         tx: &impl GenericClient,
-        target: &TargetSql,
+        (target, emission): (&TargetSql, Emission),
         lo: i64,
         hi: i64,
         unclicked: i64,
         next_seq: i64,
     ) -> Result<(i64, i64), StoreError> {
-        self.emit_where(tx, target, lo, hi, unclicked, next_seq, None)
+        self.emit_where(tx, (target, emission), (lo, hi, unclicked), next_seq, None)
             .await
     }
 
-    /// The population of a target for creation times `(lo, hi]` as
+    /// The transactions an emission selects for creation times `(lo, hi]` as
     /// `(txid, created_ms)` in emission order: for emitting row by row when
     /// the database refused the set.
-    pub async fn population(
+    pub async fn selection(
         &self,
         tx: &impl GenericClient,
-        target: &TargetSql,
+        (target, emission): (&TargetSql, Emission),
         lo: i64,
         hi: i64,
         unclicked: i64,
     ) -> Result<Vec<(String, i64)>, StoreError> {
-        let population = self.population_filter(target);
         let sql = format!(
-            "SELECT txid, (extract(epoch FROM created_at) * 1000)::bigint FROM ({rows}) p
-             {population} ORDER BY created_at, txid",
-            rows = self.candidates("", ""),
+            "SELECT txid, (extract(epoch FROM created_at) * 1000)::bigint, $4::text FROM ({rows}) p
+             WHERE {selected} ORDER BY created_at, txid",
+            rows = self.candidates(&self.label_column(target), ""),
+            selected = self.selected(target, emission, "$4"),
         );
         Ok(tx
-            .query(&sql, &[&PgTime(lo), &PgTime(hi), &PgTime(unclicked)])
+            .query(
+                &sql,
+                &[&PgTime(lo), &PgTime(hi), &PgTime(unclicked), &target.name],
+            )
             .await?
             .iter()
             .map(|r| (r.get(0), r.get(1)))
             .collect())
     }
 
-    /// Emits one transaction's observation of a target as number `seq`.
+    /// Emits one transaction's observation of one kind as number `seq`.
     /// Returns `(rows, positives)`, each 0 or 1.
     pub async fn emit_one(
         &self,
         tx: &impl GenericClient,
-        target: &TargetSql,
-        txid: &str,
-        created_ms: i64,
+        (target, emission): (&TargetSql, Emission),
+        (txid, created_ms): (&str, i64),
         unclicked: i64,
         seq: i64,
     ) -> Result<(i64, i64), StoreError> {
         self.emit_where(
             tx,
-            target,
-            created_ms - 1,
-            created_ms,
-            unclicked,
+            (target, emission),
+            (created_ms - 1, created_ms, unclicked),
             seq,
             Some(txid),
         )
         .await
+    }
+
+    /// Records that an early target's transaction needs no more rows: its
+    /// late row was refused by the database and set aside, so neither a
+    /// later sweep nor its window's end may emit for it again.
+    pub async fn settle_early(
+        &self,
+        tx: &impl GenericClient,
+        target: &str,
+        (txid, created_ms): (&str, i64),
+    ) -> Result<(), StoreError> {
+        tx.execute(
+            &format!(
+                "INSERT INTO {} (target, txid, created_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                self.t("early")
+            ),
+            &[&target, &txid, &PgTime(created_ms)],
+        )
+        .await?;
+        Ok(())
     }
 
     /// The consolidated rows created in `($1, $2]`: from `txns` above the
@@ -90,53 +115,90 @@ impl Layout {
         )
     }
 
-    fn population_filter(&self, target: &TargetSql) -> String {
-        if target.given_click {
-            format!(
-                "WHERE pop_ts IS NOT NULL AND pop_ts <= created_at + interval '{} milliseconds'",
-                self.click_window_ms
-            )
-        } else {
-            String::new()
-        }
+    /// `, <event column> AS label_ts`: the earliest event of the target's type.
+    fn label_column(&self, target: &TargetSql) -> String {
+        let col = &self.event_columns[self.column(&target.event).expect("a buffered event type")];
+        format!(", {col} AS label_ts")
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The condition a candidate row `p` meets to be emitted: in the
+    /// target's population, and for an early target's steps, with or
+    /// without a qualifying event and a late row. `name` is the parameter
+    /// holding the target's name.
+    fn selected(&self, target: &TargetSql, emission: Emission, name: &str) -> String {
+        let mut all = vec!["true".to_owned()];
+        if target.given_click {
+            all.push(format!(
+                "pop_ts IS NOT NULL AND pop_ts <= created_at + interval '{} milliseconds'",
+                self.click_window_ms
+            ));
+        }
+        let settled = format!(
+            "EXISTS (SELECT 1 FROM {early} e WHERE e.target = {name} AND e.txid = p.txid)",
+            early = self.t("early")
+        );
+        match emission {
+            Emission::Final | Emission::Provisional => {}
+            Emission::Late => {
+                all.push(labelled(target));
+                all.push(format!("NOT {settled}"));
+            }
+            Emission::FinalZero => {
+                all.push(format!("NOT ({})", labelled(target)));
+                all.push(format!("NOT {settled}"));
+            }
+        }
+        all.join(" AND ")
+    }
+
     async fn emit_where(
         &self,
         tx: &impl GenericClient,
-        target: &TargetSql,
-        lo: i64,
-        hi: i64,
-        unclicked: i64,
+        (target, emission): (&TargetSql, Emission),
+        (lo, hi, unclicked): (i64, i64, i64),
         next_seq: i64,
         only: Option<&str>,
     ) -> Result<(i64, i64), StoreError> {
-        let col = &self.event_columns[self.column(&target.event).expect("a buffered event type")];
-        let population = self.population_filter(target);
         let only_txid = if only.is_some() { " AND txid = $8" } else { "" };
-        let after = if target.after_ms > 0 {
+        let (label, kind, delay) = match emission {
+            Emission::Final => (
+                format!("CASE WHEN {} THEN 1 ELSE 0 END", labelled(target)),
+                "final",
+                "NULL::bigint",
+            ),
+            Emission::Provisional => ("0".into(), "provisional", "NULL::bigint"),
+            Emission::Late => (
+                "1".into(),
+                "late",
+                "(extract(epoch FROM label_ts - created_at) * 1000)::bigint",
+            ),
+            Emission::FinalZero => ("0".into(), "final", "NULL::bigint"),
+        };
+        // Late rows are recorded in the same statement: emitted once.
+        let settle = if emission == Emission::Late {
             format!(
-                " AND label_ts > created_at + interval '{} milliseconds'",
-                target.after_ms
+                ", settled AS (INSERT INTO {early} (target, txid, created_at)
+                               SELECT $6, txid, created_at FROM ins)",
+                early = self.t("early")
             )
         } else {
             String::new()
         };
         let sql = format!(
             "WITH p AS ({rows}), ins AS (
-                 INSERT INTO tidemark.observations (shard, seq, target, txid, label, features, rate, created_at)
+                 INSERT INTO tidemark.observations
+                     (shard, seq, target, txid, label, features, rate, created_at, kind, delay_ms)
                  SELECT $4, $5 + row_number() OVER (ORDER BY created_at, txid) - 1, $6, txid,
-                        CASE WHEN label_ts IS NOT NULL
-                                  AND label_ts <= created_at + interval '{until} milliseconds'{after}
-                             THEN 1 ELSE 0 END,
-                        features, $7, created_at
-                 FROM p {population}
-                 RETURNING label
-             )
+                        {label}, features, $7, created_at, '{kind}', {delay}
+                 FROM p WHERE {selected}
+                 RETURNING txid, created_at, label
+             ){settle}
              SELECT count(*), count(*) FILTER (WHERE label = 1) FROM ins",
-            rows = self.candidates(&format!(", features, {col} AS label_ts"), only_txid),
-            until = target.until_ms,
+            rows = self.candidates(
+                &format!(", features{}", self.label_column(target)),
+                only_txid
+            ),
+            selected = self.selected(target, emission, "$6"),
         );
         let (lo, hi, unclicked) = (PgTime(lo), PgTime(hi), PgTime(unclicked));
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![
@@ -154,4 +216,21 @@ impl Layout {
         let r = tx.query_one(&sql, &params).await?;
         Ok((r.get(0), r.get(1)))
     }
+}
+
+/// The target's label-1 condition on a candidate's `label_ts`: its
+/// earliest event of the type falls in `(after, until]` after creation.
+fn labelled(target: &TargetSql) -> String {
+    let after = if target.after_ms > 0 {
+        format!(
+            " AND label_ts > created_at + interval '{} milliseconds'",
+            target.after_ms
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "label_ts IS NOT NULL AND label_ts <= created_at + interval '{} milliseconds'{after}",
+        target.until_ms
+    )
 }

@@ -9,6 +9,8 @@
 //!   target given `impression` needs it, after the clicked rows were copied out.
 //! - `long`: the few clicked transactions still waiting for installs and
 //!   custom events; rows are deleted when the last phase passes them.
+//! - `early`: `(target, txid)` of each late observation an early target
+//!   (SPEC 5) has emitted, so it is emitted once; forgotten with `long`.
 //! - `sentinel`: one row; an empty sentinel after a restart means PostgreSQL
 //!   crashed and emptied every unlogged table.
 //!
@@ -45,6 +47,9 @@ pub struct Layout {
     pub rate: f64,
     /// Buffer partitions skip the WAL (always, but for benchmarks comparing the two).
     pub unlogged: bool,
+    /// Columns of `event_columns` that label an early target: indexed in
+    /// `long` where set, for the sweeps' look for arrived late labels.
+    pub early_columns: Vec<String>,
 }
 
 impl Layout {
@@ -60,6 +65,7 @@ impl Layout {
             click_window_ms,
             rate,
             unlogged: true,
+            early_columns: Vec::new(),
         }
     }
 

@@ -31,12 +31,13 @@ impl Layout {
             .iter()
             .map(|c| format!(", {c} timestamptz"))
             .collect();
-        let (s, events, txns, long, sentinel) = (
+        let (s, events, txns, long, sentinel, early) = (
             &self.schema,
             self.t("events"),
             self.t("txns"),
             self.t("long"),
             self.t("sentinel"),
+            self.t("early"),
         );
         let mut sql = format!(
             "CREATE SCHEMA IF NOT EXISTS {s};
@@ -60,8 +61,21 @@ impl Layout {
                  PRIMARY KEY (txid, created_at)
              ) WITH (autovacuum_vacuum_scale_factor = 0.01);
              CREATE INDEX IF NOT EXISTS long_created ON {long} (created_at);
-             CREATE UNLOGGED TABLE IF NOT EXISTS {sentinel} (alive boolean PRIMARY KEY);"
+             CREATE UNLOGGED TABLE IF NOT EXISTS {sentinel} (alive boolean PRIMARY KEY);
+             CREATE UNLOGGED TABLE IF NOT EXISTS {early} (
+                 target text NOT NULL, txid text NOT NULL, created_at timestamptz NOT NULL,
+                 PRIMARY KEY (target, txid)
+             );
+             CREATE INDEX IF NOT EXISTS early_created ON {early} (created_at);"
         );
+        // Early targets look for arrived labels every sweep: among the few
+        // long rows that have such an event, not all of them.
+        for col in &self.early_columns {
+            let _ = write!(
+                sql,
+                "CREATE INDEX IF NOT EXISTS long_{col} ON {long} (created_at) WHERE {col} IS NOT NULL;"
+            );
+        }
         // Custom types added to the configuration after the tables were made.
         for col in &self.event_columns {
             for t in [&txns, &long] {
@@ -101,7 +115,7 @@ impl Layout {
                              WHEN relname LIKE 'txns%' THEN 'txns' ELSE 'long' END,
                         sum(n_live_tup)::bigint
                  FROM pg_stat_user_tables
-                 WHERE schemaname = $1 AND relname <> 'sentinel'
+                 WHERE schemaname = $1 AND relname NOT IN ('sentinel', 'early')
                  GROUP BY 1 ORDER BY 1",
                 &[&self.schema],
             )

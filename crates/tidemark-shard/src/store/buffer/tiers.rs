@@ -112,8 +112,14 @@ impl Layout {
         Ok(tx.execute(&sql, &[&PgTime(lo), &PgTime(hi)]).await?)
     }
 
-    /// Forgets long-wait transactions created at or before `hi`: no phase needs them.
+    /// Forgets long-wait transactions created at or before `hi`, and their
+    /// early targets' late rows: no phase needs them. Returns the transactions.
     pub async fn forget(&self, tx: &impl GenericClient, hi: i64) -> Result<u64, StoreError> {
+        tx.execute(
+            &format!("DELETE FROM {} WHERE created_at <= $1", self.t("early")),
+            &[&PgTime(hi)],
+        )
+        .await?;
         Ok(tx
             .execute(
                 &format!("DELETE FROM {} WHERE created_at <= $1", self.t("long")),

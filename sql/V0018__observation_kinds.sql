@@ -1,0 +1,16 @@
+-- Late labels learned early (SPEC 5, v1.3). An early-feedback target emits,
+-- per (target, txid), a `provisional` 0 at its window's start, then either a
+-- `late` 1 when the label's event arrives or a `final` 0 at its window's
+-- end; every other observation is `final`. `delay_ms` is, on `late` rows,
+-- the event time from the transaction's creation to the event that made the
+-- label. Existing rows are all `final`: the default fills them without a
+-- table rewrite.
+ALTER TABLE tidemark.observations
+    ADD COLUMN kind text NOT NULL DEFAULT 'final'
+        CHECK (kind IN ('provisional', 'late', 'final')),
+    ADD COLUMN delay_ms bigint;
+
+COMMENT ON COLUMN tidemark.observations.kind IS
+    'provisional (label 0 at the window start of an early target), late (its label 1 when the event arrives) or final (SPEC 5)';
+COMMENT ON COLUMN tidemark.observations.delay_ms IS
+    'late rows: event time (ms) from the transaction''s creation to the event that made the label; null elsewhere';
