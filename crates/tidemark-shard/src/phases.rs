@@ -424,6 +424,8 @@ pub enum SweepStep {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     const H: i64 = 3_600_000;
@@ -740,5 +742,56 @@ mod tests {
             .find(|t| t.name == "o")
             .unwrap();
         assert_eq!(o.start, Some(H + 5 * M), "not before clicks are known");
+    }
+
+    proptest::proptest! {
+        /// For any transaction and any sequence of sweeps (the clock moving
+        /// by arbitrary steps), an early target's plans select it for exactly
+        /// one provisional step, then for a late look at every sweep while it
+        /// sits between its start and its end, then for exactly one final
+        /// step, in the sweep of the last look; a plain target's, for exactly
+        /// one final step.
+        #[test]
+        fn each_member_is_emitted_once_per_kind_in_order(
+            created in 0i64..2 * H,
+            steps in proptest::collection::vec(1i64..20 * M, 1..120),
+        ) {
+            let c = config("[feedback]\ncvr_long = \"early\"\n[windows]\ninstall_short = \"2h\"\ninstall_long = \"5h\"");
+            let p = Phases::new(&c);
+            let mut wm = Watermarks::at(&p, i64::MIN / 4);
+            let mut clock = 0;
+            // Per (target, emission): the sweeps that selected the transaction.
+            let mut seen: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+            for (sweep, step) in steps.iter().enumerate() {
+                clock += step;
+                let (new, plan) = plan(&p, &c.types, &wm, clock);
+                for s in &plan.steps {
+                    if let SweepStep::Emit { target, emission, lo, hi, .. } = s {
+                        if *lo < created && created <= *hi {
+                            seen.entry((target.name.clone(), format!("{emission:?}")))
+                                .or_default()
+                                .push(sweep);
+                        }
+                    }
+                }
+                wm = new;
+            }
+            let count = |t: &str, e: &str| seen.get(&(t.into(), e.into())).map_or(0, Vec::len);
+            let first = |t: &str, e: &str| seen.get(&(t.into(), e.into())).and_then(|v| v.first().copied());
+            let long = p.targets.iter().find(|t| t.name == "cvr_long").unwrap();
+            let provisional_due = clock - long.start.unwrap() >= created;
+            let final_due = clock - long.offset >= created;
+            proptest::prop_assert_eq!(count("cvr_long", "Provisional"), usize::from(provisional_due));
+            proptest::prop_assert_eq!(count("cvr_long", "FinalZero"), usize::from(final_due));
+            proptest::prop_assert_eq!(count("cvr_long", "Final"), 0);
+            proptest::prop_assert_eq!(count("cvr_short", "Final"), usize::from(clock - p.targets[1].offset >= created));
+            if let Some(pr) = first("cvr_long", "Provisional") {
+                let looks = &seen[&("cvr_long".to_owned(), "Late".to_owned())];
+                proptest::prop_assert_eq!(looks[0], pr);
+                proptest::prop_assert!(looks.windows(2).all(|w| w[1] == w[0] + 1));
+                let end = first("cvr_long", "FinalZero").unwrap_or(steps.len() - 1);
+                proptest::prop_assert_eq!(*looks.last().unwrap(), end);
+            }
+        }
     }
 }
