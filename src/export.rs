@@ -4,8 +4,8 @@
 //! numbers as written), empty where a bid lacked the feature. A feature
 //! whose every value is a number is headed `name:num`, so the offline pass
 //! hashes it as a number, as online learning does. Matured observations
-//! only (`kind <> 'provisional'`, SPEC 5): an early target's provisional
-//! zeros are for a learner that weighs them.
+//! only (`kind <> 'provisional'`, SPEC 5) unless `--kinds all`: an early
+//! target's provisional zeros are for a learner that weighs them.
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -27,6 +27,17 @@ pub struct Args {
     /// Output file (default: stdout)
     #[arg(long)]
     output: Option<PathBuf>,
+    /// Which observations: `matured` (late and final: the labels as they
+    /// ended) or `all` (provisional rows too, with a `:kind` column after the
+    /// label, which `learn --input --header` weighs as the online learner does)
+    #[arg(long, value_enum, default_value_t = Kinds::Matured)]
+    kinds: Kinds,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Kinds {
+    Matured,
+    All,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -40,7 +51,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let c = tidemark_store::connect(&url).await?;
         let shard = args.shard.as_deref();
         let names = tidemark_store::observations::feature_names(&c, &args.target, shard).await?;
+        let all = args.kinds == Kinds::All;
         write!(out, "label")?;
+        if all {
+            write!(out, "\t{}", offline::KIND_COLUMN)?;
+        }
         for (n, numeric) in &names {
             let mark = if *numeric { offline::NUMERIC } else { "" };
             write!(out, "\t{}{mark}", clean(n))?;
@@ -55,7 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 shard,
                 (&cursor.0, cursor.1),
                 50_000,
-                false,
+                all,
             )
             .await?;
             let Some(last) = page.last() else { break };
@@ -64,6 +79,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let f: serde_json::Map<String, serde_json::Value> =
                     serde_json::from_str(&row.features)?;
                 write!(out, "{}", u8::from(row.label))?;
+                if all {
+                    write!(out, "\t{}", row.kind)?;
+                }
                 for (n, _) in &names {
                     out.write_all(b"\t")?;
                     match f.get(n) {

@@ -66,6 +66,9 @@ pub struct Offline {
     /// Write each row's progressive prediction (made before learning it), one per line
     #[arg(long)]
     predictions: Option<PathBuf>,
+    /// Write the weight each row was learned with, one per line (rows of a `:kind` column are weighed: docs/learner.md)
+    #[arg(long, value_name = "FILE")]
+    weights: Option<PathBuf>,
     /// Print the figures as JSON
     #[arg(long)]
     json: bool,
@@ -111,6 +114,7 @@ pub fn run(args: Offline) -> anyhow::Result<()> {
         },
         header: args.header,
         predictions: args.predictions,
+        weights: args.weights,
         start,
         learn: !args.test_only,
     };

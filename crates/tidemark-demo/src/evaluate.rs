@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use crate::store::Scored;
 use serde_json::{Map, Value};
-use tidemark_ftrl::{Models, Params};
+use tidemark_ftrl::{Models, Params, Row};
 use tidemark_learner::Config;
 
 /// One decile of predictions (equal row counts, by predicted probability).
@@ -120,15 +120,16 @@ pub fn evaluate(
     };
     for r in rows {
         let mut f: Map<String, Value> = serde_json::from_str(&r.features)?;
-        let p = with.learn(&r.target, || config.params(&r.target), &f, r.label);
+        let row = Row::plain(r.label);
+        let p = with.learn(&r.target, || config.params(&r.target), &f, row);
         let install_with = (r.target == "ctr" && r.settled)
             .then(|| cvr(&with, &f).map(|c| p * c))
             .flatten();
         let mut g = f.clone();
         g.retain(|k, _| !counters.contains(k));
-        let c = no_counters.learn(&r.target, || config.params(&r.target), &g, r.label);
+        let c = no_counters.learn(&r.target, || config.params(&r.target), &g, row);
         f.retain(|k, _| !profile.contains(k));
-        let q = without.learn(&r.target, || config.params(&r.target), &f, r.label);
+        let q = without.learn(&r.target, || config.params(&r.target), &f, row);
         if let Some(pi) = install_with {
             let (i, txids) = &mut installs;
             i.p.push(pi.min(1.0));

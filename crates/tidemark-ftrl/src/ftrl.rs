@@ -2,6 +2,7 @@
 //! features. The weight of a coordinate is derived from `z` and `n` when
 //! needed ("lazy weights"), so only `z` and `n` are stored.
 
+use crate::early::Row;
 use tidemark_checkpoint::{Candidate, Target, Tuning};
 use tidemark_features::{sigmoid, MAX_ABS};
 
@@ -429,12 +430,23 @@ impl Ftrl {
 
     /// Learns from `x` with label `y`, given the `predict` just before.
     pub fn update(&mut self, x: &[(u32, f32)], y: bool) {
+        self.update_row(x, Row::plain(y));
+    }
+
+    /// Learns one row of any kind, given the `predict` just before: each
+    /// setting weighs it by its own prediction ([`crate::Kind::weight`]). Only
+    /// matured rows count toward the tuning and the label rate.
+    pub fn update_row(&mut self, x: &[(u32, f32)], row: Row) {
         match self.lanes {
-            1 => self.update_lanes::<1>(x, y),
-            4 => self.update_lanes::<4>(x, y),
-            _ => self.update_lanes::<8>(x, y),
+            1 => self.update_lanes::<1>(x, row),
+            4 => self.update_lanes::<4>(x, row),
+            _ => self.update_lanes::<8>(x, row),
         }
         self.trained += 1;
+        if !row.kind.matured() {
+            return;
+        }
+        let y = row.label;
         if self.settings.len() > 1 {
             self.tuner.add(&self.p, y, self.trained);
         }
@@ -445,12 +457,14 @@ impl Ftrl {
         }
     }
 
-    fn update_lanes<const L: usize>(&mut self, x: &[(u32, f32)], y: bool) {
+    fn update_lanes<const L: usize>(&mut self, x: &[(u32, f32)], row: Row) {
         let inv_alpha = Lanes::<L>::of(&self.coef).inv_alpha;
-        // Padding lanes get no gradient: their z and n stay 0.
+        // Padding lanes get no gradient: their z and n stay 0. Weights are
+        // at most 2 (`crate::Kind::weight`), within N_MAX's and Z_MAX's margins.
         let mut g0 = [0f32; L];
+        let y = f64::from(u8::from(row.label));
         for (g, p) in g0.iter_mut().zip(&self.p) {
-            *g = (p - f64::from(u8::from(y))) as f32;
+            *g = (row.kind.weight(*p) * (p - y)) as f32;
         }
         for (f, &(i, v)) in x.iter().enumerate() {
             let at = self.cell(i);
@@ -470,8 +484,13 @@ impl Ftrl {
 
     /// Predicts, then learns: the progressive-validation step.
     pub fn learn(&mut self, x: &[(u32, f32)], y: bool) -> f64 {
+        self.learn_row(x, Row::plain(y))
+    }
+
+    /// [`Ftrl::learn`] for a row of any kind.
+    pub fn learn_row(&mut self, x: &[(u32, f32)], row: Row) -> f64 {
         let p = self.predict(x);
-        self.update(x, y);
+        self.update_row(x, row);
         p
     }
 

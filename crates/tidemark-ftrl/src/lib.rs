@@ -2,7 +2,9 @@
 //! per-coordinate learning rates and elastic net (McMahan et al., KDD 2013,
 //! Algorithm 1), several settings of it learning side by side so each target
 //! predicts with the one doing best lately (a grid), progressive validation
-//! metrics, and a set of models per target fed JSON feature objects.
+//! metrics, and a set of models per target fed JSON feature objects; rows of
+//! targets learned early (SPEC 5, v1.3) weighed so the models stay unbiased
+//! for the final label (`early`).
 //!
 //! Owns: model state (z, n), prediction and update, metrics, conversion to and
 //! from checkpoint targets. Does no IO: no files, no database, no runtime.
@@ -12,11 +14,13 @@
 
 #![warn(missing_docs)]
 
+mod early;
 mod ftrl;
 mod grid;
 mod metrics;
 mod models;
 
+pub use early::{Kind, Row};
 pub use ftrl::{
     Choice, Ftrl, Params, ALPHA_MIN, DEN_MIN, MAX_SETTINGS, N_MAX, PARAM_MAX, RATE_ONLY_L1, Z_MAX,
 };

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use tidemark_checkpoint::{Checkpoint, Target};
 use tidemark_features::{Hashing, OutOfRange};
 
-use crate::{Ftrl, Grid, Metrics, Params};
+use crate::{Ftrl, Grid, Metrics, Params, Row};
 
 /// The models of every target seen, with their progressive metrics.
 #[derive(Debug, Clone)]
@@ -69,13 +69,14 @@ impl Models {
 
     /// Predicts, then learns one observation of `target`; a target seen for
     /// the first time tunes over the grid around `params`. Returns the
-    /// prediction made.
+    /// prediction made. Metrics count matured rows only (SPEC 5: a
+    /// provisional zero is not a label yet).
     pub fn learn(
         &mut self,
         target: &str,
         params: impl FnOnce() -> Params,
         features: &Map<String, Value>,
-        label: bool,
+        row: Row,
     ) -> f64 {
         self.x.clear();
         let (counts, new) = (&mut self.out_of_range, &mut self.new_out_of_range);
@@ -87,8 +88,10 @@ impl Models {
             .targets
             .entry(target.to_owned())
             .or_insert_with(|| (grid.model(params(), slots), Metrics::new(window)));
-        let p = model.learn(&self.x, label);
-        metrics.add(p, label);
+        let p = model.learn_row(&self.x, row);
+        if row.kind.matured() {
+            metrics.add(p, row.label);
+        }
         p
     }
 
@@ -208,13 +211,13 @@ mod tests {
         let f = |s: &str| serde_json::from_str::<Map<String, Value>>(s).unwrap();
         for i in 0..50 {
             let x = f(&format!(r#"{{"app":"a{}","n":{}}}"#, i % 3, i % 5));
-            a.learn("ctr", Params::default, &x, i % 4 == 0);
+            a.learn("ctr", Params::default, &x, Row::plain(i % 4 == 0));
         }
         let c = a.to_checkpoint(BTreeMap::new(), 0);
         let mut b = Models::from_checkpoint(&c, 100);
         let x = f(r#"{"app":"a1","n":2}"#);
-        let pa = a.learn("ctr", Params::default, &x, true);
-        let pb = b.learn("ctr", Params::default, &x, true);
+        let pa = a.learn("ctr", Params::default, &x, Row::plain(true));
+        let pb = b.learn("ctr", Params::default, &x, Row::plain(true));
         assert_eq!(pa, pb);
         assert_eq!(b.trained(), 51);
     }
@@ -225,7 +228,7 @@ mod tests {
         let f = |s: &str| serde_json::from_str::<Map<String, Value>>(s).unwrap();
         for i in 0..300 {
             let x = f(&format!(r#"{{"app":"a{}"}}"#, i % 7));
-            a.learn("cvr", Params::default, &x, i % 7 == 0);
+            a.learn("cvr", Params::default, &x, Row::plain(i % 7 == 0));
         }
         assert_eq!(a.targets["cvr"].0.choice().settings.len(), 8);
         let c = a.to_checkpoint(BTreeMap::new(), 0);
@@ -234,8 +237,8 @@ mod tests {
         let mut b = Models::from_checkpoint(&c, 100);
         let x = f(r#"{"app":"a3"}"#);
         assert_eq!(
-            a.learn("cvr", Params::default, &x, true),
-            b.learn("cvr", Params::default, &x, true)
+            a.learn("cvr", Params::default, &x, Row::plain(true)),
+            b.learn("cvr", Params::default, &x, Row::plain(true))
         );
         assert_eq!(a.targets["cvr"].0.choice(), b.targets["cvr"].0.choice());
     }
@@ -306,7 +309,7 @@ mod tests {
             let mut m = Models::new(hostile_hashing(), 50).with_grid(Grid::default());
             for (a, b, c, s, y) in &rows {
                 let x = row(*a, *b, *c, &format!("s{s}"));
-                let p = m.learn("ctr", Params::default, &x, *y);
+                let p = m.learn("ctr", Params::default, &x, Row::plain(*y));
                 proptest::prop_assert!((0.0..=1.0).contains(&p), "p {p}");
             }
             let c = m.to_checkpoint(BTreeMap::new(), 1);
@@ -346,8 +349,8 @@ mod tests {
                         left_out += 1;
                     }
                 }
-                let p1 = with.learn("ctr", Params::default, &full, *y);
-                let p2 = without.learn("ctr", Params::default, &kept, *y);
+                let p1 = with.learn("ctr", Params::default, &full, Row::plain(*y));
+                let p2 = without.learn("ctr", Params::default, &kept, Row::plain(*y));
                 proptest::prop_assert_eq!(p1, p2);
             }
             let counted: u64 = with.out_of_range.values().sum();
@@ -364,13 +367,13 @@ mod tests {
         for i in 0..20_000 {
             let v = if i % 3 == 0 { 1e15 } else { -1e15 };
             let x = f(&format!(r#"{{"n":{v:e},"k":{}}}"#, v / 7.0));
-            m.learn("ctr", Params::default, &x, i % 2 == 0);
+            m.learn("ctr", Params::default, &x, Row::plain(i % 2 == 0));
         }
         let c = m.to_checkpoint(BTreeMap::new(), 0);
         assert_eq!(c.non_finite(), None);
         let x = f(r#"{"app":"a"}"#);
         for _ in 0..100 {
-            let p = m.learn("ctr", Params::default, &x, true);
+            let p = m.learn("ctr", Params::default, &x, Row::plain(true));
             assert!(p.is_finite());
         }
         assert!(
@@ -382,8 +385,18 @@ mod tests {
     fn out_of_range_counts_by_target_and_name_are_bounded() {
         let mut m = Models::new(Hashing::new(6, 0, vec![("a".into(), "b".into())]), 100);
         let f = |s: &str| serde_json::from_str::<Map<String, Value>>(s).unwrap();
-        m.learn("ctr", Params::default, &f(r#"{"a":1e300,"b":2}"#), false);
-        m.learn("cvr", Params::default, &f(r#"{"a":1e10,"b":1e10}"#), false);
+        m.learn(
+            "ctr",
+            Params::default,
+            &f(r#"{"a":1e300,"b":2}"#),
+            Row::plain(false),
+        );
+        m.learn(
+            "cvr",
+            Params::default,
+            &f(r#"{"a":1e10,"b":1e10}"#),
+            Row::plain(false),
+        );
         assert_eq!(m.out_of_range[&("ctr".into(), "a".into())], 1);
         // 1e300 as binary32 is infinite: the cross's product too.
         assert_eq!(m.out_of_range[&("ctr".into(), "a*b".into())], 1);
@@ -395,7 +408,7 @@ mod tests {
                 "ctr",
                 Params::default,
                 &f(&format!(r#"{{"n{i}":1e99}}"#)),
-                false,
+                Row::plain(false),
             );
         }
         assert_eq!(m.out_of_range.len(), OUT_OF_RANGE_NAMES + 1);

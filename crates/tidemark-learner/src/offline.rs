@@ -7,6 +7,10 @@
 //! header cell `name:num` (as `tidemark export` writes the features that are
 //! numbers) makes the column numeric: hashed as the number it holds, through
 //! its transform if one is configured, exactly as online learning hashes it.
+//! A header cell `:kind` (as `tidemark export --kinds all` writes it) holds
+//! each row's observation kind (SPEC 5, v1.3): rows are then weighed as the
+//! online learner weighs them (`tidemark_ftrl::Kind::weight`), and measured
+//! on matured rows only.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -16,7 +20,7 @@ use std::time::Instant;
 
 use tidemark_checkpoint::{Checkpoint, Target};
 use tidemark_features::{Hashing, Transform, Val};
-use tidemark_ftrl::{auc, Choice, Ftrl, Grid, Metrics, Params};
+use tidemark_ftrl::{auc, Choice, Ftrl, Grid, Kind, Metrics, Params, Row};
 
 /// Why an offline pass stopped.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +38,16 @@ pub enum OfflineError {
         path: PathBuf,
         /// The IO error.
         error: std::io::Error,
+    },
+    /// A line's `:kind` cell is not an observation kind.
+    #[error("{path}:{line}: kind must be provisional, late or final, got {got:?}")]
+    Kind {
+        /// The file.
+        path: PathBuf,
+        /// Its line number (1-based).
+        line: u64,
+        /// What the cell held.
+        got: String,
     },
     /// A line's label is not 0 or 1.
     #[error("{path}:{line}: label must be 0 or 1, got {got:?}")]
@@ -88,6 +102,10 @@ pub struct Options {
     pub header: bool,
     /// Where to write each row's progressive prediction, one per line.
     pub predictions: Option<PathBuf>,
+    /// Where to write the weight each row was learned with (the setting
+    /// predicting's), one per line: what another learner needs to learn
+    /// the same rows the same way.
+    pub weights: Option<PathBuf>,
     /// Start from this model (a checkpoint's target, trained with the same
     /// hashing) instead of an empty one.
     pub start: Option<Target>,
@@ -98,8 +116,11 @@ pub struct Options {
 /// What an offline pass measured.
 #[derive(Debug, Clone)]
 pub struct Report {
-    /// Rows learned.
+    /// Rows with a matured label (`late` or `final`, or every row without
+    /// a `:kind` column): what the figures below are measured on.
     pub rows: u64,
+    /// Provisional rows learned besides (weighted, never measured).
+    pub provisional: u64,
     /// Rows labelled 1.
     pub positives: u64,
     /// Time taken.
@@ -129,7 +150,8 @@ impl Report {
         let c = &self.choice;
         let p = c.settings[c.chosen];
         serde_json::json!({
-            "rows": self.rows, "positives": self.positives, "seconds": self.seconds,
+            "rows": self.rows, "provisional": self.provisional,
+            "positives": self.positives, "seconds": self.seconds,
             "rows_per_second": self.rows_per_second(), "logloss": self.logloss,
             "numeric_out_of_range": self.out_of_range,
             "auc": finite(self.auc), "calibration": finite(self.calibration),
@@ -147,6 +169,13 @@ impl std::fmt::Display for Report {
         let c = &self.choice;
         let p = c.settings[c.chosen];
         writeln!(f, "rows        {}", self.rows)?;
+        if self.provisional > 0 {
+            writeln!(
+                f,
+                "provisional {} (learned weighted, not measured)",
+                self.provisional
+            )?;
+        }
         writeln!(f, "rows/s      {:.0}", self.rows_per_second())?;
         writeln!(f, "logloss     {:.6}", self.logloss)?;
         writeln!(f, "auc         {:.6}", self.auc)?;
@@ -211,6 +240,11 @@ struct Pass<'a> {
     pairs: Vec<(f32, bool)>,
     /// Where predictions go (`Options::predictions`).
     out: Option<BufWriter<File>>,
+    /// Where weights go (`Options::weights`).
+    weights_out: Option<BufWriter<File>>,
+    /// The column holding each row's kind (`:kind`), if any.
+    kind_col: Option<usize>,
+    provisional: u64,
     /// Column names, from the first file's header or the columns' numbers.
     names: Vec<String>,
     cols: Vec<Column>,
@@ -236,13 +270,16 @@ impl<'a> Pass<'a> {
             Some(t) => Ftrl::from_target(t, hashing.slots()),
             None => opts.grid.model(params, hashing.slots()),
         };
-        let out = match &opts.predictions {
-            Some(p) => Some(BufWriter::with_capacity(
-                1 << 20,
-                File::create(p).map_err(io(p))?,
-            )),
-            None => None,
+        let create = |path: &Option<PathBuf>| -> Result<_, OfflineError> {
+            Ok(match path {
+                Some(p) => Some(BufWriter::with_capacity(
+                    1 << 20,
+                    File::create(p).map_err(io(p))?,
+                )),
+                None => None,
+            })
         };
+        let (out, weights_out) = (create(&opts.predictions)?, create(&opts.weights)?);
         Ok(Pass {
             opts,
             model,
@@ -250,6 +287,9 @@ impl<'a> Pass<'a> {
             metrics: Metrics::new(100_000),
             pairs: Vec::new(),
             out,
+            weights_out,
+            kind_col: None,
+            provisional: 0,
             names: Vec::new(),
             cols: Vec::new(),
             cross_cols: Vec::new(),
@@ -321,19 +361,40 @@ impl<'a> Pass<'a> {
             self.name_columns(n_cols)?;
         }
         self.features(line, n_cols, path, line_no)?;
+        let kind = match self.kind_col {
+            None => Kind::Final,
+            Some(j) => {
+                let (a, b) = self.fields[j + 1];
+                let cell = String::from_utf8_lossy(&line[a..b]);
+                Kind::parse(&cell).ok_or_else(|| OfflineError::Kind {
+                    path: path.to_owned(),
+                    line: line_no,
+                    got: cell.into_owned(),
+                })?
+            }
+        };
+        let row = Row { label: y, kind };
         let p = if self.opts.learn {
-            self.model.learn(&self.x, y)
+            self.model.learn_row(&self.x, row)
         } else {
             self.model.score(&self.x)
         };
-        self.metrics.total.add(p, y);
-        self.pairs.push((p as f32, y));
+        if kind.matured() {
+            self.metrics.total.add(p, y);
+            self.pairs.push((p as f32, y));
+        } else {
+            self.provisional += 1;
+        }
         if let Some(o) = self.out.as_mut() {
             writeln!(o, "{}", p as f32).map_err(io(self
                 .opts
                 .predictions
                 .as_deref()
                 .expect("open")))?;
+        }
+        if let Some(o) = self.weights_out.as_mut() {
+            let w = if self.opts.learn { kind.weight(p) } else { 0.0 };
+            writeln!(o, "{}", w as f32).map_err(io(self.opts.weights.as_deref().expect("open")))?;
         }
         Ok(())
     }
@@ -348,6 +409,9 @@ impl<'a> Pass<'a> {
                 .get(j)
                 .cloned()
                 .unwrap_or_else(|| (j + 1).to_string());
+            if cell == KIND_COLUMN {
+                self.kind_col = Some(j);
+            }
             let col = Column::new(hashing, &cell);
             self.names
                 .resize(self.names.len().max(j + 1), String::new());
@@ -372,7 +436,7 @@ impl<'a> Pass<'a> {
         let value = |j: usize| cell_value(line, self.fields[j + 1], &self.cols[j], path, line_no);
         for (j, col) in self.cols.iter().enumerate().take(n_cols) {
             let (a, b) = self.fields[j + 1];
-            if a == b {
+            if a == b || Some(j) == self.kind_col {
                 continue;
             }
             if !col.numeric {
@@ -409,10 +473,15 @@ impl<'a> Pass<'a> {
             o.flush()
                 .map_err(io(self.opts.predictions.as_deref().expect("open")))?;
         }
+        if let Some(mut o) = self.weights_out.take() {
+            o.flush()
+                .map_err(io(self.opts.weights.as_deref().expect("open")))?;
+        }
         let seconds = started.elapsed().as_secs_f64();
         let t = self.metrics.total;
         let report = Report {
             rows: t.rows,
+            provisional: self.provisional,
             positives: t.positives,
             seconds,
             logloss: t.logloss(),
@@ -545,6 +614,9 @@ impl Column {
 
 /// The header suffix that marks a numeric column.
 pub const NUMERIC: &str = ":num";
+
+/// The header cell of the column holding each row's observation kind.
+pub const KIND_COLUMN: &str = ":kind";
 
 fn resolve_crosses(
     h: &Hashing,

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use futures_util::future::try_join_all;
 use tidemark_checkpoint::Checkpoint;
-use tidemark_ftrl::Models;
+use tidemark_ftrl::{Kind, Models, Row};
 use tidemark_store::observations::{self, Observation};
 use tidemark_store::StoreError;
 
@@ -283,8 +283,15 @@ impl State {
                 );
                 continue;
             };
+            // A kind this learner does not know (a newer shard's) is
+            // learned as a final label rather than dropped.
+            let kind = Kind::parse(&o.kind).unwrap_or(Kind::Final);
+            let row = Row {
+                label: o.label,
+                kind,
+            };
             self.models
-                .learn(&o.target, || config.params(&o.target), &features, o.label);
+                .learn(&o.target, || config.params(&o.target), &features, row);
         }
         // Once per (target, feature), bounded: a flood of hostile values
         // is counted in the metrics, not logged row by row.
@@ -455,7 +462,9 @@ mod tests {
         };
         for i in 0..200 {
             for t in ["ctr", "cvr"] {
-                state.models.learn(t, Params::default, &row(i), i % 4 == 0);
+                state
+                    .models
+                    .learn(t, Params::default, &row(i), Row::plain(i % 4 == 0));
             }
         }
         let good = Checkpoint::read(&state.checkpoint(&config).unwrap(), true).unwrap();
@@ -468,7 +477,7 @@ mod tests {
         for i in 0..50 {
             state
                 .models
-                .learn("cvr", Params::default, &row(i), i % 4 == 0);
+                .learn("cvr", Params::default, &row(i), Row::plain(i % 4 == 0));
         }
         let path = state.checkpoint(&config).unwrap();
         let written = Checkpoint::read(&path, true).expect("a checkpoint every reader loads");

@@ -13,6 +13,8 @@ pub struct Observation {
     pub target: String,
     /// The label.
     pub label: bool,
+    /// `provisional`, `late` or `final` (SPEC 5, v1.3).
+    pub kind: String,
     /// The bid's features, as JSON text.
     pub features: String,
 }
@@ -66,7 +68,7 @@ pub async fn read(
     limit: i64,
 ) -> Result<Vec<Observation>, StoreError> {
     Ok(c.query(
-        "SELECT seq, target, label, features::text FROM tidemark.observations
+        "SELECT seq, target, label, features::text, kind FROM tidemark.observations
              WHERE shard = $1 AND seq > $2 ORDER BY seq LIMIT $3",
         &[&shard, &after_seq, &limit],
     )
@@ -77,6 +79,7 @@ pub async fn read(
         target: r.get(1),
         label: r.get::<_, i16>(2) == 1,
         features: r.get(3),
+        kind: r.get(4),
     })
     .collect())
 }

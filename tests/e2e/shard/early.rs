@@ -2,10 +2,18 @@
 //! explicit ticks: a `provisional` 0 at the `install_short` sweep, a `late`
 //! 1 as soon as the install arrives (before that sweep, inside its grace; or
 //! after it, across a restart and a `kill -9`), a `final` 0 at the long
-//! window's end otherwise, each once, in `seq` order.
+//! window's end otherwise, each once, in `seq` order; and a market's rows
+//! against the reference, learned offline as the online learner weighs them.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+use tidemark_reference as reference;
+use tidemark_testkit::exact::{
+    assert_same, config_text, expected, finish, free_endpoint, market, observed, replay, sent_of,
+    wait_all_swept,
+};
+use tidemark_testkit::run_ok;
 
 use super::*;
 
@@ -167,5 +175,113 @@ fn an_early_target_emits_provisional_then_late_or_final_once_each() {
     assert_eq!(
         query_i64(&db.url, "SELECT count(*) FROM shard_e.early"),
         Some(0)
+    );
+}
+
+#[test]
+fn exact_with_early_feedback_for_built_in_and_configured_targets() {
+    let m = market("early", "2m", 300.0, &["--custom-types", "open"]);
+    let targets = r#"
+[feedback]
+cvr_long = "early"
+[[targets]]
+name = "open_late"
+given = "click"
+event = "open"
+after = "20s"
+until = "90s"
+grace = "5s"
+feedback = "early"
+"#;
+    let db = TestDb::new("early");
+    let endpoint = free_endpoint();
+    let config = config_text(&[], r#"custom_types = ["open"]"#, targets);
+    let mut shard = Proc::shard(&db, "x", &endpoint, &config);
+    finish(replay(&m.path, &endpoint, "0"));
+    wait_all_swept(&db, "x", &m);
+    shard.stop();
+    let want = expected(&config, &sent_of(&m.lines));
+    for t in ["cvr_long", "open_late"] {
+        let late = want
+            .iter()
+            .filter(|((target, _), e)| target == t && e.kind == reference::Kind::Late)
+            .count();
+        assert!(late > 0, "{t}: no late row to check");
+    }
+    assert_same("early", &observed(&db, "x"), &want);
+    early_rows_learned_offline(&db);
+}
+
+/// `export --kinds all` carries every row and its kind; `learn --input`
+/// weighs them by kind (docs/learner.md) and measures matured rows only.
+fn early_rows_learned_offline(db: &TestDb) {
+    let dir = tidemark_testkit::tmp_dir().join("exact");
+    let (tsv, weights) = (dir.join("early.tsv"), dir.join("early.weights"));
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    run_ok(&[
+        "export",
+        "--target",
+        "cvr_long",
+        "--kinds",
+        "all",
+        "--database-url",
+        &db.url,
+        "--output",
+        &path(&tsv),
+    ]);
+    let text = std::fs::read_to_string(&tsv).unwrap();
+    let mut lines = text.lines();
+    assert!(lines.next().unwrap().starts_with("label\t:kind\t"));
+    let kinds: Vec<(String, String)> = lines
+        .map(|l| {
+            let mut c = l.split('\t');
+            (c.next().unwrap().to_owned(), c.next().unwrap().to_owned())
+        })
+        .collect();
+    let count = |k: &str| kinds.iter().filter(|(_, kind)| kind == k).count() as i64;
+    let in_db = |k: &str| {
+        query_i64(
+            &db.url,
+            &format!("SELECT count(*) FROM tidemark.observations WHERE target = 'cvr_long' AND kind = '{k}'"),
+        )
+        .unwrap()
+    };
+    for k in ["provisional", "late", "final"] {
+        assert_eq!(count(k), in_db(k), "{k}");
+    }
+    assert_eq!(count("provisional"), count("late") + count("final"));
+    let out = run_ok(&[
+        "learn",
+        "--input",
+        &path(&tsv),
+        "--header",
+        "--json",
+        "--weights",
+        &path(&weights),
+    ]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["rows"], count("late") + count("final"));
+    assert_eq!(r["provisional"], count("provisional"));
+    assert_eq!(r["positives"], count("late"));
+    let w: Vec<f64> = std::fs::read_to_string(&weights)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(w.len(), kinds.len());
+    for ((label, kind), w) in kinds.iter().zip(&w) {
+        match kind.as_str() {
+            "late" => assert_eq!((label.as_str(), *w), ("1", 2.0)),
+            "final" => assert_eq!((label.as_str(), *w), ("0", 1.0)),
+            _ => assert!(label == "0" && (0.0..=1.0).contains(w), "{w}"),
+        }
+    }
+    // Matured only, as export writes by default: no kind column.
+    let out = run_ok(&["export", "--target", "cvr_long", "--database-url", &db.url]);
+    let matured = String::from_utf8(out.stdout).unwrap();
+    assert!(!matured.starts_with("label\t:kind"));
+    assert_eq!(
+        matured.lines().count() as i64,
+        1 + count("late") + count("final")
     );
 }

@@ -147,39 +147,6 @@ grace = "5s"
 }
 
 #[test]
-fn exact_with_early_feedback_for_built_in_and_configured_targets() {
-    let m = market("early", "2m", 300.0, &["--custom-types", "open"]);
-    let targets = r#"
-[feedback]
-cvr_long = "early"
-[[targets]]
-name = "open_late"
-given = "click"
-event = "open"
-after = "20s"
-until = "90s"
-grace = "5s"
-feedback = "early"
-"#;
-    let db = TestDb::new("early");
-    let endpoint = free_endpoint();
-    let config = config_text(&[], r#"custom_types = ["open"]"#, targets);
-    let mut shard = Proc::shard(&db, "x", &endpoint, &config);
-    finish(replay(&m.path, &endpoint, "0"));
-    wait_all_swept(&db, "x", &m);
-    shard.stop();
-    let want = expected(&config, &sent_of(&m.lines));
-    for t in ["cvr_long", "open_late"] {
-        let late = want
-            .iter()
-            .filter(|((target, _), e)| target == t && e.kind == reference::Kind::Late)
-            .count();
-        assert!(late > 0, "{t}: no late row to check");
-    }
-    assert_same("early", &observed(&db, "x"), &want);
-}
-
-#[test]
 fn exact_across_three_shards_from_plan() {
     let m = market("plan3", "2m", 400.0, &[]);
     let out = run_ok(&["plan", "--rate", "0.75", "--shards", "3", "--json"]);
