@@ -4,13 +4,18 @@
 -- end; every other observation is `final`. `delay_ms` is, on `late` rows,
 -- the event time from the transaction's creation to the event that made the
 -- label. Existing rows are all `final`: the default fills them without a
--- table rewrite.
+-- table rewrite. `clock_ms` is the shard's clock (event time) at the sweep
+-- that emitted the row: when a learner could first have read it, which
+-- evaluations replay in event time (null on rows emitted before this).
 ALTER TABLE tidemark.observations
     ADD COLUMN kind text NOT NULL DEFAULT 'final'
         CHECK (kind IN ('provisional', 'late', 'final')),
-    ADD COLUMN delay_ms bigint;
+    ADD COLUMN delay_ms bigint,
+    ADD COLUMN clock_ms bigint;
 
 COMMENT ON COLUMN tidemark.observations.kind IS
     'provisional (label 0 at the window start of an early target), late (its label 1 when the event arrives) or final (SPEC 5)';
 COMMENT ON COLUMN tidemark.observations.delay_ms IS
     'late rows: event time (ms) from the transaction''s creation to the event that made the label; null elsewhere';
+COMMENT ON COLUMN tidemark.observations.clock_ms IS
+    'the shard''s clock (event time, ms since the epoch) at the sweep that emitted the row';

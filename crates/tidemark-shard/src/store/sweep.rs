@@ -140,8 +140,9 @@ impl Layout {
                     unclicked,
                 } => {
                     let sp = tx.savepoint("emit").await?;
+                    let range = (*lo, *hi, *unclicked);
                     let emitted = self
-                        .emit(&sp, (target, *emission), *lo, *hi, *unclicked, out.next_seq)
+                        .emit(&sp, (target, *emission), range, (out.next_seq, plan.clock))
                         .await;
                     let (rows, positives) = match emitted {
                         Ok(v) => {
@@ -154,8 +155,8 @@ impl Layout {
                                 .emit_row_by_row(
                                     &mut tx,
                                     (target, *emission),
-                                    (*lo, *hi, *unclicked),
-                                    out.next_seq,
+                                    range,
+                                    (out.next_seq, plan.clock),
                                     &e,
                                 )
                                 .await?;
@@ -198,7 +199,7 @@ impl Layout {
         tx: &mut tokio_postgres::Transaction<'_>,
         (target, emission): (&TargetSql, Emission),
         (lo, hi, unclicked): (i64, i64, i64),
-        next_seq: i64,
+        (next_seq, clock): (i64, i64),
         first_error: &StoreError,
     ) -> Result<(i64, i64, i64), StoreError> {
         tracing::warn!(
@@ -217,7 +218,7 @@ impl Layout {
                     (target, emission),
                     (&txid, created),
                     unclicked,
-                    next_seq + rows,
+                    (next_seq + rows, clock),
                 )
                 .await
             {

@@ -17,19 +17,24 @@ use tidemark_store::{PgTime, StoreError};
 
 impl Layout {
     /// Emits one target's observations of one kind for creation times
-    /// `(lo, hi]`, numbered from `next_seq`. `unclicked` is the current
-    /// watermark below which only `long` holds rows. Returns `(rows, positives)`.
+    /// `(lo, hi]`, numbered from `next_seq`, stamped with the sweep's
+    /// `clock`. `unclicked` is the current watermark below which only `long`
+    /// holds rows. Returns `(rows, positives)`.
     pub async fn emit(
         &self,
         tx: &impl GenericClient,
         (target, emission): (&TargetSql, Emission),
-        lo: i64,
-        hi: i64,
-        unclicked: i64,
-        next_seq: i64,
+        (lo, hi, unclicked): (i64, i64, i64),
+        (next_seq, clock): (i64, i64),
     ) -> Result<(i64, i64), StoreError> {
-        self.emit_where(tx, (target, emission), (lo, hi, unclicked), next_seq, None)
-            .await
+        self.emit_where(
+            tx,
+            (target, emission),
+            (lo, hi, unclicked),
+            (next_seq, clock),
+            None,
+        )
+        .await
     }
 
     /// The transactions an emission selects for creation times `(lo, hi]` as
@@ -68,13 +73,13 @@ impl Layout {
         (target, emission): (&TargetSql, Emission),
         (txid, created_ms): (&str, i64),
         unclicked: i64,
-        seq: i64,
+        (seq, clock): (i64, i64),
     ) -> Result<(i64, i64), StoreError> {
         self.emit_where(
             tx,
             (target, emission),
             (created_ms - 1, created_ms, unclicked),
-            seq,
+            (seq, clock),
             Some(txid),
         )
         .await
@@ -156,10 +161,10 @@ impl Layout {
         tx: &impl GenericClient,
         (target, emission): (&TargetSql, Emission),
         (lo, hi, unclicked): (i64, i64, i64),
-        next_seq: i64,
+        (next_seq, clock): (i64, i64),
         only: Option<&str>,
     ) -> Result<(i64, i64), StoreError> {
-        let only_txid = if only.is_some() { " AND txid = $8" } else { "" };
+        let only_txid = if only.is_some() { " AND txid = $9" } else { "" };
         let (label, kind, delay) = match emission {
             Emission::Final => (
                 format!("CASE WHEN {} THEN 1 ELSE 0 END", labelled(target)),
@@ -187,9 +192,10 @@ impl Layout {
         let sql = format!(
             "WITH p AS ({rows}), ins AS (
                  INSERT INTO tidemark.observations
-                     (shard, seq, target, txid, label, features, rate, created_at, kind, delay_ms)
+                     (shard, seq, target, txid, label, features, rate, created_at, kind, delay_ms,
+                      clock_ms)
                  SELECT $4, $5 + row_number() OVER (ORDER BY created_at, txid) - 1, $6, txid,
-                        {label}, features, $7, created_at, '{kind}', {delay}
+                        {label}, features, $7, created_at, '{kind}', {delay}, $8
                  FROM p WHERE {selected}
                  RETURNING txid, created_at, label
              ){settle}
@@ -209,6 +215,7 @@ impl Layout {
             &next_seq,
             &target.name,
             &self.rate,
+            &clock,
         ];
         if let Some(txid) = &only {
             params.push(txid);
