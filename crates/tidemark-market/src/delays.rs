@@ -10,7 +10,7 @@
 //! in an order drawn from the seed (the slowest exchange's delays are e ≈
 //! 2.7 times the fastest's). Two presets ([`Delays`]):
 //!
-//! - `default`: one exponential of mean `S / 2.3`: about 86% of installs in
+//! - `default`: one exponential of mean `S / 2.3`: about 85% of installs in
 //!   the short window (90% at `s = 1`, from 99% to 65% across scales), so
 //!   `cvr_long / cvr_short` ranges from nearly 0 to about 1 by app and
 //!   exchange.

@@ -108,7 +108,7 @@ fn criteo_puts_most_installs_after_the_short_window() {
         );
         assert!(criteo.len() > 10_000 && default.len() > 10_000);
         assert!(c >= 0.5, "criteo: {c}");
-        // Measured: 0.135 with the demo's windows, 0.133 with the default's.
+        // Measured: 0.148 with the demo's windows, 0.141 with the default's.
         assert!((0.08..0.2).contains(&d), "default: {d}");
         // Both windows get installs, the long one more than a tenth.
         assert!(
