@@ -26,8 +26,9 @@
 //! `propensity` adds [`SHIFT_LOGIT`] to their install logit; `delays`
 //! multiplies their delay scale by [`SHIFT_DELAY_FACTOR`].
 //!
-//! The draws here come from a stream of their own, so the rest of the
-//! market's draws are those it made before the model existed.
+//! The model's draws come from a stream of their own; the market draws
+//! each transaction's install (whether, when) from a stream seeded by its
+//! txid, so a shift changes the shifted apps' installs and nothing else.
 
 use std::fmt;
 use std::str::FromStr;
