@@ -35,6 +35,8 @@ pub struct Args {
     /// Only render $TIDEMARK_HOME/report/index.html again from its report.json
     #[arg(long)]
     render: bool,
+    #[command(flatten)]
+    delays: crate::market::DelayArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -48,6 +50,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         tidemark_learner::parse_transforms([("--counter-transform", counter_transform.as_str())])
             .map_err(crate::Misconfigured)?;
     }
+    let (delays, shift_at_ms, shift) = args.delays.parts();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     crate::stop_on_signal(stop.clone());
     let _ = crate::signals::BEFORE_EXIT.set(tidemark_demo::stop_children_now);
@@ -61,6 +64,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         person_skew: args.person_skew,
         raw_counters: args.raw_counters,
         counter_transform,
+        delays,
+        shift_at_ms,
+        shift,
         home: tidemark_store::Cluster::default_home(),
     };
     tidemark_demo::run(opts, &std::env::current_exe()?, stop)?;

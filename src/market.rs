@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use tidemark_market::MarketConfig;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use tidemark_market::{Delays, MarketConfig, Shift};
 use tidemark_wire::parse_duration;
 
 #[derive(clap::Args)]
@@ -41,11 +42,49 @@ pub struct MarketArgs {
     /// in (`ids.member`), a few events share a carrier IP or a QA test device (SPEC 11)
     #[arg(long)]
     linked: bool,
+    #[command(flatten)]
+    delays: DelayArgs,
+}
+
+/// The market's install delays and its shift (`tidemark_market::delays`),
+/// in `tidemark publish` and `tidemark demo`.
+#[derive(clap::Args)]
+pub struct DelayArgs {
+    /// Synthetic market: install delays, by app and exchange: `default` (one exponential,
+    /// ~85% of installs in the short window) or `criteo` (Criteo-like: ~58% after the short
+    /// window, a tail past the long one)
+    #[arg(long, default_value = "default", value_parser = delays())]
+    delays: Delays,
+    /// Synthetic market: event time after its start from which a fifth of the apps
+    /// shift (see --shift), e.g. 40m
+    #[arg(long, value_parser = parse_duration)]
+    shift_at: Option<Duration>,
+    /// With --shift-at: what changes for the shifted apps: `propensity` (their install logit
+    /// +1.5, the default) or `delays` (their install delays doubled)
+    #[arg(long, requires = "shift_at", value_parser = shift())]
+    shift: Option<Shift>,
+}
+
+impl DelayArgs {
+    /// The preset, the shift's time after the start (ms) and its kind.
+    pub fn parts(&self) -> (Delays, Option<i64>, Shift) {
+        let at = self.shift_at.map(|d| d.as_millis() as i64);
+        (self.delays, at, self.shift.unwrap_or_default())
+    }
+}
+
+fn delays() -> impl TypedValueParser<Value = Delays> {
+    PossibleValuesParser::new(Delays::NAMES).map(|s| s.parse::<Delays>().expect("a name it lists"))
+}
+
+fn shift() -> impl TypedValueParser<Value = Shift> {
+    PossibleValuesParser::new(Shift::NAMES).map(|s| s.parse::<Shift>().expect("a name it lists"))
 }
 
 impl MarketArgs {
     /// The market these flags describe.
     pub fn config(self) -> MarketConfig {
+        let (delays, shift_at_ms, shift) = self.delays.parts();
         MarketConfig {
             seed: self.seed,
             tps: self.tps,
@@ -58,6 +97,9 @@ impl MarketArgs {
             duplicate_shift_ms: self.duplicate_shift.as_millis() as i64,
             persons: self.persons,
             linked: self.linked,
+            delays,
+            shift_at_ms,
+            shift,
             ..MarketConfig::default()
         }
     }

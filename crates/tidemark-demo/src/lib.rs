@@ -58,6 +58,13 @@ pub struct Options {
     /// With `raw_counters`: their transform in the learner's configuration
     /// (`log1p`, `none`, or any transform `[transforms]` takes).
     pub counter_transform: String,
+    /// The market's install delays (`tidemark_market::delays`).
+    pub delays: tidemark_market::Delays,
+    /// Event time after the market's start from which a fifth of its apps
+    /// shift, if ever.
+    pub shift_at_ms: Option<i64>,
+    /// What the shift changes.
+    pub shift: tidemark_market::Shift,
     /// Where the embedded cluster, the configurations, logs, checkpoints
     /// and the report go.
     pub home: PathBuf,

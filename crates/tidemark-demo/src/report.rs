@@ -37,6 +37,10 @@ pub struct Inputs<'a> {
     /// What the bids carried from the profiles: what the bidder derived
     /// from the counters (with `raw_counters`, the counters too), then `person`.
     pub profile_features: &'a [String],
+    /// The market's install delays preset.
+    pub delays_preset: tidemark_market::Delays,
+    /// The market's shift, if any: its event time (ms since the epoch) and kind.
+    pub shift: Option<(i64, tidemark_market::Shift)>,
 }
 
 fn num(x: f64) -> Value {
@@ -139,6 +143,13 @@ pub fn build(i: &Inputs) -> Value {
         "interrupted": i.interrupted,
         "database": i.database,
         "published": i.by_type.iter().map(|(t, n)| (t.clone(), json!(n))).collect::<Map<_, _>>(),
+        "market": {
+            "delays": i.delays_preset.name(),
+            "shift": {
+                "at_ms": i.shift.map(|s| s.0),
+                "kind": i.shift.map(|s| s.1.name()),
+            },
+        },
         "windows_ms": {"impression": imp, "click": click, "install_short": short, "install_long": long},
         "profile_features": i.profile_features,
         "targets": targets,
@@ -258,4 +269,43 @@ pub fn text(v: &Value) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemark_market::{Delays, Shift};
+
+    fn market(delays: Delays, shift: Option<(i64, Shift)>) -> Value {
+        let (targets, online) = (BTreeMap::new(), BTreeMap::new());
+        build(&Inputs {
+            events: 0,
+            by_type: &[],
+            seconds: 1.0,
+            interrupted: false,
+            database: "db",
+            targets: &targets,
+            online: &online,
+            bridging: None,
+            samples: &[],
+            delays: &(Vec::new(), Vec::new()),
+            windows: [1, 2, 3, 4],
+            profile_features: &[],
+            delays_preset: delays,
+            shift,
+        })["market"]
+            .clone()
+    }
+
+    #[test]
+    fn the_report_says_the_markets_delays_and_shift() {
+        assert_eq!(
+            market(Delays::Default, None),
+            json!({"delays": "default", "shift": {"at_ms": null, "kind": null}})
+        );
+        assert_eq!(
+            market(Delays::Criteo, Some((1_700_000_000_000, Shift::Delays))),
+            json!({"delays": "criteo", "shift": {"at_ms": 1_700_000_000_000i64, "kind": "delays"}})
+        );
+    }
 }

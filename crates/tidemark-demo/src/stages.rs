@@ -255,12 +255,21 @@ impl<'a> Demo<'a> {
     /// [3/6] The market, publishing in a thread of its own, its bidder
     /// reading profiles into bids and its truth recorded.
     fn start_market(&self) -> JoinHandle<Result<PublishReport, PublishError>> {
-        let (args, url, t0_ms) = (&self.args, &self.url, self.t0_ms);
+        let (args, url) = (&self.args, &self.url);
         eprintln!(
-            "[3/6] publishing the market for {}s: {} transactions per event-second, event time ×{}, {} persons …",
-            args.seconds, args.tps, args.speed, args.persons
+            "[3/6] publishing the market for {}s: {} transactions per event-second, event time ×{}, {} persons, install delays {}{} …",
+            args.seconds,
+            args.tps,
+            args.speed,
+            args.persons,
+            args.delays,
+            match self.shift() {
+                Some((at, kind)) => format!(
+                    ", the shift ({kind}) of a fifth of the apps at event time {at} ms"
+                ),
+                None => String::new(),
+            }
         );
-        let span_ms = (args.seconds as f64 * 1000.0 * args.speed) as i64;
         let opts = PublishOptions {
             profiles: Some(url.clone()),
             profile_replicas: Vec::new(),
@@ -274,8 +283,7 @@ impl<'a> Demo<'a> {
             connect: Vec::new(),
             publisher: "demo-market".into(),
             speed: args.speed,
-            // Event time ends near wall time, so profiles read "now" afterwards.
-            start_ms: t0_ms + 2000 - span_ms,
+            start_ms: self.market_start_ms(),
             duration: Some(Duration::from_secs(args.seconds)),
             warmup: Duration::from_secs(2),
             span_ms: None,
@@ -297,12 +305,28 @@ impl<'a> Demo<'a> {
             person_skew: args.person_skew,
             person_effect: 0.8,
             linked: true,
+            delays: args.delays,
+            shift_at_ms: args.shift_at_ms,
+            shift: args.shift,
             ..MarketConfig::default()
         };
         let pub_stop = self.stop.clone();
         std::thread::spawn(move || {
             tidemark_market::publish(&opts, Source::Synthetic(market), &pub_stop)
         })
+    }
+
+    /// Where the market's event time starts: it ends near wall time, so
+    /// profiles read "now" afterwards.
+    fn market_start_ms(&self) -> i64 {
+        let span_ms = (self.args.seconds as f64 * 1000.0 * self.args.speed) as i64;
+        self.t0_ms + 2000 - span_ms
+    }
+
+    /// The market's shift, if any: its event time (ms since the epoch) and kind.
+    fn shift(&self) -> Option<(i64, tidemark_market::Shift)> {
+        let at = self.args.shift_at_ms?;
+        Some((self.market_start_ms() + at, self.args.shift))
     }
 
     /// Waits for the market to end, watching the pipeline once a second;
@@ -448,6 +472,8 @@ impl<'a> Demo<'a> {
             delays: &delays,
             windows: WINDOW_MS,
             profile_features: &features,
+            delays_preset: self.args.delays,
+            shift: self.shift(),
         });
         Ok((value, interrupted))
     }

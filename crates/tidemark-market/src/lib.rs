@@ -3,18 +3,27 @@
 //! the wire with heartbeats (`tidemark publish`), and the XSUB/XPUB proxy
 //! (`tidemark proxy`).
 //!
+//! The market's installs come after a delay that depends on the bid's app
+//! and exchange, a mixture of exponentials whose preset (`Delays`, `default`
+//! or the Criteo-like `criteo`, most installs after the short window) is the
+//! market's; from a chosen event time a fifth of the apps may shift
+//! (`Shift`: their install propensity or their delays). `delays` says the
+//! model; `truth` carries every transaction's true probabilities under it.
+//!
 //! Owns: event generation and publishing. Knows nothing of shards; speaks
 //! the wire contract of `tidemark-wire`, and reads profiles only as a bidder
 //! does, through `tidemark-reader` (its synthetic bidder).
 
 #![warn(missing_docs)]
 
+pub mod delays;
 pub mod market;
 pub mod persons;
 pub mod proxy;
 pub mod publisher;
 pub mod truth;
 
+pub use delays::{Delays, Shift};
 pub use market::{Market, MarketConfig, Out, Zipf};
 pub use persons::{true_person, Quality};
 pub use publisher::{publish, PublishError, PublishOptions, PublishReport, Source};

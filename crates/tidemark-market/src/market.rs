@@ -1,7 +1,9 @@
 //! A synthetic market: transactions arrive at a steady rate of event time; each
 //! gets a bid, and with learnable probabilities an impression, a click and an
-//! install, at delays scaled to the attribution windows. A share of events is
-//! duplicated (publisher retries). Deterministic for a seed.
+//! install, at delays scaled to the attribution windows (the install's delay
+//! learnable too: by app and exchange, `crate::delays`, which also shifts a
+//! fifth of the apps at a chosen time). A share of events is duplicated
+//! (publisher retries). Deterministic for a seed.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -12,6 +14,7 @@ use rand::{RngExt, SeedableRng};
 use tidemark_features::sigmoid;
 use tidemark_wire::Txid;
 
+use crate::delays::{DelayModel, Delays, Shift};
 use crate::persons::Seen;
 use crate::truth::{within, Truth};
 
@@ -36,6 +39,13 @@ pub struct MarketConfig {
     pub install_short_ms: i64,
     /// The long install window: only the truth (`crate::truth`) reads it.
     pub install_long_ms: i64,
+    /// The install delays' preset (`crate::delays`).
+    pub delays: Delays,
+    /// Event time after the market's start from which a fifth of the apps
+    /// shift (by creation time), if ever.
+    pub shift_at_ms: Option<i64>,
+    /// What the shift changes (only with `shift_at_ms`).
+    pub shift: Shift,
     /// Custom event types, each following a click with probability `custom_rate`.
     pub custom_types: Vec<String>,
     /// Probability that a clicked transaction gets each custom event.
@@ -72,6 +82,9 @@ impl Default for MarketConfig {
             click_window_ms: 3_600_000,
             install_short_ms: 86_400_000,
             install_long_ms: 7 * 86_400_000,
+            delays: Delays::Default,
+            shift_at_ms: None,
+            shift: Shift::Propensity,
             custom_types: Vec::new(),
             custom_rate: 0.3,
             disorder_ms: 0,
@@ -198,6 +211,8 @@ pub struct Market {
     person_cdf: Zipf,
     person_click: Vec<f32>,
     person_install: Vec<f32>,
+    /// Install delays by app and exchange, and the shift.
+    delays: DelayModel,
     /// Transactions generated so far.
     pub transactions: u64,
     /// When set, the truth of every transaction with an impression is
@@ -229,7 +244,15 @@ impl Market {
         let country_exchange = (0..COUNTRIES.len() * EXCHANGES.len())
             .map(|_| irng.random_range(-0.9f32..0.9))
             .collect();
+        let delays = DelayModel::new(
+            cfg.seed,
+            cfg.delays,
+            cfg.install_short_ms,
+            (APPS as usize, EXCHANGES.len()),
+            cfg.shift_at_ms.map(|at| (start_ms + at, cfg.shift)),
+        );
         Market {
+            delays,
             cfg,
             rng,
             country_exchange,
@@ -308,7 +331,8 @@ impl Market {
 
     fn new_transaction(&mut self, created: i64) {
         self.transactions += 1;
-        let txid = Txid::new(self.rng.random::<u128>(), created as u64);
+        let digits = self.rng.random::<u128>();
+        let txid = Txid::new(digits, created as u64);
         // Clicks and installs follow the bid's features, so there is something to learn.
         let score = self.click_score(&txid);
         let score_milli = (score * 1000.0) as i32;
@@ -345,29 +369,35 @@ impl Market {
             install_delay_ms: None,
             p_install: 0.0,
         };
-        let p_install = sigmoid(logit(self.cfg.cvr) + 0.5 * score + install_bias);
-        // About 90% of installs land in the short window.
-        let mean = self.cfg.install_short_ms as f64 / 2.3;
+        let f = Self::features(&txid);
+        let install = self.delays.install(f[0], f[3], created);
+        let p_install = sigmoid(logit(self.cfg.cvr) + 0.5 * score + install_bias + install.logit);
         truth.p_install = p_click
             * p_install
-            * crate::truth::click_then_install(
+            * install.delay.click_then_install(
                 click_mean,
                 (created + self.cfg.click_window_ms - imp_at) as f64,
-                mean,
                 (created + self.cfg.install_long_ms - imp_at) as f64,
             );
         if self.rng.random_bool(p_click) {
             let click_at = imp_at + self.exp(click_mean) as i64;
             self.push(click_at, KIND_CLICK, txid, score_milli, person);
             truth.click_delay_ms = Some(click_at - created);
-            let short = within(mean, click_at, created + self.cfg.install_short_ms);
-            let long = within(mean, click_at, created + self.cfg.install_long_ms);
+            let delay = &install.delay;
+            let short = delay.within(click_at, created + self.cfg.install_short_ms);
+            let long = delay.within(click_at, created + self.cfg.install_long_ms);
             truth.cvr = Some((p_install * short, p_install * (long - short)));
+            // Whether and when it installs (and its duplicate) come from a
+            // stream of the transaction's own, so that whether it installs,
+            // which the shift may change, leaves every other draw as it was.
+            let mut own = SmallRng::seed_from_u64(digits as u64 ^ (digits >> 64) as u64);
+            std::mem::swap(&mut self.rng, &mut own);
             if self.rng.random_bool(p_install) {
-                let at = click_at + self.exp(mean) as i64;
+                let at = click_at + delay.sample(self.rng.random()) as i64;
                 self.push(at, KIND_INSTALL, txid, score_milli, person);
                 truth.install_delay_ms = Some(at - created);
             }
+            std::mem::swap(&mut self.rng, &mut own);
             for i in 0..self.cfg.custom_types.len() {
                 if self.rng.random_bool(self.cfg.custom_rate) {
                     let at = click_at + self.exp(self.cfg.click_window_ms as f64 / 4.0) as i64;
@@ -494,3 +524,6 @@ impl Default for Out {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,7 +7,10 @@
 //! what came before it: the click model's probability times the chance the
 //! exponential delay lands in the window (from the impression's time), and
 //! for installs, given the click's time, the share of the install delay's
-//! distribution in each window.
+//! distribution in each window. The install delay is a mixture of
+//! exponentials (`crate::delays`), so each install figure is its
+//! components' exponential figures here, weighted; the shift, where it
+//! applies, is in the propensity and the delay the market hands in.
 
 use std::fmt::Write as _;
 
