@@ -113,6 +113,10 @@ bench-ops:
 bench-demo:
     bash bench/demo_peers.sh
 
+# Issue 48: an early target's rows, weighted, learned by Tidemark and by VW --ftrl with the same weights
+bench-early-vw *flags:
+    bash bench/early_peers.sh {{flags}}
+
 # A screenshot of the demo's report page in headless Chromium (installs it if missing) into docs/
 report-screenshot:
     bash bench/report_screenshot.sh

@@ -24,6 +24,9 @@ pub struct Args {
     /// Zipf exponent of persons' activity (0: every person equally active; 1.1 is skewed like real traffic)
     #[arg(long, default_value_t = 1.1)]
     person_skew: f64,
+    /// Seed of the market's random choices (the same seed, the same market)
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// The bidder also sends the profile counters themselves, beside the click
     /// rate it derives from them (the person known, raw counts cost ctr)
     #[arg(long)]
@@ -62,6 +65,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         speed: args.speed,
         persons: args.persons,
         person_skew: args.person_skew,
+        seed: args.seed,
         raw_counters: args.raw_counters,
         counter_transform,
         delays,

@@ -81,6 +81,7 @@ fn golden() -> Checkpoint {
                 trained: 1000,
                 margin: [-2.0, -1.0, 0.0][i],
                 labels: Some((1000, [119, 269, 500][i])),
+                early_labels: None,
                 weights,
                 state: Vec::new(),
                 metrics: serde_json::json!({}),

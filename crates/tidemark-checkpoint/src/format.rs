@@ -94,6 +94,10 @@ pub struct Target {
     /// `(rows, ones)` the margin is counted over; `None` for a model trained
     /// without a margin (version 1), which keeps 0.
     pub labels: Option<(u64, u64)>,
+    /// A target learned early (SPEC 5, v1.3): `(provisional, late)` rows
+    /// learned; `labels` then counts matured rows (`late` and `final`), and
+    /// the margin is the weighted rate of docs/learner.md. `None` otherwise.
+    pub early_labels: Option<(u64, u64)>,
     /// Non-zero weights, by index.
     pub weights: Vec<(u32, f32)>,
     /// The learner's resume state: `(index, z, n)` for every coordinate seen.
@@ -443,6 +447,13 @@ fn read_target(m: &Value, version: u32, weights: Vec<(u32, f32)>) -> Result<Targ
                 _ => return Err(corrupt("targets.labels")),
             },
         },
+        early_labels: match &m["early_labels"] {
+            Value::Null => None,
+            l => match (l[0].as_u64(), l[1].as_u64()) {
+                (Some(p), Some(late)) => Some((p, late)),
+                _ => return Err(corrupt("targets.early_labels")),
+            },
+        },
         weights,
         state: Vec::new(),
         metrics: m["metrics"].clone(),
@@ -566,6 +577,9 @@ fn target_header(t: &Target) -> Value {
         "weights": t.weights.len(), "state": t.state.len(),
         "metrics": t.metrics,
     });
+    if let Some((p, late)) = t.early_labels {
+        h["early_labels"] = json!([p, late]);
+    }
     if let Some(u) = &t.tuning {
         h["tuning"] = json!({
             "half_life": u.half_life, "decayed_rows": u.decayed_rows,
@@ -652,6 +666,7 @@ mod tests {
                 trained: 3,
                 margin: -0.5,
                 labels: Some((3, 1)),
+                early_labels: None,
                 weights: vec![(1, 0.5), (16, -2.0)],
                 state: vec![(1, -1.5, 2.0), (3, 0.5, 1.0), (16, 3.0, 4.0)],
                 metrics: json!({"logloss": 0.1}),

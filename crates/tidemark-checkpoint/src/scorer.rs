@@ -174,6 +174,7 @@ mod tests {
                 trained: 1,
                 margin: 0.0,
                 labels: None,
+                early_labels: None,
                 weights: vec![(hashing.bias_index(), bias)],
                 state: Vec::new(),
                 metrics: Value::Null,

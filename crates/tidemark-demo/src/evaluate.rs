@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use crate::store::Scored;
 use serde_json::{Map, Value};
-use tidemark_ftrl::{Models, Params, Row};
+use tidemark_ftrl::{Kind, Models, Params, Row};
 use tidemark_learner::Config;
 
 /// One decile of predictions (equal row counts, by predicted probability).
@@ -120,7 +120,11 @@ pub fn evaluate(
     };
     for r in rows {
         let mut f: Map<String, Value> = serde_json::from_str(&r.features)?;
-        let row = Row::plain(r.label);
+        let kind = Kind::parse(&r.kind).unwrap_or(Kind::Final);
+        let row = Row {
+            label: r.label,
+            kind,
+        };
         let p = with.learn(&r.target, || config.params(&r.target), &f, row);
         let install_with = (r.target == "ctr" && r.settled)
             .then(|| cvr(&with, &f).map(|c| p * c))
@@ -141,6 +145,10 @@ pub fn evaluate(
         }
         if r.label && (r.target == "cvr_short" || r.target == "cvr_long") {
             installed.insert(r.txid.clone());
+        }
+        if !kind.matured() {
+            // Learned, weighed; not a label to score yet.
+            continue;
         }
         let e = per.entry(r.target.clone()).or_default();
         let model = &with.targets[&r.target].0;

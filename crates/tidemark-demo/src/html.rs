@@ -65,6 +65,7 @@ pub fn page(v: &Value) -> String {
         h.push_str(&logloss_over_time(v, t));
         h.push_str(&calibration(v, t));
     }
+    as_of_bid(&mut h, v, &targets);
     h.push_str("</div><h2>Delays and windows</h2><div class=\"charts\">");
     delay_charts(&mut h, v);
     h.push_str("</div><h2>Profile lift</h2><div class=\"charts\">");
@@ -76,6 +77,61 @@ pub fn page(v: &Value) -> String {
         v.to_string().replace("</", "<\\/")
     );
     h
+}
+
+/// The as-of-bid replay (`crate::asof`): each arm's figures, and its KL
+/// from the truth per slice of event time, the shift marked in the title.
+fn as_of_bid(h: &mut String, v: &Value, targets: &[String]) {
+    let arms = crate::asof::ARMS;
+    let with: Vec<&String> = targets
+        .iter()
+        .filter(|t| !v["targets"][t.as_str()]["as_of_bid"].is_null())
+        .collect();
+    if with.is_empty() {
+        return;
+    }
+    h.push_str("</div><h2>As of bid time</h2><table><tr><th>target</th><th>arm</th><th>KL</th><th>gap closed</th><th>Σp̂/Σp</th><th>Spearman</th></tr>");
+    for t in &with {
+        for arm in arms {
+            let key = |k: &str| format!("targets/{t}/as_of_bid/{arm}/{k}");
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{arm}</td>{}{}{}{}</tr>",
+                esc(t),
+                cell(v, &key("kl"), 5),
+                cell(v, &key("gap_closed"), 3),
+                cell(v, &key("calibration"), 3),
+                cell(v, &key("spearman"), 3),
+            );
+        }
+    }
+    h.push_str("</table><div class=\"charts\">");
+    let shift = v["shift"]["at_ms"].as_f64();
+    for t in with {
+        let s = &v["targets"][t.as_str()]["as_of_bid"]["slices"];
+        let start = arr(&s["start_ms"]);
+        let t0 = start.first().copied().unwrap_or(0.0);
+        let minutes: Vec<f64> = start.iter().map(|x| (x - t0) / 60_000.0).collect();
+        let series: Vec<Series> = arms
+            .iter()
+            .enumerate()
+            .map(|(k, arm)| over(&minutes, arm, COLORS[k % 6], arr(&s["kl"][*arm])))
+            .collect();
+        let title = match shift {
+            Some(at) => format!(
+                "{t}: KL per slice (shift at minute {:.0})",
+                (at - t0) / 60_000.0
+            ),
+            None => format!("{t}: KL per slice"),
+        };
+        h.push_str(&lines(
+            &title,
+            "minutes of event time",
+            "KL (nats)",
+            &series,
+            true,
+        ));
+    }
 }
 
 /// The page's head and style, and what ran.

@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+mod asof;
 mod evaluate;
 mod html;
 mod procs;
@@ -52,6 +53,8 @@ pub struct Options {
     pub persons: u32,
     /// Zipf exponent of persons' activity (0: equally active).
     pub person_skew: f64,
+    /// Seed of the market's random choices.
+    pub seed: u64,
     /// The bidder also sends the profile counters themselves, beside the
     /// rate it derives from them ([`BIDDER_RATE`]).
     pub raw_counters: bool,
@@ -101,7 +104,14 @@ impression = "10s"
 click = "30s"
 install_short = "1m"
 install_long = "1m"
+[feedback]
+cvr_long = "early"
 "#;
+/// After creation, when each of ctr, cvr_short and cvr_long is emitted
+/// final: its window and grace (as `WINDOWS` says).
+const FINAL_OFFSET_MS: [i64; 3] = [330_000, 660_000, 1_860_000];
+/// Event time per slice of the as-of-bid evaluation.
+const SLICE_MS: i64 = 60_000;
 /// The profile process's counters: the bidder derives [`BIDDER_RATE`]
 /// from the hour's clicks and impressions (with `raw_counters` it also
 /// copies all three into bids, SPEC 11).

@@ -172,6 +172,73 @@ pub fn build(i: &Inputs) -> Value {
     })
 }
 
+/// The as-of-bid replay's lines: per target, each arm's mean KL from the
+/// truth and the share of the constant→oracle gap it closes; after a shift,
+/// each arm's KL after it and the slices it took to reach the oracle.
+fn as_of_bid_text(v: &Value) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let Some(targets) = v["targets"].as_object() else {
+        return s;
+    };
+    let arms = crate::asof::ARMS;
+    for (name, t) in targets {
+        let a = &t["as_of_bid"];
+        if a.is_null() {
+            continue;
+        }
+        if s.is_empty() {
+            let _ = writeln!(
+                s,
+                "as of bid time (mean KL from the truth, nats; gap = share of constant→oracle closed):"
+            );
+        }
+        let cells: Vec<String> = arms
+            .iter()
+            .map(|arm| {
+                let kl = a[arm]["kl"].as_f64().unwrap_or(f64::NAN);
+                let gap = a[arm]["gap_closed"].as_f64().unwrap_or(f64::NAN);
+                format!("{arm} {kl:.5} ({:.0}%)", gap * 100.0)
+            })
+            .collect();
+        let _ = writeln!(s, "  {name:<10} {}", cells.join("  "));
+    }
+    if let Some(at_ms) = v["shift"]["at_ms"].as_i64() {
+        let _ = writeln!(
+            s,
+            "after the shift at {at_ms} (KL after; slices to the oracle):"
+        );
+        for t in ["cvr_long", "p_install"] {
+            let cells: Vec<String> = arms
+                .iter()
+                .map(|arm| {
+                    let x = &v["shift"][t][arm];
+                    let kl = x["kl_after"].as_f64().unwrap_or(f64::NAN);
+                    let n = x["slices_to_oracle"]
+                        .as_u64()
+                        .map_or("never".to_owned(), |n| n.to_string());
+                    format!("{arm} {kl:.5} ({n})")
+                })
+                .collect();
+            let _ = writeln!(s, "  {t:<10} {}", cells.join("  "));
+        }
+    }
+    s
+}
+
+/// Puts the as-of-bid replay (`crate::asof`) in the report: under each
+/// target as `as_of_bid`, and the `shift` figures at the top.
+pub fn add_as_of_bid(value: &mut Value, (targets, shift): (serde_json::Map<String, Value>, Value)) {
+    for (t, v) in targets {
+        if let Some(target) = value["targets"].get_mut(&t).and_then(Value::as_object_mut) {
+            target.insert("as_of_bid".into(), v);
+        } else if let Some(all) = value["targets"].as_object_mut() {
+            all.insert(t, json!({ "as_of_bid": v }));
+        }
+    }
+    value["shift"] = shift;
+}
+
 /// 40 bins over `[0, 1.25 × window]` (later delays in the last bin's count
 /// of `beyond`).
 fn histogram(delays: &[i64], window: i64) -> Value {
@@ -262,6 +329,7 @@ pub fn text(v: &Value) -> String {
             );
         }
     }
+    s.push_str(&as_of_bid_text(v));
     if let (Some(p), Some(c)) = (at(v, "bridging/purity"), at(v, "bridging/completeness")) {
         let _ = writeln!(
             s,

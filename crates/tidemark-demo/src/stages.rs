@@ -295,6 +295,7 @@ impl<'a> Demo<'a> {
             follow: false,
         };
         let market = MarketConfig {
+            seed: args.seed,
             tps: args.tps,
             click_window_ms: WINDOW_MS[1],
             install_short_ms: WINDOW_MS[2],
@@ -442,7 +443,8 @@ impl<'a> Demo<'a> {
             .cloned()
             .chain(["person".into()])
             .collect();
-        let (targets, delays, bridging) = self.rt.block_on(async {
+        let shift_at = self.shift().map(|s| s.0);
+        let (targets, delays, bridging, as_of_bid) = self.rt.block_on(async {
             let c = tidemark_store::connect(url).await?;
             let tsv =
                 std::fs::read(&truth_file).with_context(|| truth_file.display().to_string())?;
@@ -450,6 +452,13 @@ impl<'a> Demo<'a> {
             let rows = store::scored(&c).await?;
             let targets = evaluate::evaluate(&rows, &config, (&features, &from_counters), t0_ms)?;
             let delays = store::delays(&c).await?;
+            let setup = crate::asof::Setup {
+                config: &config,
+                slice_ms: crate::SLICE_MS,
+                final_offset_ms: crate::FINAL_OFFSET_MS,
+                shift_at_ms: shift_at,
+            };
+            let as_of_bid = crate::asof::evaluate(&store::emitted(&c).await?, &setup)?;
             let ids = tidemark_profiles::store::identifiers(&c).await?;
             let persons = ids
                 .iter()
@@ -457,9 +466,9 @@ impl<'a> Demo<'a> {
                 .collect::<std::collections::BTreeSet<_>>()
                 .len();
             let q = tidemark_market::Quality::measure(ids.iter().map(|(id, p)| (id.as_str(), *p)));
-            anyhow::Ok((targets, delays, (q, persons)))
+            anyhow::Ok((targets, delays, (q, persons), as_of_bid))
         })?;
-        let value = report::build(&report::Inputs {
+        let mut value = report::build(&report::Inputs {
             events: published.events,
             by_type: &published.by_type,
             seconds: self.started.elapsed().as_secs_f64(),
@@ -475,6 +484,7 @@ impl<'a> Demo<'a> {
             delays_preset: self.args.delays,
             shift: self.shift(),
         });
+        report::add_as_of_bid(&mut value, as_of_bid);
         Ok((value, interrupted))
     }
 

@@ -59,6 +59,8 @@ pub struct Scored {
     /// A `ctr` row whose transaction its shard has swept through the last
     /// install window: whether it installed is known.
     pub settled: bool,
+    /// `provisional`, `late` or `final` (SPEC 5).
+    pub kind: String,
 }
 
 /// Every observation, in emission order across shards (then shard, seq),
@@ -73,7 +75,8 @@ pub async fn scored(c: &Client) -> Result<Vec<Scored>, StoreError> {
                     o.txid, CASE o.target WHEN 'ctr' THEN t.p_install END,
                     o.target = 'ctr' AND (extract(epoch FROM o.created_at) * 1000)::bigint
                         <= coalesce((SELECT w.wm_ms FROM tidemark.watermarks w
-                                      WHERE w.shard = o.shard AND w.phase = 'cvr_long'), -1)
+                                      WHERE w.shard = o.shard AND w.phase = 'cvr_long'), -1),
+                    o.kind
                FROM tidemark.observations o LEFT JOIN tidemark_demo.truth t USING (txid)
               ORDER BY o.emitted_at, o.shard, o.seq",
             &[],
@@ -90,6 +93,7 @@ pub async fn scored(c: &Client) -> Result<Vec<Scored>, StoreError> {
             txid: r.get(5),
             p_install: r.get(6),
             settled: r.get(7),
+            kind: r.get(8),
         })
         .collect())
 }
@@ -133,4 +137,52 @@ pub async fn observations_by_target(c: &Client) -> Result<Vec<(String, i64)>, St
         )
         .await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// One observation of a built-in target as the as-of-bid replay reads it,
+/// with the truth of its transaction.
+#[derive(Debug, Clone)]
+pub struct Emitted {
+    /// `ctr`, `cvr_short` or `cvr_long`.
+    pub target: String,
+    /// Its label.
+    pub label: bool,
+    /// `provisional`, `late` or `final`.
+    pub kind: String,
+    /// The bid's features, as JSON text.
+    pub features: String,
+    /// The shard's clock at the sweep that emitted it (event time, ms).
+    pub clock_ms: i64,
+    /// The transaction's creation (the bid), ms.
+    pub created_ms: i64,
+    /// The truth: ctr, cvr_short, cvr_long (given the click) and p_install.
+    pub truth: [Option<f64>; 4],
+}
+
+/// Every observation of the built-in targets, in the order the shards'
+/// clocks made them readable, with the truth.
+pub async fn emitted(c: &Client) -> Result<Vec<Emitted>, StoreError> {
+    let rows = c
+        .query(
+            "SELECT o.target, o.label, o.kind, o.features::text, o.clock_ms,
+                    (extract(epoch FROM o.created_at) * 1000)::bigint,
+                    t.ctr, t.cvr_short, t.cvr_long, t.p_install
+               FROM tidemark.observations o LEFT JOIN tidemark_demo.truth t USING (txid)
+              WHERE o.target IN ('ctr', 'cvr_short', 'cvr_long') AND o.clock_ms IS NOT NULL
+              ORDER BY o.clock_ms, o.shard, o.seq",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Emitted {
+            target: r.get(0),
+            label: r.get::<_, i16>(1) == 1,
+            kind: r.get(2),
+            features: r.get(3),
+            clock_ms: r.get(4),
+            created_ms: r.get(5),
+            truth: [r.get(6), r.get(7), r.get(8), r.get(9)],
+        })
+        .collect())
 }

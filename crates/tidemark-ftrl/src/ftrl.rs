@@ -2,7 +2,7 @@
 //! features. The weight of a coordinate is derived from `z` and `n` when
 //! needed ("lazy weights"), so only `z` and `n` are stored.
 
-use crate::early::Row;
+use crate::early::{Kind, Row};
 use tidemark_checkpoint::{Candidate, Target, Tuning};
 use tidemark_features::{sigmoid, MAX_ABS};
 
@@ -159,9 +159,11 @@ pub struct Ftrl {
     p: Vec<f64>,
     /// Rows learned so far.
     pub trained: u64,
-    /// `(rows, ones)` the base margin is counted over; `None`: a model
-    /// resumed from a version-1 checkpoint, trained without one.
+    /// `(rows, ones)` the base margin is counted over (matured rows); `None`:
+    /// a model resumed from a version-1 checkpoint, trained without one.
     labels: Option<(u64, u64)>,
+    /// `(provisional, late)` rows learned (an early target, SPEC 5).
+    early: (u64, u64),
     /// The base margin of the next prediction (see [`Ftrl::margin`]).
     margin: f32,
     tuner: Tuner,
@@ -177,6 +179,17 @@ struct Tuner {
     chosen: usize,
     switches: u64,
     last_switch: Option<u64>,
+}
+
+/// The rate `p` in `[0, 1]` solving `P·(1 − p)·p + 2L·(p − 1) + F0·p +
+/// F1·(p − 1) = 0` with ½ added to `F0` and `F1` (see [`Ftrl::margin`]):
+/// the smaller root of `P·p² − b·p + c = 0`, written without cancellation.
+fn weighted_rate(p: f64, late: f64, f1: f64, f0: f64) -> f64 {
+    let (f0, f1) = (f0 + 0.5, f1 + 0.5);
+    let b = p + 2.0 * late + f0 + f1;
+    let c = 2.0 * late + f1;
+    let disc = (b * b - 4.0 * p * c).max(0.0);
+    (2.0 * c / (b + disc.sqrt())).clamp(1e-9, 1.0 - 1e-9)
 }
 
 /// Floats allocated past the cells, so they can start on a 64-byte boundary.
@@ -317,6 +330,7 @@ impl Ftrl {
             settings,
             trained: 0,
             labels: Some((0, 0)),
+            early: (0, 0),
             margin: 0.0,
         }
     }
@@ -353,9 +367,28 @@ impl Ftrl {
     /// first row). The weights learn what moves a row away from the rate, so
     /// a rare target starts at its rate instead of one half, and where data
     /// is thin (L1 and L2 keep weights at 0) predicts the rate.
+    ///
+    /// For a target learned early it is the rate `p` at which the weighted
+    /// rows' steps cancel (docs/learner.md): with `P` provisional, `L` late,
+    /// `F0` and `F1` final rows labelled 0 and 1 (smoothed by ½ each),
+    /// `P·(1 − p)·p + 2L·(p − 1) + F0·p + F1·(p − 1) = 0`. Matured rows
+    /// alone would read high while positives, which mature first, outnumber
+    /// the zeros still waiting for their window's end.
     pub fn margin(&self) -> f64 {
         match self.labels {
-            Some((rows, ones)) => ((ones as f64 + 0.5) / ((rows - ones) as f64 + 0.5)).ln(),
+            Some((rows, ones)) => {
+                let (p, late) = self.early;
+                if p == 0 {
+                    return ((ones as f64 + 0.5) / ((rows - ones) as f64 + 0.5)).ln();
+                }
+                let q = weighted_rate(
+                    p as f64,
+                    late as f64,
+                    ones.saturating_sub(late) as f64,
+                    (rows - ones) as f64,
+                );
+                (q / (1.0 - q)).ln()
+            }
             None => 0.0,
         }
     }
@@ -443,7 +476,15 @@ impl Ftrl {
             _ => self.update_lanes::<8>(x, row),
         }
         self.trained += 1;
+        match row.kind {
+            Kind::Provisional => self.early.0 += 1,
+            Kind::Late => self.early.1 += 1,
+            Kind::Final => {}
+        }
         if !row.kind.matured() {
+            if self.labels.is_some() {
+                self.margin = self.margin() as f32;
+            }
             return;
         }
         let y = row.label;
@@ -553,6 +594,7 @@ impl Ftrl {
             trained: self.trained,
             margin: f64::from(self.margin),
             labels: self.labels,
+            early_labels: (self.early != (0, 0)).then_some(self.early),
             weights,
             state,
             metrics,
@@ -581,6 +623,7 @@ impl Ftrl {
         m.set_state(chosen, &t.state);
         m.trained = t.trained;
         m.labels = t.labels;
+        m.early = t.early_labels.unwrap_or((0, 0));
         m.margin = t.margin as f32;
         m
     }
@@ -599,6 +642,32 @@ impl Ftrl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_weighted_rate_cancels_the_weighted_steps() {
+        // Without provisional rows: the smoothed rate, as before.
+        let r = weighted_rate(0.0, 0.0, 30.0, 70.0);
+        assert!((r - 30.5 / 101.0).abs() < 1e-12);
+        for (p, late, f1, f0) in [
+            (100.0, 5.0, 0.0, 95.0),
+            (1e6, 10.0, 3.0, 2.0),
+            (50.0, 0.0, 0.0, 0.0),
+        ] {
+            let q = weighted_rate(p, late, f1, f0);
+            let steps = p * (1.0 - q) * q
+                + 2.0 * late * (q - 1.0)
+                + (f0 + 0.5) * q
+                + (f1 + 0.5) * (q - 1.0);
+            assert!(steps.abs() < 1e-6 * (p + late + f0 + f1), "{steps}");
+            assert!((0.0..1.0).contains(&q));
+        }
+        // Every member matured: the matured rate.
+        let q = weighted_rate(100.0, 5.0, 0.0, 95.0);
+        assert!((q - 5.5 / 101.0).abs() < 0.01, "{q}");
+        // Provisional rows waiting for their lates: about 2L/P, not L/(L+F).
+        let q = weighted_rate(1000.0, 25.0, 0.0, 10.0);
+        assert!((q - 0.05).abs() < 0.01, "{q}");
+    }
 
     /// Algorithm 1 written out in f64, as the paper states it, with each
     /// score offset by the log-odds of the labels before it (a fixed input

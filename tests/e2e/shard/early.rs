@@ -180,7 +180,12 @@ fn an_early_target_emits_provisional_then_late_or_final_once_each() {
 
 #[test]
 fn exact_with_early_feedback_for_built_in_and_configured_targets() {
-    let m = market("early", "2m", 300.0, &["--custom-types", "open"]);
+    let m = market(
+        "early",
+        "2m",
+        300.0,
+        &["--custom-types", "open", "--delays", "criteo"],
+    );
     let targets = r#"
 [feedback]
 cvr_long = "early"

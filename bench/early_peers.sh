@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `just bench-early-vw [demo flags]`: a demo run (cvr_long learned early),
+# then, offline on its exported cvr_long rows of every kind, Tidemark's
+# learner at its defaults (the demo's hashing, 2^20) writing the weight it
+# applied to each row, and Vowpal Wabbit --ftrl learning the same rows with
+# those weights and the same settings (bench/early_vw.py): the loglosses on
+# matured rows, and each one's rows per second. VW is installed in a
+# throwaway virtual environment under target/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=target/peers-venv
+work=/tmp/tidemark-peers/early
+cargo build --release -p tidemark
+if [ ! -x "$venv/bin/vw" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q vowpalwabbit
+fi
+mkdir -p "$work"
+if [ -z "${SKIP_DEMO:-}" ]; then
+    target/release/tidemark demo "$@" > "$work/demo.txt"
+    grep -E "^  (ctr|cvr_short|cvr_long|p_install) " "$work/demo.txt" || true
+fi
+target/release/tidemark export --target cvr_long --kinds all --output "$work/cvr_long.tsv"
+start=$(date +%s.%N)
+target/release/tidemark learn --input "$work/cvr_long.tsv" --header --bits 20 --alpha 0.1 \
+    --tune-alpha 1 --tune-l2 1 --no-tune-rate \
+    --weights "$work/weights.txt" --predictions "$work/preds.txt" --json > "$work/tidemark.json"
+end=$(date +%s.%N)
+cat "$work/tidemark.json"; echo
+"$venv/bin/python" bench/early_vw.py "$work/cvr_long.tsv" "$work/weights.txt" "$work/preds.txt" \
+    --work "$work" --vw "$venv/bin/vw" --bits 20 --alpha 0.1 \
+    --tidemark-seconds "$(echo "$end - $start" | bc)"

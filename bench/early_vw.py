@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""`just bench-early-vw`: Vowpal Wabbit --ftrl on an early target's rows,
+with the weights Tidemark's learner applied, against Tidemark itself.
+
+Input: a TSV written by `tidemark export --target T --kinds all` (label,
+`:kind`, then one column per feature, `name:num` for numeric ones), the
+weights `tidemark learn --input ... --weights FILE` wrote (one per row), and
+its progressive predictions (`--predictions FILE`). VW learns the same rows
+with the same weights (as importance weights) and the same settings, every
+column categorical as `name=value` (Tidemark's numeric columns are hashed as
+their value; VW gets the same `name:value`); both are scored by progressive
+logloss on the matured rows (`late` and `final`), as `learn` reports.
+
+Prints one JSON object: rows, the two loglosses, their difference, and each
+learner's rows per second.
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+
+def logloss(p, y):
+    p = min(max(p, 1e-15), 1 - 1e-15)
+    return -math.log(p if y else 1 - p)
+
+
+def main():
+    a = argparse.ArgumentParser()
+    a.add_argument("tsv")
+    a.add_argument("weights")
+    a.add_argument("predictions")
+    a.add_argument("--work", required=True)
+    a.add_argument("--vw", default="vw")
+    a.add_argument("--bits", type=int, default=20)
+    a.add_argument("--alpha", type=float, default=0.1)
+    a.add_argument("--beta", type=float, default=1.0)
+    a.add_argument("--l1", type=float, default=1.0)
+    a.add_argument("--l2", type=float, default=1.0)
+    a.add_argument("--tidemark-seconds", type=float, default=0.0)
+    args = a.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    vw_in = os.path.join(args.work, "early.vw")
+    vw_preds = os.path.join(args.work, "early.vw.preds")
+    labels, matured = [], []
+    with open(args.tsv) as f, open(args.weights) as w, open(vw_in, "w") as out:
+        header = f.readline().rstrip("\n").split("\t")
+        assert header[1] == ":kind", "export with --kinds all"
+        names = header[2:]
+        for line, weight in zip(f, w):
+            cells = line.rstrip("\n").split("\t")
+            y = cells[0] == "1"
+            labels.append(y)
+            matured.append(cells[1] != "provisional")
+            feats = []
+            for n, v in zip(names, cells[2:]):
+                if v == "":
+                    continue
+                if n.endswith(":num"):
+                    feats.append(f"{n[:-4]}:{v}")
+                else:
+                    feats.append(f"{n}={v}".replace(" ", "_").replace("|", "_").replace(":", "_"))
+            out.write(f"{1 if y else -1} {float(weight)} |f {' '.join(feats)}\n")
+    started = time.time()
+    subprocess.run(
+        [args.vw, "--ftrl", "--ftrl_alpha", str(args.alpha), "--ftrl_beta", str(args.beta),
+         "--l1", str(args.l1), "--l2", str(args.l2), "-b", str(args.bits),
+         "--loss_function", "logistic", "--link", "logistic", "--quiet",
+         "-d", vw_in, "-p", vw_preds],
+        check=True,
+    )
+    vw_seconds = time.time() - started
+    vw_p = [float(l.split()[0]) for l in open(vw_preds)]
+    tm_p = [float(l) for l in open(args.predictions)]
+    assert len(vw_p) == len(tm_p) == len(labels), (len(vw_p), len(tm_p), len(labels))
+    rows = [i for i, m in enumerate(matured) if m]
+    vw_ll = sum(logloss(vw_p[i], labels[i]) for i in rows) / max(len(rows), 1)
+    tm_ll = sum(logloss(tm_p[i], labels[i]) for i in rows) / max(len(rows), 1)
+    json.dump({
+        "rows": len(labels), "matured": len(rows),
+        "tidemark_logloss": tm_ll, "vw_logloss": vw_ll, "difference": tm_ll - vw_ll,
+        "vw_rows_per_second": len(labels) / max(vw_seconds, 1e-9),
+        "tidemark_rows_per_second": len(labels) / args.tidemark_seconds if args.tidemark_seconds else None,
+    }, sys.stdout)
+    print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,441 @@
+//! Evaluation as the bidder lives it: a deterministic replay in event time.
+//!
+//! A row is readable from the shard clock at which it was emitted (its
+//! `clock_ms`). Each arm learns the rows its rule lets it read, and
+//! checkpoints at every slice boundary; an impression or click created
+//! (bid) in a slice is scored with the arm's checkpoint at the slice's start,
+//! against the market's true probability. Before a target's first row an
+//! arm predicts its prior, one half. Scored: `ctr` and `p_install` (=
+//! `ctr × (cvr_short + cvr_long)`) on impressions, `cvr_short` and `cvr_long`
+//! on clicks, from one longest window (with grace) after the first bid,
+//! through the last transaction whose final rows were all emitted before
+//! the run ended (only their outcome is known).
+//!
+//! The arms, on the same events:
+//! - `early`: every row as emitted, weighed by kind (`tidemark_ftrl::Kind`):
+//!   the learner as built.
+//! - `naive`: an early target's provisional 0 and late 1 rows, unweighted.
+//! - `final_only`: matured rows, each readable when the target's final
+//!   sweep would have emitted it (a `late` row waits for its window's end):
+//!   the learner without early feedback.
+//! - `oracle`: every matured row readable at its bid: what knowing each
+//!   final label at once would give.
+//! - `constant`: the label rate of the rows `final_only` has read (the
+//!   online rate without early feedback; read as they arrive, late
+//!   positives would come before their cohort's zeros and read high).
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+use tidemark_ftrl::{Kind, Models, Row};
+use tidemark_learner::Config;
+
+use crate::store::Emitted;
+
+/// The arms, in report order.
+pub const ARMS: [&str; 5] = ["final_only", "naive", "early", "oracle", "constant"];
+/// The scored targets, in report order.
+pub const TARGETS: [&str; 4] = ["ctr", "cvr_short", "cvr_long", "p_install"];
+/// Before a target's first row, an arm predicts this.
+const PRIOR: f64 = 0.5;
+
+/// What the replay needs besides the rows.
+pub struct Setup<'a> {
+    /// The learner's configuration (every arm learns with it).
+    pub config: &'a Config,
+    /// Event time per slice.
+    pub slice_ms: i64,
+    /// After creation, when each target's final rows are emitted (its
+    /// window and grace): when `final_only` reads a late row.
+    pub final_offset_ms: [i64; 3],
+    /// The market's shift, if it shifted (absolute event time).
+    pub shift_at_ms: Option<i64>,
+}
+
+/// One event scored: an impression (ctr, p_install) or a click (cvr_*).
+struct Event {
+    created: i64,
+    features: Map<String, Value>,
+    /// An impression: `[ctr, p_install]`; a click: `[cvr_short, cvr_long]`.
+    truth: [f64; 2],
+    click: bool,
+}
+
+/// Per arm, per target, per slice: `(Σ KL, events, Σ p̂, Σ p)`, and every
+/// `(p̂, p)` scored for the rank correlation.
+#[derive(Default, Clone)]
+struct Tally {
+    slices: BTreeMap<i64, (f64, u64, f64, f64)>,
+    pairs: Vec<(f64, f64)>,
+}
+
+/// Runs the replay; returns `targets.<t>.as_of_bid` per target, and the
+/// `shift` object when the market shifted.
+pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, Value>, Value)> {
+    let target_of = |t: &str| TARGETS[..3].iter().position(|n| *n == t);
+    let mut parsed = Vec::with_capacity(rows.len());
+    let mut events: Vec<Event> = Vec::new();
+    for r in rows {
+        let Some(t) = target_of(&r.target) else {
+            continue;
+        };
+        let features: Map<String, Value> = serde_json::from_str(&r.features)?;
+        let kind = Kind::parse(&r.kind).unwrap_or(Kind::Final);
+        // One event per impression (its ctr row) and per click (its
+        // cvr_short row, never early), with the truth of the transaction.
+        let truth = match t {
+            0 => r.truth[0].zip(r.truth[3]),
+            1 => r.truth[1].zip(r.truth[2]),
+            _ => None,
+        };
+        if let Some((a, b)) = truth {
+            events.push(Event {
+                created: r.created_ms,
+                features: features.clone(),
+                truth: [a, b],
+                click: t == 1,
+            });
+        }
+        parsed.push((t, r, kind, features));
+    }
+    events.sort_by_key(|e| e.created);
+    // Transactions whose every final row was emitted before the run ended:
+    // only their outcome is known, so only they are scored, and only their
+    // rows are the oracle's (the others' late rows came, their zeros never).
+    let longest = setup.final_offset_ms.iter().copied().max().unwrap_or(0);
+    let settled = rows.iter().map(|r| r.clock_ms).max().unwrap_or(0) - longest;
+    events.retain(|e| e.created <= settled);
+    let Some((first, last)) = events.first().zip(events.last()) else {
+        return Ok((Map::new(), Value::Null));
+    };
+    let slice = setup.slice_ms.max(1);
+    let t0 = first.created.div_euclid(slice) * slice;
+    let end = last.created;
+
+    // A target learned early: its shard wrote provisional rows.
+    let mut early = [false; 3];
+    for (t, _, kind, _) in &parsed {
+        early[*t] |= *kind == Kind::Provisional;
+    }
+    // When a shard without early feedback would have emitted a late row:
+    // with its cohort's final rows (the first final row of the target
+    // created at or after it), else one window and grace after creation.
+    let mut finals: [Vec<(i64, i64)>; 3] = Default::default();
+    for (t, r, kind, _) in &parsed {
+        if *kind == Kind::Final {
+            finals[*t].push((r.created_ms, r.clock_ms));
+        }
+    }
+    for f in &mut finals {
+        f.sort_unstable();
+        // Later cohorts are emitted no earlier: a running minimum from the end.
+        for i in (0..f.len().saturating_sub(1)).rev() {
+            f[i].1 = f[i].1.min(f[i + 1].1);
+        }
+    }
+    let final_sweep = |t: usize, created: i64| {
+        let f = &finals[t];
+        let i = f.partition_point(|x| x.0 < created);
+        f.get(i).map_or(created + setup.final_offset_ms[t], |x| x.1)
+    };
+    // What each arm reads, and when.
+    let mut reads: Vec<Vec<(i64, usize, usize, Row)>> = vec![Vec::new(); ARMS.len()];
+    for (i, (t, r, kind, _)) in parsed.iter().enumerate() {
+        let label = r.label;
+        let matured = kind.matured();
+        let at_final = match kind {
+            Kind::Late => final_sweep(*t, r.created_ms),
+            _ => r.clock_ms,
+        };
+        let plain = Row::plain(label);
+        // final_only: matured rows when the final sweep emits them.
+        if matured {
+            reads[0].push((at_final, *t, i, plain));
+        }
+        // naive: provisional and late rows at face value, no final zero
+        // of an early target (whose provisional already said 0).
+        let early_final = *kind == Kind::Final && early[*t];
+        if !early_final {
+            reads[1].push((r.clock_ms, *t, i, plain));
+        }
+        reads[2].push((r.clock_ms, *t, i, Row { label, kind: *kind }));
+        if matured {
+            if r.created_ms <= settled {
+                reads[3].push((r.created_ms, *t, i, plain));
+            }
+            reads[4].push((at_final, *t, i, plain));
+        }
+    }
+    for r in &mut reads {
+        r.sort_by_key(|x| x.0);
+    }
+    // Scored from one longest window after the first bid: by then every
+    // arm has read final rows of every target (before, positives, which
+    // mature first, would make the rates read look high).
+    let from = (t0 + longest).div_euclid(slice) * slice + slice;
+    let mut tallies: Vec<Vec<Tally>> = vec![vec![Tally::default(); TARGETS.len()]; ARMS.len()];
+    for (a, reads) in reads.iter().enumerate() {
+        let constant = ARMS[a] == "constant";
+        let mut models = Models::new(setup.config.hashing.clone(), setup.config.window)
+            .with_grid(setup.config.grid.clone());
+        // The constant arm: (rows, ones) read per target.
+        let mut rate = [(0u64, 0u64); 3];
+        let mut next = 0;
+        let mut e = 0;
+        let mut b = t0;
+        while b <= end {
+            while next < reads.len() && reads[next].0 <= b {
+                let (_, t, i, row) = reads[next];
+                if constant {
+                    rate[t].0 += 1;
+                    rate[t].1 += u64::from(row.label);
+                } else {
+                    let name = TARGETS[t];
+                    models.learn(name, || setup.config.params(name), &parsed[i].3, row);
+                }
+                next += 1;
+            }
+            while e < events.len() && events[e].created < b + slice {
+                let ev = &events[e];
+                e += 1;
+                if ev.created < from {
+                    continue;
+                }
+                let p = |t: usize| {
+                    if constant {
+                        let (n, ones) = rate[t];
+                        if n == 0 {
+                            PRIOR
+                        } else {
+                            (ones as f64 + 0.5) / (n as f64 + 1.0)
+                        }
+                    } else {
+                        models.predict(TARGETS[t], &ev.features).unwrap_or(PRIOR)
+                    }
+                };
+                let scored: [(usize, f64, f64); 2] = if ev.click {
+                    [(1, p(1), ev.truth[0]), (2, p(2), ev.truth[1])]
+                } else {
+                    let install = p(0) * (p(1) + p(2));
+                    [(0, p(0), ev.truth[0]), (3, install.min(1.0), ev.truth[1])]
+                };
+                for (t, predicted, truth) in scored {
+                    let tally = &mut tallies[a][t];
+                    let s = tally.slices.entry(b).or_default();
+                    s.0 += kl(truth, predicted);
+                    s.1 += 1;
+                    s.2 += predicted;
+                    s.3 += truth;
+                    tally.pairs.push((predicted, truth));
+                }
+            }
+            b += slice;
+        }
+    }
+    Ok(report(&tallies, setup, from))
+}
+
+/// KL divergence of a Bernoulli `q` from the truth `p`, in nats.
+pub fn kl(p: f64, q: f64) -> f64 {
+    let q = q.clamp(1e-9, 1.0 - 1e-9);
+    let term = |a: f64, b: f64| if a <= 0.0 { 0.0 } else { a * (a / b).ln() };
+    term(p, q) + term(1.0 - p, 1.0 - q)
+}
+
+/// Spearman's rank correlation of the pairs (average ranks on ties).
+pub fn spearman(pairs: &[(f64, f64)]) -> Option<f64> {
+    if pairs.len() < 3 {
+        return None;
+    }
+    let ranks = |key: &dyn Fn(&(f64, f64)) -> f64| {
+        let mut idx: Vec<usize> = (0..pairs.len()).collect();
+        idx.sort_by(|&a, &b| key(&pairs[a]).total_cmp(&key(&pairs[b])));
+        let mut r = vec![0.0; pairs.len()];
+        let mut i = 0;
+        while i < idx.len() {
+            let mut j = i;
+            while j + 1 < idx.len() && key(&pairs[idx[j + 1]]) == key(&pairs[idx[i]]) {
+                j += 1;
+            }
+            let avg = (i + j) as f64 / 2.0;
+            for &k in &idx[i..=j] {
+                r[k] = avg;
+            }
+            i = j + 1;
+        }
+        r
+    };
+    let (a, b) = (ranks(&|x| x.0), ranks(&|x| x.1));
+    let n = a.len() as f64;
+    let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
+    let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
+    for (x, y) in a.iter().zip(&b) {
+        sab += (x - ma) * (y - mb);
+        saa += (x - ma) * (x - ma);
+        sbb += (y - mb) * (y - mb);
+    }
+    (saa > 0.0 && sbb > 0.0).then(|| sab / (saa * sbb).sqrt())
+}
+
+/// Per slice `(start, mean KL)` of a tally.
+fn slice_kl(t: &Tally) -> Vec<(i64, f64)> {
+    t.slices
+        .iter()
+        .map(|(b, s)| (*b, s.0 / s.1.max(1) as f64))
+        .collect()
+}
+
+/// Mean and standard error of the per-slice differences `other − early`.
+fn paired(early: &[(i64, f64)], other: &[(i64, f64)]) -> Value {
+    let d: Vec<f64> = early.iter().zip(other).map(|(e, o)| o.1 - e.1).collect();
+    let n = d.len() as f64;
+    if d.len() < 2 {
+        return Value::Null;
+    }
+    let mean = d.iter().sum::<f64>() / n;
+    let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    let se = (var / n).sqrt();
+    json!({"diff": mean, "se": se, "z": if se > 0.0 { Some(mean / se) } else { None }})
+}
+
+/// Slices from the shift until an arm's KL stays within 10% of the
+/// oracle's (or within 1e-4 nats) for two slices running.
+fn slices_to_oracle(arm: &[(i64, f64)], oracle: &[(i64, f64)], at: i64) -> Option<usize> {
+    let near: Vec<bool> = arm
+        .iter()
+        .zip(oracle)
+        .filter(|(a, _)| a.0 >= at)
+        .map(|(a, o)| a.1 <= o.1 * 1.1 || a.1 - o.1 <= 1e-4)
+        .collect();
+    near.windows(2).position(|w| w[0] && w[1])
+}
+
+fn report(tallies: &[Vec<Tally>], setup: &Setup, from: i64) -> (Map<String, Value>, Value) {
+    let finite = |x: f64| x.is_finite().then_some(x);
+    let mut targets = Map::new();
+    let mut shift = Map::new();
+    let arm = |name: &str| ARMS.iter().position(|a| *a == name).expect("an arm");
+    for (t, name) in TARGETS.iter().enumerate() {
+        let kl_of = |a: usize| {
+            let s = &tallies[a][t].slices;
+            let (sum, n) = s.values().fold((0.0, 0u64), |(x, m), v| (x + v.0, m + v.1));
+            sum / n.max(1) as f64
+        };
+        let (constant, oracle) = (kl_of(arm("constant")), kl_of(arm("oracle")));
+        let slices: Vec<Vec<(i64, f64)>> =
+            (0..ARMS.len()).map(|a| slice_kl(&tallies[a][t])).collect();
+        let mut out = Map::new();
+        for (a, arm_name) in ARMS.iter().enumerate() {
+            let tally = &tallies[a][t];
+            let (sp, st) = tally
+                .slices
+                .values()
+                .fold((0.0, 0.0), |(x, y), v| (x + v.2, y + v.3));
+            let kl = kl_of(a);
+            out.insert(
+                arm_name.to_string(),
+                json!({
+                    "kl": finite(kl),
+                    "gap_closed": finite((constant - kl) / (constant - oracle)),
+                    "calibration": finite(sp / st),
+                    "spearman": spearman(&tally.pairs),
+                    "events": tally.pairs.len(),
+                }),
+            );
+        }
+        let early = &slices[arm("early")];
+        let vs: Map<String, Value> = ARMS
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n != "early")
+            .map(|(a, n)| (n.to_string(), paired(early, &slices[a])))
+            .collect();
+        out.insert("early_vs".into(), Value::Object(vs));
+        out.insert(
+            "slices".into(),
+            json!({
+                "start_ms": early.iter().map(|s| s.0).collect::<Vec<_>>(),
+                "kl": ARMS.iter().enumerate().map(|(a, n)| {
+                    (n.to_string(), json!(slices[a].iter().map(|s| finite(s.1)).collect::<Vec<_>>()))
+                }).collect::<Map<String, Value>>(),
+                "calibration": ARMS.iter().enumerate().map(|(a, n)| {
+                    let c: Vec<Option<f64>> = tallies[a][t].slices.values().map(|s| finite(s.2 / s.3)).collect();
+                    (n.to_string(), json!(c))
+                }).collect::<Map<String, Value>>(),
+            }),
+        );
+        out.insert("from_ms".into(), json!(from));
+        targets.insert(name.to_string(), Value::Object(out));
+        if let (Some(at), true) = (setup.shift_at_ms, t >= 2) {
+            let oracle = &slices[arm("oracle")];
+            let per: Map<String, Value> = ARMS
+                .iter()
+                .enumerate()
+                .map(|(a, n)| {
+                    let after: Vec<f64> = slices[a]
+                        .iter()
+                        .filter(|s| s.0 >= at)
+                        .map(|s| s.1)
+                        .collect();
+                    let kl_after = after.iter().sum::<f64>() / after.len().max(1) as f64;
+                    (
+                        n.to_string(),
+                        json!({
+                            "kl_after": finite(kl_after),
+                            "slices_to_oracle": slices_to_oracle(&slices[a], oracle, at),
+                        }),
+                    )
+                })
+                .collect();
+            shift.insert(name.to_string(), Value::Object(per));
+        }
+    }
+    let shift = match setup.shift_at_ms {
+        Some(at) => {
+            shift.insert("at_ms".into(), json!(at));
+            shift.insert("slice_ms".into(), json!(setup.slice_ms));
+            Value::Object(shift)
+        }
+        None => Value::Null,
+    };
+    (targets, shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kl_is_zero_at_the_truth_and_grows_away_from_it() {
+        assert!(kl(0.3, 0.3).abs() < 1e-12);
+        assert!(kl(0.3, 0.2) > 0.0 && kl(0.3, 0.1) > kl(0.3, 0.2));
+        assert!(kl(0.0, 0.5).is_finite() && kl(1.0, 0.0).is_finite());
+    }
+
+    #[test]
+    fn spearman_reads_ranks_only() {
+        let up: Vec<(f64, f64)> = (0..10)
+            .map(|i| (f64::from(i), f64::from(i).exp()))
+            .collect();
+        assert!((spearman(&up).unwrap() - 1.0).abs() < 1e-12);
+        let down: Vec<(f64, f64)> = (0..10).map(|i| (f64::from(i), -f64::from(i))).collect();
+        assert!((spearman(&down).unwrap() + 1.0).abs() < 1e-12);
+        assert_eq!(spearman(&[(1.0, 1.0), (1.0, 2.0), (1.0, 3.0)]), None);
+    }
+
+    #[test]
+    fn an_arm_reaches_the_oracle_when_it_stays_near_for_two_slices() {
+        let s = |v: &[f64]| -> Vec<(i64, f64)> {
+            v.iter().enumerate().map(|(i, x)| (i as i64, *x)).collect()
+        };
+        let oracle = s(&[0.1, 0.1, 0.1, 0.1, 0.1, 0.1]);
+        assert_eq!(
+            slices_to_oracle(&s(&[0.5, 0.105, 0.3, 0.105, 0.1, 0.1]), &oracle, 1),
+            Some(2)
+        );
+        assert_eq!(
+            slices_to_oracle(&s(&[0.5, 0.5, 0.5, 0.5, 0.5, 0.105]), &oracle, 0),
+            None
+        );
+    }
+}
