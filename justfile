@@ -113,6 +113,10 @@ bench-ops:
 bench-demo:
     bash bench/demo_peers.sh
 
+# Issue 48: what cvr_long learned early costs a shard end to end (with and without, interleaved)
+bench-early-cost pairs="2" dense="2000000":
+    bash bench/early_cost.sh {{pairs}} {{dense}}
+
 # Issue 48: an early target's rows, weighted, learned by Tidemark and by VW --ftrl with the same weights
 bench-early-vw *flags:
     bash bench/early_peers.sh {{flags}}

@@ -66,6 +66,7 @@ pub async fn e2e(
     dense_events: u64,
     sparse_days: u64,
     sparse_tps: f64,
+    early: bool,
 ) -> anyhow::Result<()> {
     let dir = PathBuf::from("target/bench-home/e2e");
     std::fs::create_dir_all(&dir)?;
@@ -81,7 +82,7 @@ pub async fn e2e(
     let mut results = Vec::new();
     for (name, span, tps) in runs {
         let file = market_file(bin, &dir, name, &span, tps)?;
-        results.push(run(bin, cluster, &dir, name, &file, None).await?);
+        results.push(run(bin, cluster, &dir, (name, &file), None, early).await?);
     }
     println!();
     println!(
@@ -170,7 +171,7 @@ pub async fn curve(
     for round in 1..=rounds {
         for (mode, k) in [("plain", None), ("keys", Some(&keys))] {
             println!("round {round}/{rounds}: {mode}");
-            let r = run(bin, cluster, &dir, mode, &file, k).await?;
+            let r = run(bin, cluster, &dir, (mode, &file), k, false).await?;
             if !r.exact {
                 bail!("{mode}: observations differ from the reference");
             }
@@ -220,15 +221,19 @@ async fn run(
     bin: &Path,
     cluster: &Cluster,
     dir: &Path,
-    name: &'static str,
-    file: &Path,
+    (name, file): (&'static str, &Path),
     keys: Option<&Keys>,
+    early: bool,
 ) -> anyhow::Result<Outcome> {
     let text = std::fs::read_to_string(file)?;
     let lines: Vec<&str> = text.lines().collect();
     let url = fresh_db(cluster, &format!("bench_e2e_{name}")).await?;
     let endpoint = "tcp://127.0.0.1:57411";
-    let (shard_config, publish_keys) = shard_config(endpoint, &url, keys);
+    let (mut shard_config, publish_keys) = shard_config(endpoint, &url, keys);
+    if early {
+        // SPEC 5 v1.3: provisional, late and final rows for cvr_long.
+        shard_config += "[feedback]\ncvr_long = \"early\"\n";
+    }
     let mut shard = start_shard(bin, dir, name, &shard_config)?;
     std::thread::sleep(Duration::from_secs(2));
     println!("{name}: replaying {} events at --speed 0 …", lines.len());

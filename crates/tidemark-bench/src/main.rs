@@ -62,6 +62,9 @@ enum Bench {
         /// Transactions per second of event time in the sparse file
         #[arg(long, default_value_t = 2.0)]
         sparse_tps: f64,
+        /// The shard learns cvr_long early (SPEC 5 v1.3: provisional, late and final rows)
+        #[arg(long)]
+        early: bool,
     },
     /// Profile ingest: Zipf persons into logged profile tables, sustained
     ProfileIngest {
@@ -282,12 +285,14 @@ fn main() -> anyhow::Result<()> {
             dense_events,
             sparse_days,
             sparse_tps,
+            early,
         } => rt.block_on(e2e::e2e(
             &bin,
             &cluster,
             dense_events,
             sparse_days,
             sparse_tps,
+            early,
         )),
     }
 }

@@ -69,9 +69,52 @@ struct Tally {
     pairs: Vec<(f64, f64)>,
 }
 
+/// A row parsed: its target's index, the row, its kind and features.
+type Parsed<'r> = (usize, &'r Emitted, Kind, Map<String, Value>);
+/// What an arm reads: `(when, target, row index, row as learned)`.
+type Read = (i64, usize, usize, Row);
+
 /// Runs the replay; returns `targets.<t>.as_of_bid` per target, and the
 /// `shift` object when the market shifted.
 pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, Value>, Value)> {
+    let (parsed, mut events) = parse(rows)?;
+    // Transactions whose every final row was emitted before the run ended:
+    // only their outcome is known, so only they are scored, and only their
+    // rows are the oracle's (the others' late rows came, their zeros never).
+    let longest = setup.final_offset_ms.iter().copied().max().unwrap_or(0);
+    let settled = rows.iter().map(|r| r.clock_ms).max().unwrap_or(0) - longest;
+    events.retain(|e| e.created <= settled);
+    let Some(first) = events.first() else {
+        return Ok((Map::new(), Value::Null));
+    };
+    let slice = setup.slice_ms.max(1);
+    let t0 = first.created.div_euclid(slice) * slice;
+    // Scored from one longest window after the first bid: by then every
+    // arm has read final rows of every target (before, positives, which
+    // mature first, would make the rates read look high).
+    let from = (t0 + longest).div_euclid(slice) * slice + slice;
+    let reads = reads(&parsed, setup, settled);
+    let tallies: Vec<Vec<Tally>> = reads
+        .iter()
+        .enumerate()
+        .map(|(a, r)| {
+            replay(
+                ARMS[a] == "constant",
+                r,
+                &parsed,
+                &events,
+                setup,
+                (t0, from),
+            )
+        })
+        .collect();
+    Ok(report(&tallies, setup, from))
+}
+
+/// The rows of the built-in targets, and the events to score: one per
+/// impression (its ctr row) and per click (its cvr_short row, never
+/// early), with the truth of the transaction, in bid order.
+fn parse(rows: &[Emitted]) -> anyhow::Result<(Vec<Parsed<'_>>, Vec<Event>)> {
     let target_of = |t: &str| TARGETS[..3].iter().position(|n| *n == t);
     let mut parsed = Vec::with_capacity(rows.len());
     let mut events: Vec<Event> = Vec::new();
@@ -81,8 +124,6 @@ pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, 
         };
         let features: Map<String, Value> = serde_json::from_str(&r.features)?;
         let kind = Kind::parse(&r.kind).unwrap_or(Kind::Final);
-        // One event per impression (its ctr row) and per click (its
-        // cvr_short row, never early), with the truth of the transaction.
         let truth = match t {
             0 => r.truth[0].zip(r.truth[3]),
             1 => r.truth[1].zip(r.truth[2]),
@@ -99,29 +140,21 @@ pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, 
         parsed.push((t, r, kind, features));
     }
     events.sort_by_key(|e| e.created);
-    // Transactions whose every final row was emitted before the run ended:
-    // only their outcome is known, so only they are scored, and only their
-    // rows are the oracle's (the others' late rows came, their zeros never).
-    let longest = setup.final_offset_ms.iter().copied().max().unwrap_or(0);
-    let settled = rows.iter().map(|r| r.clock_ms).max().unwrap_or(0) - longest;
-    events.retain(|e| e.created <= settled);
-    let Some((first, last)) = events.first().zip(events.last()) else {
-        return Ok((Map::new(), Value::Null));
-    };
-    let slice = setup.slice_ms.max(1);
-    let t0 = first.created.div_euclid(slice) * slice;
-    let end = last.created;
+    Ok((parsed, events))
+}
 
+/// What each arm reads, and when, in time order.
+fn reads(parsed: &[Parsed], setup: &Setup, settled: i64) -> Vec<Vec<Read>> {
     // A target learned early: its shard wrote provisional rows.
     let mut early = [false; 3];
-    for (t, _, kind, _) in &parsed {
+    for (t, _, kind, _) in parsed {
         early[*t] |= *kind == Kind::Provisional;
     }
     // When a shard without early feedback would have emitted a late row:
     // with its cohort's final rows (the first final row of the target
     // created at or after it), else one window and grace after creation.
     let mut finals: [Vec<(i64, i64)>; 3] = Default::default();
-    for (t, r, kind, _) in &parsed {
+    for (t, r, kind, _) in parsed {
         if *kind == Kind::Final {
             finals[*t].push((r.created_ms, r.clock_ms));
         }
@@ -138,8 +171,7 @@ pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, 
         let i = f.partition_point(|x| x.0 < created);
         f.get(i).map_or(created + setup.final_offset_ms[t], |x| x.1)
     };
-    // What each arm reads, and when.
-    let mut reads: Vec<Vec<(i64, usize, usize, Row)>> = vec![Vec::new(); ARMS.len()];
+    let mut reads: Vec<Vec<Read>> = vec![Vec::new(); ARMS.len()];
     for (i, (t, r, kind, _)) in parsed.iter().enumerate() {
         let label = r.label;
         let matured = kind.matured();
@@ -148,91 +180,87 @@ pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, 
             _ => r.clock_ms,
         };
         let plain = Row::plain(label);
-        // final_only: matured rows when the final sweep emits them.
+        // final_only and constant: matured rows when the final sweep emits them.
         if matured {
             reads[0].push((at_final, *t, i, plain));
+            reads[4].push((at_final, *t, i, plain));
         }
         // naive: provisional and late rows at face value, no final zero
         // of an early target (whose provisional already said 0).
-        let early_final = *kind == Kind::Final && early[*t];
-        if !early_final {
+        if !(*kind == Kind::Final && early[*t]) {
             reads[1].push((r.clock_ms, *t, i, plain));
         }
         reads[2].push((r.clock_ms, *t, i, Row { label, kind: *kind }));
-        if matured {
-            if r.created_ms <= settled {
-                reads[3].push((r.created_ms, *t, i, plain));
-            }
-            reads[4].push((at_final, *t, i, plain));
+        if matured && r.created_ms <= settled {
+            reads[3].push((r.created_ms, *t, i, plain));
         }
     }
     for r in &mut reads {
         r.sort_by_key(|x| x.0);
     }
-    // Scored from one longest window after the first bid: by then every
-    // arm has read final rows of every target (before, positives, which
-    // mature first, would make the rates read look high).
-    let from = (t0 + longest).div_euclid(slice) * slice + slice;
-    let mut tallies: Vec<Vec<Tally>> = vec![vec![Tally::default(); TARGETS.len()]; ARMS.len()];
-    for (a, reads) in reads.iter().enumerate() {
-        let constant = ARMS[a] == "constant";
-        let mut models = Models::new(setup.config.hashing.clone(), setup.config.window)
-            .with_grid(setup.config.grid.clone());
-        // The constant arm: (rows, ones) read per target.
-        let mut rate = [(0u64, 0u64); 3];
-        let mut next = 0;
-        let mut e = 0;
-        let mut b = t0;
-        while b <= end {
-            while next < reads.len() && reads[next].0 <= b {
-                let (_, t, i, row) = reads[next];
-                if constant {
-                    rate[t].0 += 1;
-                    rate[t].1 += u64::from(row.label);
-                } else {
-                    let name = TARGETS[t];
-                    models.learn(name, || setup.config.params(name), &parsed[i].3, row);
-                }
-                next += 1;
+    reads
+}
+
+/// One arm's replay: at each slice boundary from `t0`, the rows read by
+/// then learned, then the slice's events from `from` on scored.
+fn replay(
+    constant: bool,
+    reads: &[Read],
+    parsed: &[Parsed],
+    events: &[Event],
+    setup: &Setup,
+    (t0, from): (i64, i64),
+) -> Vec<Tally> {
+    let slice = setup.slice_ms.max(1);
+    let end = events.last().map_or(t0, |e| e.created);
+    let mut tallies = vec![Tally::default(); TARGETS.len()];
+    let mut models = Models::new(setup.config.hashing.clone(), setup.config.window)
+        .with_grid(setup.config.grid.clone());
+    // The constant arm: (rows, ones) read per target.
+    let mut rate = [(0u64, 0u64); 3];
+    let (mut next, mut e, mut b) = (0, 0, t0);
+    while b <= end {
+        while next < reads.len() && reads[next].0 <= b {
+            let (_, t, i, row) = reads[next];
+            if constant {
+                rate[t].0 += 1;
+                rate[t].1 += u64::from(row.label);
+            } else {
+                let name = TARGETS[t];
+                models.learn(name, || setup.config.params(name), &parsed[i].3, row);
             }
-            while e < events.len() && events[e].created < b + slice {
-                let ev = &events[e];
-                e += 1;
-                if ev.created < from {
-                    continue;
-                }
-                let p = |t: usize| {
-                    if constant {
-                        let (n, ones) = rate[t];
-                        if n == 0 {
-                            PRIOR
-                        } else {
-                            (ones as f64 + 0.5) / (n as f64 + 1.0)
-                        }
-                    } else {
-                        models.predict(TARGETS[t], &ev.features).unwrap_or(PRIOR)
-                    }
-                };
-                let scored: [(usize, f64, f64); 2] = if ev.click {
-                    [(1, p(1), ev.truth[0]), (2, p(2), ev.truth[1])]
-                } else {
-                    let install = p(0) * (p(1) + p(2));
-                    [(0, p(0), ev.truth[0]), (3, install.min(1.0), ev.truth[1])]
-                };
-                for (t, predicted, truth) in scored {
-                    let tally = &mut tallies[a][t];
-                    let s = tally.slices.entry(b).or_default();
-                    s.0 += kl(truth, predicted);
-                    s.1 += 1;
-                    s.2 += predicted;
-                    s.3 += truth;
-                    tally.pairs.push((predicted, truth));
-                }
-            }
-            b += slice;
+            next += 1;
         }
+        while e < events.len() && events[e].created < b + slice {
+            let ev = &events[e];
+            e += 1;
+            if ev.created < from {
+                continue;
+            }
+            let p = |t: usize| match (constant, rate[t]) {
+                (true, (0, _)) => PRIOR,
+                (true, (n, ones)) => (ones as f64 + 0.5) / (n as f64 + 1.0),
+                _ => models.predict(TARGETS[t], &ev.features).unwrap_or(PRIOR),
+            };
+            let scored: [(usize, f64, f64); 2] = if ev.click {
+                [(1, p(1), ev.truth[0]), (2, p(2), ev.truth[1])]
+            } else {
+                let install = p(0) * (p(1) + p(2));
+                [(0, p(0), ev.truth[0]), (3, install.min(1.0), ev.truth[1])]
+            };
+            for (t, predicted, truth) in scored {
+                let tally = &mut tallies[t];
+                let s = tally.slices.entry(b).or_default();
+                s.0 += kl(truth, predicted);
+                s.1 += 1;
+                s.2 += predicted;
+                s.3 += truth;
+                tally.pairs.push((predicted, truth));
+            }
+        }
+        b += slice;
     }
-    Ok(report(&tallies, setup, from))
+    tallies
 }
 
 /// KL divergence of a Bernoulli `q` from the truth `p`, in nats.

@@ -11,14 +11,19 @@
 //!
 //! `a·p + q·b·(p − 1) + (1 − q)·c·p`
 //!
-//! which vanishes at `p = q` exactly when `a = (1 − q)·(b − c)`. With `c =
-//! 1` (a final row weighs what it weighs for every other target) and `b =
-//! 2`, `a = 1 − q`; the learner puts its own prediction `p` for `q`, so:
-//! provisional `1 − p`, late `2`, final `1`. The expectation is then
-//! `(p − q)·(2 − p)`: zero at `q`, of the sign that moves `p` toward `q`
-//! from either side, and every weight lies in `[0, 2]`. Unweighted, it is
-//! `2p − q`, which settles at `q / 2`: provisional zeros taken at face value
-//! halve the rate.
+//! which vanishes at `p = q` exactly when `a = (1 − q)·(b − c)`. Tidemark
+//! takes `b = 1`, `c = 0`, so `a = 1 − q`, with the learner's own prediction
+//! `p` for `q`: provisional `1 − p`, late `1`, final `0` (the member's zero
+//! was learned, weighed, at its start). The expectation is then
+//! `(p − q)·(1 − p)`: zero at `q`, of the sign that moves `p` toward `q`
+//! from either side; every weight lies in `[0, 1]`, and a member weighs
+//! about one row in all, as it would with its final label alone.
+//! Unweighted, it is `2p − q`, which settles at `q / 2`: provisional zeros
+//! taken at face value halve the rate.
+//!
+//! A target is early while it has provisional rows and no `final` 1 (an
+//! early target's final rows are all 0): a `final` 1 means its shard now
+//! emits final labels only, and its final rows weigh 1 again.
 
 /// What an observation is (the `kind` column).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -52,12 +57,14 @@ impl Kind {
         }
     }
 
-    /// The weight of a row of this kind learned at prediction `p`.
+    /// The weight of a row of this kind learned at prediction `p`; `early`:
+    /// its target is learned early, so a `final` row is a zero its
+    /// provisional row already counted.
     #[inline]
-    pub fn weight(self, p: f64) -> f64 {
+    pub fn weight(self, p: f64, early: bool) -> f64 {
         match self {
-            Kind::Final => 1.0,
-            Kind::Late => 2.0,
+            Kind::Final if early => 0.0,
+            Kind::Final | Kind::Late => 1.0,
             Kind::Provisional => 1.0 - p,
         }
     }
@@ -97,7 +104,7 @@ mod tests {
     /// The expected logit step over one member at prediction `p` when the
     /// final label's rate is `q`.
     fn expected_step(p: f64, q: f64) -> f64 {
-        let g = |k: Kind, y: f64| k.weight(p) * (p - y);
+        let g = |k: Kind, y: f64| k.weight(p, true) * (p - y);
         g(Kind::Provisional, 0.0) + q * g(Kind::Late, 1.0) + (1.0 - q) * g(Kind::Final, 0.0)
     }
 
@@ -109,16 +116,20 @@ mod tests {
             for pi in 0..=100 {
                 let p = f64::from(pi) / 100.0;
                 let s = expected_step(p, q);
-                assert!((s - (p - q) * (2.0 - p)).abs() < 1e-12);
+                assert!((s - (p - q) * (1.0 - p)).abs() < 1e-12);
                 // A positive step lowers the logit: toward q from either side.
-                assert!(p <= q || s > 0.0, "{p} {q}");
+                assert!(p <= q || p == 1.0 || s > 0.0, "{p} {q}");
                 assert!(p >= q || s < 0.0, "{p} {q}");
             }
         }
         for k in [Kind::Final, Kind::Provisional, Kind::Late] {
             for p in [0.0, 0.3, 1.0] {
-                assert!((0.0..=2.0).contains(&k.weight(p)));
+                assert!((0.0..=1.0).contains(&k.weight(p, true)));
             }
+            assert_eq!(
+                k.weight(0.3, false),
+                if k == Kind::Provisional { 0.7 } else { 1.0 }
+            );
             assert_eq!(Kind::parse(k.as_str()), Some(k));
         }
         assert_eq!(Kind::parse("Final"), None);

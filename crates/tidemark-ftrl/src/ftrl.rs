@@ -159,10 +159,12 @@ pub struct Ftrl {
     p: Vec<f64>,
     /// Rows learned so far.
     pub trained: u64,
-    /// `(rows, ones)` the base margin is counted over (matured rows); `None`:
-    /// a model resumed from a version-1 checkpoint, trained without one.
+    /// `(rows, ones)` of the `final` rows weighed 1 the base margin is
+    /// counted over; `None`: a model resumed from a version-1 checkpoint,
+    /// trained without one.
     labels: Option<(u64, u64)>,
-    /// `(provisional, late)` rows learned (an early target, SPEC 5).
+    /// `(provisional, late)` rows learned while the target is early (SPEC
+    /// 5, [`crate::Kind`]); `(0, 0)` otherwise.
     early: (u64, u64),
     /// The base margin of the next prediction (see [`Ftrl::margin`]).
     margin: f32,
@@ -181,13 +183,13 @@ struct Tuner {
     last_switch: Option<u64>,
 }
 
-/// The rate `p` in `[0, 1]` solving `P·(1 − p)·p + 2L·(p − 1) + F0·p +
+/// The rate `p` in `[0, 1]` solving `P·(1 − p)·p + L·(p − 1) + F0·p +
 /// F1·(p − 1) = 0` with ½ added to `F0` and `F1` (see [`Ftrl::margin`]):
 /// the smaller root of `P·p² − b·p + c = 0`, written without cancellation.
 fn weighted_rate(p: f64, late: f64, f1: f64, f0: f64) -> f64 {
     let (f0, f1) = (f0 + 0.5, f1 + 0.5);
-    let b = p + 2.0 * late + f0 + f1;
-    let c = 2.0 * late + f1;
+    let b = p + late + f0 + f1;
+    let c = late + f1;
     let disc = (b * b - 4.0 * p * c).max(0.0);
     (2.0 * c / (b + disc.sqrt())).clamp(1e-9, 1.0 - 1e-9)
 }
@@ -370,10 +372,11 @@ impl Ftrl {
     ///
     /// For a target learned early it is the rate `p` at which the weighted
     /// rows' steps cancel (docs/learner.md): with `P` provisional, `L` late,
-    /// `F0` and `F1` final rows labelled 0 and 1 (smoothed by ½ each),
-    /// `P·(1 − p)·p + 2L·(p − 1) + F0·p + F1·(p − 1) = 0`. Matured rows
-    /// alone would read high while positives, which mature first, outnumber
-    /// the zeros still waiting for their window's end.
+    /// `F0` and `F1` final rows weighed 1 labelled 0 and 1 (smoothed by ½
+    /// each), `P·(1 − p)·p + L·(p − 1) + F0·p + F1·(p − 1) = 0`; for a pure
+    /// early target about `L / P`. Matured rows alone would read high while
+    /// positives, which mature first, outnumber the zeros still waiting for
+    /// their window's end.
     pub fn margin(&self) -> f64 {
         match self.labels {
             Some((rows, ones)) => {
@@ -381,12 +384,7 @@ impl Ftrl {
                 if p == 0 {
                     return ((ones as f64 + 0.5) / ((rows - ones) as f64 + 0.5)).ln();
                 }
-                let q = weighted_rate(
-                    p as f64,
-                    late as f64,
-                    ones.saturating_sub(late) as f64,
-                    (rows - ones) as f64,
-                );
+                let q = weighted_rate(p as f64, late as f64, ones as f64, (rows - ones) as f64);
                 (q / (1.0 - q)).ln()
             }
             None => 0.0,
@@ -467,45 +465,55 @@ impl Ftrl {
     }
 
     /// Learns one row of any kind, given the `predict` just before: each
-    /// setting weighs it by its own prediction ([`crate::Kind::weight`]). Only
-    /// matured rows count toward the tuning and the label rate.
+    /// setting weighs it by its own prediction ([`crate::Kind::weight`]).
+    /// Only matured rows count toward the tuning.
     pub fn update_row(&mut self, x: &[(u32, f32)], row: Row) {
+        if row.kind == Kind::Final && row.label && self.is_early() {
+            // An early target's final rows are zeros: this one's shard now
+            // emits final labels only.
+            self.early = (0, 0);
+        }
+        let early = self.is_early();
         match self.lanes {
-            1 => self.update_lanes::<1>(x, row),
-            4 => self.update_lanes::<4>(x, row),
-            _ => self.update_lanes::<8>(x, row),
+            1 => self.update_lanes::<1>(x, row, early),
+            4 => self.update_lanes::<4>(x, row, early),
+            _ => self.update_lanes::<8>(x, row, early),
         }
         self.trained += 1;
+        if row.kind.matured() && self.settings.len() > 1 {
+            self.tuner.add(&self.p, row.label, self.trained);
+        }
         match row.kind {
             Kind::Provisional => self.early.0 += 1,
             Kind::Late => self.early.1 += 1,
-            Kind::Final => {}
-        }
-        if !row.kind.matured() {
-            if self.labels.is_some() {
-                self.margin = self.margin() as f32;
+            // Weighed 0: counted by its provisional row.
+            Kind::Final if early => return,
+            Kind::Final => {
+                if let Some((rows, ones)) = self.labels.as_mut() {
+                    *rows += 1;
+                    *ones += u64::from(row.label);
+                }
             }
-            return;
         }
-        let y = row.label;
-        if self.settings.len() > 1 {
-            self.tuner.add(&self.p, y, self.trained);
-        }
-        if let Some((rows, ones)) = self.labels.as_mut() {
-            *rows += 1;
-            *ones += u64::from(y);
+        if self.labels.is_some() {
             self.margin = self.margin() as f32;
         }
     }
 
-    fn update_lanes<const L: usize>(&mut self, x: &[(u32, f32)], row: Row) {
+    /// Whether the target is learned early: provisional rows since its
+    /// last `final` 1.
+    pub fn is_early(&self) -> bool {
+        self.early.0 > 0
+    }
+
+    fn update_lanes<const L: usize>(&mut self, x: &[(u32, f32)], row: Row, early: bool) {
         let inv_alpha = Lanes::<L>::of(&self.coef).inv_alpha;
-        // Padding lanes get no gradient: their z and n stay 0. Weights are
-        // at most 2 (`crate::Kind::weight`), within N_MAX's and Z_MAX's margins.
+        // Padding lanes get no gradient: their z and n stay 0. Weights lie
+        // in [0, 1] (`crate::Kind::weight`).
         let mut g0 = [0f32; L];
         let y = f64::from(u8::from(row.label));
         for (g, p) in g0.iter_mut().zip(&self.p) {
-            *g = (row.kind.weight(*p) * (p - y)) as f32;
+            *g = (row.kind.weight(*p, early) * (p - y)) as f32;
         }
         for (f, &(i, v)) in x.iter().enumerate() {
             let at = self.cell(i);
@@ -654,19 +662,17 @@ mod tests {
             (50.0, 0.0, 0.0, 0.0),
         ] {
             let q = weighted_rate(p, late, f1, f0);
-            let steps = p * (1.0 - q) * q
-                + 2.0 * late * (q - 1.0)
-                + (f0 + 0.5) * q
-                + (f1 + 0.5) * (q - 1.0);
+            let steps =
+                p * (1.0 - q) * q + late * (q - 1.0) + (f0 + 0.5) * q + (f1 + 0.5) * (q - 1.0);
             assert!(steps.abs() < 1e-6 * (p + late + f0 + f1), "{steps}");
             assert!((0.0..1.0).contains(&q));
         }
-        // Every member matured: the matured rate.
-        let q = weighted_rate(100.0, 5.0, 0.0, 95.0);
-        assert!((q - 5.5 / 101.0).abs() < 0.01, "{q}");
-        // Provisional rows waiting for their lates: about 2L/P, not L/(L+F).
-        let q = weighted_rate(1000.0, 25.0, 0.0, 10.0);
-        assert!((q - 0.05).abs() < 0.01, "{q}");
+        // Plain final rows beside: they count as for any target.
+        let q = weighted_rate(100.0, 5.0, 10.0, 90.0);
+        assert!(q > 0.05 && q < 0.1, "{q}");
+        // A pure early target: about L/P, not L/(L+F) of matured rows.
+        let q = weighted_rate(1000.0, 50.0, 0.0, 0.0);
+        assert!((q - 0.05).abs() < 0.001, "{q}");
     }
 
     /// Algorithm 1 written out in f64, as the paper states it, with each

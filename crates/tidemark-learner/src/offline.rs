@@ -374,6 +374,9 @@ impl<'a> Pass<'a> {
             }
         };
         let row = Row { label: y, kind };
+        // The weight the row is learned with depends on whether the target
+        // is learned early, as it stands before the row.
+        let early = self.model.is_early() && !(kind == Kind::Final && y);
         let p = if self.opts.learn {
             self.model.learn_row(&self.x, row)
         } else {
@@ -393,7 +396,11 @@ impl<'a> Pass<'a> {
                 .expect("open")))?;
         }
         if let Some(o) = self.weights_out.as_mut() {
-            let w = if self.opts.learn { kind.weight(p) } else { 0.0 };
+            let w = if self.opts.learn {
+                kind.weight(p, early)
+            } else {
+                0.0
+            };
             writeln!(o, "{}", w as f32).map_err(io(self.opts.weights.as_deref().expect("open")))?;
         }
         Ok(())

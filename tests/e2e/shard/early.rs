@@ -276,8 +276,8 @@ fn early_rows_learned_offline(db: &TestDb) {
     assert_eq!(w.len(), kinds.len());
     for ((label, kind), w) in kinds.iter().zip(&w) {
         match kind.as_str() {
-            "late" => assert_eq!((label.as_str(), *w), ("1", 2.0)),
-            "final" => assert_eq!((label.as_str(), *w), ("0", 1.0)),
+            "late" => assert_eq!((label.as_str(), *w), ("1", 1.0)),
+            "final" => assert_eq!((label.as_str(), *w), ("0", 0.0)),
             _ => assert!(label == "0" && (0.0..=1.0).contains(w), "{w}"),
         }
     }
