@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 venv=target/peers-venv
 work=/tmp/tidemark-peers/early
 cargo build --release -p tidemark
-if [ ! -x "$venv/bin/vw" ]; then
+if ! "$venv/bin/python" -c "import vowpalwabbit" 2>/dev/null; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q vowpalwabbit
 fi
@@ -28,5 +28,5 @@ target/release/tidemark learn --input "$work/cvr_long.tsv" --header --bits 20 --
 end=$(date +%s.%N)
 cat "$work/tidemark.json"; echo
 "$venv/bin/python" bench/early_vw.py "$work/cvr_long.tsv" "$work/weights.txt" "$work/preds.txt" \
-    --work "$work" --vw "$venv/bin/vw" --bits 20 --alpha 0.1 \
+    --work "$work" --bits 20 --alpha 0.1 \
     --tidemark-seconds "$(echo "$end - $start" | bc)"

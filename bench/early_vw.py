@@ -19,7 +19,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 
@@ -35,7 +34,6 @@ def main():
     a.add_argument("weights")
     a.add_argument("predictions")
     a.add_argument("--work", required=True)
-    a.add_argument("--vw", default="vw")
     a.add_argument("--bits", type=int, default=20)
     a.add_argument("--alpha", type=float, default=0.1)
     a.add_argument("--beta", type=float, default=1.0)
@@ -65,14 +63,14 @@ def main():
                 else:
                     feats.append(f"{n}={v}".replace(" ", "_").replace("|", "_").replace(":", "_"))
             out.write(f"{1 if y else -1} {float(weight)} |f {' '.join(feats)}\n")
+    from vowpalwabbit import Workspace
+    cmd = (f"--ftrl --ftrl_alpha {args.alpha} --ftrl_beta {args.beta} --l1 {args.l1} "
+           f"--l2 {args.l2} -b {args.bits} --loss_function logistic --link logistic --quiet "
+           f"-d {vw_in} -p {vw_preds}")
     started = time.time()
-    subprocess.run(
-        [args.vw, "--ftrl", "--ftrl_alpha", str(args.alpha), "--ftrl_beta", str(args.beta),
-         "--l1", str(args.l1), "--l2", str(args.l2), "-b", str(args.bits),
-         "--loss_function", "logistic", "--link", "logistic", "--quiet",
-         "-d", vw_in, "-p", vw_preds],
-        check=True,
-    )
+    ws = Workspace(cmd)
+    ws.run_parser()
+    ws.finish()
     vw_seconds = time.time() - started
     vw_p = [float(l.split()[0]) for l in open(vw_preds)]
     tm_p = [float(l) for l in open(args.predictions)]

@@ -684,6 +684,13 @@ mod tests {
         let lean = Checkpoint::from_bytes(&c.to_bytes(), false).unwrap();
         assert!(lean.targets[0].state.is_empty());
         assert_eq!(lean.targets[0].weights, c.targets[0].weights);
+        // A target learned early keeps its provisional and late counts; a
+        // file without any is byte for byte what it was.
+        let plain = c.to_bytes();
+        assert!(!String::from_utf8_lossy(&plain).contains("early_labels"));
+        let mut e = c.clone();
+        e.targets[0].early_labels = Some((40, 3));
+        assert_eq!(Checkpoint::from_bytes(&e.to_bytes(), true).unwrap(), e);
     }
 
     #[test]

@@ -180,10 +180,12 @@ fn an_early_target_emits_provisional_then_late_or_final_once_each() {
 
 #[test]
 fn exact_with_early_feedback_for_built_in_and_configured_targets() {
+    // Long enough that installs land in the long window (120s–300s after
+    // creation) before the market's span ends.
     let m = market(
         "early",
-        "2m",
-        300.0,
+        "8m",
+        100.0,
         &["--custom-types", "open", "--delays", "criteo"],
     );
     let targets = r#"
