@@ -114,8 +114,8 @@ bench-demo:
     bash bench/demo_peers.sh
 
 # Issue 48: what cvr_long learned early costs a shard end to end (with and without, interleaved)
-bench-early-cost pairs="2" dense="2000000":
-    bash bench/early_cost.sh {{pairs}} {{dense}}
+bench-early-cost pairs="2" dense="2000000" days="3":
+    bash bench/early_cost.sh {{pairs}} {{dense}} {{days}}
 
 # Issue 48: an early target's rows, weighted, learned by Tidemark and by VW --ftrl with the same weights
 bench-early-vw *flags:

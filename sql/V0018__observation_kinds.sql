@@ -7,11 +7,14 @@
 -- table rewrite. `clock_ms` is the shard's clock (event time) at the sweep
 -- that emitted the row: when a learner could first have read it, which
 -- evaluations replay in event time (null on rows emitted before this).
+-- The check is added NOT VALID (no scan under the exclusive lock), then
+-- validated under a lock that lets readers and writers go on.
 ALTER TABLE tidemark.observations
-    ADD COLUMN kind text NOT NULL DEFAULT 'final'
-        CHECK (kind IN ('provisional', 'late', 'final')),
+    ADD COLUMN kind text NOT NULL DEFAULT 'final',
     ADD COLUMN delay_ms bigint,
-    ADD COLUMN clock_ms bigint;
+    ADD COLUMN clock_ms bigint,
+    ADD CONSTRAINT observations_kind CHECK (kind IN ('provisional', 'late', 'final')) NOT VALID;
+ALTER TABLE tidemark.observations VALIDATE CONSTRAINT observations_kind;
 
 COMMENT ON COLUMN tidemark.observations.kind IS
     'provisional (label 0 at the window start of an early target), late (its label 1 when the event arrives) or final (SPEC 5)';

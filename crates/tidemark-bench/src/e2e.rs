@@ -274,6 +274,8 @@ async fn run(
     terminate(&mut shard);
     let seconds = (last_ms - first_ms as f64) / 1000.0;
     let (wrong, wanted, observations) = compare(&c, &shard_config, &lines, name).await?;
+    let kinds = crate::store::kinds(&c).await?;
+    println!("{name}: observations by kind {kinds:?}");
     let ts: Vec<i64> = lines.iter().filter_map(|l| ts_of(l)).collect();
     let span = ts.iter().max().unwrap_or(&0) - ts.iter().min().unwrap_or(&0);
     Ok(Outcome {

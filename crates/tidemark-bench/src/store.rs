@@ -273,3 +273,15 @@ pub async fn replica_lag(c: &Client) -> anyhow::Result<Option<i64>> {
             .and_then(|r| r.get(0)),
     )
 }
+
+/// Observations per kind (SPEC 5): `(kind, rows)`.
+pub async fn kinds(c: &Client) -> anyhow::Result<Vec<(String, i64)>> {
+    Ok(c.query(
+        "SELECT kind, count(*) FROM tidemark.observations GROUP BY kind ORDER BY kind",
+        &[],
+    )
+    .await?
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect())
+}

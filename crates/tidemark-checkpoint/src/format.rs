@@ -95,8 +95,9 @@ pub struct Target {
     /// without a margin (version 1), which keeps 0.
     pub labels: Option<(u64, u64)>,
     /// A target learned early (SPEC 5, v1.3): `(provisional, late)` rows
-    /// learned; `labels` then counts matured rows (`late` and `final`), and
-    /// the margin is the weighted rate of docs/learner.md. `None` otherwise.
+    /// learned; `labels` then counts only the `final` rows weighed 1 (none
+    /// while the target stays early), and the margin is the weighted rate of
+    /// docs/learner.md. `None` otherwise.
     pub early_labels: Option<(u64, u64)>,
     /// Non-zero weights, by index.
     pub weights: Vec<(u32, f32)>,

@@ -192,7 +192,8 @@ fn reads(parsed: &[Parsed], setup: &Setup, settled: i64) -> Vec<Vec<Read>> {
         }
         reads[2].push((r.clock_ms, *t, i, Row { label, kind: *kind }));
         if matured && r.created_ms <= settled {
-            reads[3].push((r.created_ms, *t, i, plain));
+            // Just after its bid: never learned before it is scored.
+            reads[3].push((r.created_ms + 1, *t, i, plain));
         }
     }
     for r in &mut reads {

@@ -139,9 +139,9 @@ pub struct Report {
 }
 
 impl Report {
-    /// Throughput.
+    /// Throughput: every row learned, provisional ones included.
     pub fn rows_per_second(&self) -> f64 {
-        self.rows as f64 / self.seconds.max(1e-9)
+        (self.rows + self.provisional) as f64 / self.seconds.max(1e-9)
     }
 
     /// The figures as `learn --json` prints them.

@@ -235,6 +235,16 @@ impl Config {
             targets.push(target(i, t, &types, &targets, windows)?);
         }
         let cvr_long_early = builtin_feedback(&raw.feedback)?;
+        if cvr_long_early
+            && windows.install_short + grace.install_short
+                > windows.install_long + grace.install_long
+        {
+            // Its provisional rows would come after its final ones.
+            return Err(err(
+                "feedback.cvr_long",
+                "cannot be \"early\" when install_short and its grace end after install_long and its grace",
+            ));
+        }
         let partition = dur("partition", &raw.partition, Duration::from_secs(60))?;
         if partition < Duration::from_secs(1) || partition.as_millis() % 1000 != 0 {
             return Err(err(
@@ -618,6 +628,13 @@ grace = "1h"
         ] {
             assert_eq!(key_of(&format!("{base}{body}")), key, "{body}");
         }
+        // Its start's sweep must not come after its end's.
+        assert_eq!(
+            key_of(&format!(
+                "{base}[windows]\ninstall_short = \"24h\"\ninstall_long = \"26h\"\n[grace]\ninstall_short = \"6h\"\ninstall_long = \"1h\"\n[feedback]\ncvr_long = \"early\""
+            )),
+            "feedback.cvr_long"
+        );
         let c = Config::parse(&format!(
             "{base}[[targets]]\nname = \"o\"\ngiven = \"click\"\nevent = \"open\"\nafter = \"1h\"\nuntil = \"1d\"\nfeedback = \"early\""
         ))

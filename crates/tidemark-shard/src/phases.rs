@@ -321,7 +321,10 @@ pub fn plan(
             Emission::Late => (old.targets[i], new.starts[i]),
             Emission::Final | Emission::FinalZero => (old.targets[i], new.targets[i]),
         };
-        if hi > lo && new.starts[i] > old.starts[i] {
+        // Late looks run when the clock moved; every other step when its
+        // own range is not empty.
+        let moved = emission != Emission::Late || new != *old;
+        if hi > lo && moved {
             let t = &phases.targets[i];
             steps.push(SweepStep::Emit {
                 target: TargetSql {

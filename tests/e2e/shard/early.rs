@@ -178,6 +178,42 @@ fn an_early_target_emits_provisional_then_late_or_final_once_each() {
     );
 }
 
+/// A shard that learned cvr_long from final labels, restarted learning it
+/// early: transactions already past their `install_short` sweep get their
+/// provisional row at the first sweep, before any late or final one.
+#[test]
+fn turning_early_on_gives_members_in_flight_their_provisional_row() {
+    let db = TestDb::new("early_on");
+    let mut publ = Publisher::new();
+    let plain = EARLY.replace("[feedback]\ncvr_long = \"early\"\n", "");
+    let mut shard = Proc::shard(&db, "o", &publ.endpoint, &plain);
+    publ.wait_subscribed("tick", 2);
+    publ.tick(T0 - 20 * S);
+    let (installed, none) = (tx(1, T0), tx(2, T0));
+    for x in [&installed, &none] {
+        shown_and_clicked(&mut publ, x);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    publ.tick_steps(T0 - 20 * S, T0 + 140 * S);
+    wait_clock(&db, "o", T0 + 140 * S);
+    shard.stop();
+    let mut shard = Proc::shard(&db, "o", &publ.endpoint, EARLY);
+    publ.wait_subscribed("tick", 4);
+    publ.event("install", &installed, T0 + 200 * S, "");
+    std::thread::sleep(Duration::from_millis(200));
+    publ.tick_steps(T0 + 140 * S, T0 + 400 * S);
+    wait_clock(&db, "o", T0 + 400 * S);
+    shard.stop();
+    let s = stream(&db);
+    let long = |x: &Txid| s[&("cvr_long".to_owned(), x.to_string())].clone();
+    let p = ("provisional".to_owned(), 0, None);
+    assert_eq!(
+        long(&installed),
+        vec![p.clone(), ("late".into(), 1, Some(200 * S))]
+    );
+    assert_eq!(long(&none), vec![p, ("final".into(), 0, None)]);
+}
+
 #[test]
 fn exact_with_early_feedback_for_built_in_and_configured_targets() {
     // Long enough that installs land in the long window (120s–300s after

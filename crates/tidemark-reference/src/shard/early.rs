@@ -113,9 +113,11 @@ pub(super) fn matured(
 ) -> Matured {
     let created = tx.created;
     let windows = windows_of(config, kind);
-    // The copies that count, in the order sent: (time from creation, before the start's sweep).
+    // The copies that count, in the order sent: (time from creation, before
+    // the start's sweep). After the window's own sweep, nothing changes it.
     let counted: Vec<(i64, bool)> = tx
         .copies(kind)
+        .filter(|(_, seen)| before(*seen, after(created, window.sweep, 0)))
         .filter_map(|(ts, seen)| {
             let dt = ts - created;
             let counts = windows

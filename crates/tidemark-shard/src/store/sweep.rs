@@ -239,8 +239,8 @@ impl Layout {
                         &reason,
                     )
                     .await?;
-                    if emission == Emission::Late {
-                        // Its final row must not follow in its place.
+                    if matches!(emission, Emission::Late | Emission::Provisional) {
+                        // No later row of this target follows without it.
                         self.settle_early(&*tx, &target.name, (&txid, created))
                             .await?;
                     }

@@ -210,8 +210,18 @@ impl Writer {
             for (t, v) in self.phases.targets.iter().zip(wm.targets.iter_mut()) {
                 get(&t.name, v);
             }
-            for (t, v) in self.phases.targets.iter().zip(wm.starts.iter_mut()) {
-                get(&crate::phases::provisional_phase(&t.name), v);
+            for (i, t) in self.phases.targets.iter().enumerate() {
+                match saved.get(&crate::phases::provisional_phase(&t.name)) {
+                    Some(s) => wm.starts[i] = wm.starts[i].max(*s),
+                    // Learned early from this run on: every member still
+                    // before its final sweep gets its provisional row (and
+                    // its late one, if labelled) at the first sweep, so none
+                    // has a late or final row without one.
+                    None if t.start.is_some() && saved.contains_key(&t.name) => {
+                        wm.starts[i] = wm.targets[i];
+                    }
+                    None => {}
+                }
             }
             get("unclicked", &mut wm.unclicked);
             get("last", &mut wm.last);

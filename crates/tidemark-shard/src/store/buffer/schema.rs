@@ -68,14 +68,6 @@ impl Layout {
              );
              CREATE INDEX IF NOT EXISTS early_created ON {early} (created_at);"
         );
-        // Early targets look for arrived labels every sweep: among the few
-        // long rows that have such an event, not all of them.
-        for col in &self.early_columns {
-            let _ = write!(
-                sql,
-                "CREATE INDEX IF NOT EXISTS long_{col} ON {long} (created_at) WHERE {col} IS NOT NULL;"
-            );
-        }
         // Custom types added to the configuration after the tables were made.
         for col in &self.event_columns {
             for t in [&txns, &long] {
@@ -84,6 +76,14 @@ impl Layout {
                     "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {col} timestamptz;"
                 );
             }
+        }
+        // Early targets look for arrived labels every sweep: among the few
+        // long rows that have such an event, not all of them.
+        for col in &self.early_columns {
+            let _ = write!(
+                sql,
+                "CREATE INDEX IF NOT EXISTS long_{col} ON {long} (created_at) WHERE {col} IS NOT NULL;"
+            );
         }
         c.batch_execute(&sql).await?;
         Ok(())
