@@ -221,11 +221,17 @@ impl State {
                 async move {
                     let c = src.another().await?;
                     let rows = observations::read(&c, shard, after, config.batch).await?;
-                    // Nothing new: is the position ahead of the stream (a
-                    // failover lost what was read)? Said, and read on.
-                    let ahead = match rows.is_empty() && after > i64::MIN {
-                        true => observations::last_seq(&c, shard).await?.unwrap_or(0) < after,
-                        false => false,
+                    // Is the position ahead of the stream (a failover lost
+                    // what was read)? Either nothing is after it and the
+                    // stream ends before it, or the stream resumes past a
+                    // jump (SPEC 12: seq jumps past a recorded gap) before
+                    // this reader saw it end. Said, and read on.
+                    let ahead = match (rows.first(), after > i64::MIN) {
+                        (None, true) => {
+                            observations::last_seq(&c, shard).await?.unwrap_or(0) < after
+                        }
+                        (Some(first), true) => first.seq > after.saturating_add(1),
+                        (_, false) => false,
                     };
                     Ok::<_, StoreError>((rows, ahead))
                 }
@@ -258,11 +264,16 @@ impl State {
                 tracing::warn!(
                     stream,
                     position = self.positions.get(&stream).copied(),
-                    "the saved position is ahead of the stream's last seq (a database failover \
-                     or crash lost observations this learner had read); reading on from it, as \
-                     the shard's seq jumps past every number it may have given before"
+                    "the saved position is ahead of the stream (its last seq is behind it, or \
+                     it resumes past a jump: a database failover or crash lost observations this \
+                     learner had read); reading on from it, as the shard's seq jumps past every \
+                     number it may have given before"
                 );
             } else if !ahead && !rows.is_empty() {
+                self.ahead.remove(&stream);
+            }
+            if ahead && !rows.is_empty() {
+                // Said once for the jump; the stream goes on from here.
                 self.ahead.remove(&stream);
             }
             n += self.learn(config, &rows);
