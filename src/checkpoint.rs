@@ -82,10 +82,12 @@ fn show(path: &Path, json: bool) -> anyhow::Result<()> {
     for (name, t) in &h.transforms {
         println!("transform   {name} = {t}");
     }
-    for t in &c.targets {
+    // A pool's weights are added to those of each target naming it.
+    let pools = c.pools.iter().map(|p| ("pool", p));
+    for (kind, t) in c.targets.iter().map(|t| ("target", t)).chain(pools) {
         let m = &t.metrics;
         println!(
-            "target      {:<12} trained {:>10}  weights {:>9}  logloss {}  auc {}  (alpha {}, beta {}, l1 {}, l2 {})",
+            "{kind:<11} {:<12} trained {:>10}  weights {:>9}  logloss {}  auc {}  (alpha {}, beta {}, l1 {}, l2 {}){}",
             t.name,
             t.trained,
             t.weights.len(),
@@ -94,7 +96,8 @@ fn show(path: &Path, json: bool) -> anyhow::Result<()> {
             t.alpha,
             t.beta,
             t.l1,
-            t.l2
+            t.l2,
+            t.pool.as_ref().map_or(String::new(), |p| format!(" pool {p}"))
         );
         if let Some(u) = &t.tuning {
             let rows = u.decayed_rows.max(1e-12);

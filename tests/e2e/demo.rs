@@ -357,7 +357,14 @@ fn as_of_bid_is_reported(report: &serde_json::Value, url: &str) {
         let a = &report["targets"][t]["as_of_bid"];
         let events = a["oracle"]["events"].as_u64().unwrap_or(0);
         assert!(events > 0, "{t}: no event scored as of bid: {a}");
-        for arm in ["final_only", "naive", "early", "oracle", "constant"] {
+        for arm in [
+            "final_only",
+            "pooled_final",
+            "naive",
+            "early",
+            "oracle",
+            "constant",
+        ] {
             assert_eq!(a[arm]["events"].as_u64(), Some(events), "{t} {arm}");
             let kl = a[arm]["kl"].as_f64().unwrap_or(-1.0);
             assert!(kl >= 0.0, "{t} {arm}: {kl}");

@@ -86,19 +86,25 @@ fn golden() -> Checkpoint {
                 state: Vec::new(),
                 metrics: serde_json::json!({}),
                 tuning: None,
+                pool: None,
             }
         })
         .collect();
     Checkpoint {
         hashing,
         targets,
+        pools: Vec::new(),
         positions: BTreeMap::from([("golden/s0".to_owned(), 1000)]),
         created_at_ms: 1_795_000_000_000,
     }
 }
 
 fn expected() -> Vec<Value> {
-    std::fs::read_to_string(fixtures().join("golden-scores.jsonl"))
+    expected_in("golden-scores.jsonl")
+}
+
+fn expected_in(file: &str) -> Vec<Value> {
+    std::fs::read_to_string(fixtures().join(file))
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -189,6 +195,83 @@ fn the_tuned_golden_checkpoint_scores_as_the_plain_one() {
         let got = scorer.score(&serde_json::from_str(bid).unwrap()).to_json();
         assert_eq!(got, want, "{bid}");
     }
+}
+
+/// The golden checkpoint with `cvr_short` and `cvr_long` pooled (format
+/// version 5): a pool with weights of its own at most slots, both signs,
+/// which each pooled target adds to its own; `ctr` is not pooled.
+fn pooled() -> Checkpoint {
+    let mut c = golden();
+    let weights = (0..c.hashing.slots() as u32)
+        .filter(|i| i % 3 != 0)
+        .map(|i| (i, (i * 37 % 101) as f32 / 50.0 - 1.0))
+        .collect();
+    c.pools.push(Target {
+        name: "install".into(),
+        margin: 0.0,
+        labels: None,
+        metrics: Value::Null,
+        weights,
+        ..c.targets[0].clone()
+    });
+    for t in &mut c.targets[1..] {
+        t.pool = Some("install".into());
+    }
+    c
+}
+
+#[test]
+fn the_pooled_golden_checkpoint_scores_as_recorded_through_rust_and_the_c_abi() {
+    let (c, path) = (pooled(), fixtures().join("golden-pooled.tdm"));
+    let scores = fixtures().join("golden-pooled-scores.jsonl");
+    if std::env::var_os("TIDEMARK_BLESS").is_some() {
+        std::fs::write(&path, c.to_bytes()).unwrap();
+        let scorer = Scorer::open(&path).unwrap();
+        let lines: Vec<String> = (BIDS.iter())
+            .map(|b| {
+                scorer
+                    .score(&serde_json::from_str(b).unwrap())
+                    .to_json()
+                    .to_string()
+            })
+            .collect();
+        std::fs::write(&scores, lines.join("\n") + "\n").unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes, c.to_bytes(), "golden-pooled.tdm changed");
+    assert_eq!(bytes[8], 5, "format version 5");
+    let (want, plain) = (expected_in("golden-pooled-scores.jsonl"), expected());
+    let scorer = Scorer::open(&path).unwrap();
+    let path_c = CString::new(path.to_str().unwrap()).unwrap();
+    let mut err = [0 as c_char; 256];
+    let s = unsafe { tidemark_open(path_c.as_ptr(), err.as_mut_ptr(), err.len()) };
+    assert!(!s.is_null());
+    let mut moved = 0;
+    for ((bid, want), plain) in BIDS.iter().zip(&want).zip(&plain) {
+        let got = scorer.score(&serde_json::from_str(bid).unwrap()).to_json();
+        assert_eq!(&got, want, "{bid}");
+        // The pool moves only the targets that name it (the score of a
+        // bid clamped at the bound moves not at all).
+        assert_eq!(got["ctr"], plain["ctr"], "{bid}");
+        moved += usize::from(got["cvr_long"] != plain["cvr_long"]);
+        let bid_c = CString::new(*bid).unwrap();
+        let mut text = [0 as c_char; 512];
+        let n = unsafe {
+            tidemark_score_json(
+                s,
+                bid_c.as_ptr(),
+                text.as_mut_ptr(),
+                text.len(),
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        assert!(n > 0);
+        let abi = unsafe { CStr::from_ptr(text.as_ptr()) }.to_str().unwrap();
+        assert_eq!(&serde_json::from_str::<Value>(abi).unwrap(), want, "{bid}");
+    }
+    unsafe { tidemark_free(s) };
+    assert!(moved >= BIDS.len() - 2, "the pool moved {moved} scores");
 }
 
 #[test]
@@ -339,7 +422,17 @@ fn python_and_c_programs_score_the_golden_bids_through_the_library() {
     let lib = profile_dir().join("libtidemark_cabi.so");
     assert!(lib.exists(), "{} not built", lib.display());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let ckpt = fixtures().join("golden.tdm");
+    for (file, scores) in [
+        ("golden.tdm", "golden-scores.jsonl"),
+        ("golden-pooled.tdm", "golden-pooled-scores.jsonl"),
+    ] {
+        programs_score(&lib, &root, &fixtures().join(file), &expected_in(scores));
+    }
+}
+
+/// `examples/score.py` and `examples/score.c` score the golden bids with
+/// `ckpt` as `expected` says.
+fn programs_score(lib: &Path, root: &Path, ckpt: &Path, expected: &[Value]) {
     let bids = std::fs::File::open(fixtures().join("golden-bids.jsonl")).unwrap();
     let py = Command::new("python3")
         .arg(root.join("examples/score.py"))
@@ -352,7 +445,7 @@ fn python_and_c_programs_score_the_golden_bids_through_the_library() {
         .stdin(bids)
         .output()
         .expect("python3");
-    assert_eq!(answers(py, "score.py"), expected());
+    assert_eq!(answers(py, "score.py"), expected);
 
     let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("score-c");
     let cc = Command::new("cc")
@@ -372,10 +465,10 @@ fn python_and_c_programs_score_the_golden_bids_through_the_library() {
     );
     let bids = std::fs::File::open(fixtures().join("golden-bids.jsonl")).unwrap();
     let c = Command::new(&exe)
-        .arg(&ckpt)
+        .arg(ckpt)
         .env("LD_LIBRARY_PATH", profile_dir())
         .stdin(bids)
         .output()
         .unwrap();
-    assert_eq!(answers(c, "score.c"), expected());
+    assert_eq!(answers(c, "score.c"), expected);
 }

@@ -1,12 +1,12 @@
-//! The bytes of a checkpoint (version 4), little-endian:
+//! The bytes of a checkpoint (version 5, or 4 when no target is pooled), little-endian:
 //!
 //! ```text
 //! magic        8 bytes   "TDMKCKPT"
-//! version      u32       4 (versions 1 to 3 are still read)
+//! version      u32       5 or 4 (versions 1 to 3 are still read)
 //! header_len   u32
-//! header       JSON, header_len bytes (hashing, targets with their counts, positions, metrics)
-//! weights      per target, in header order: count × (u32 index, f32 weight), non-zero only
-//! state        per target, in header order: count × (u32 index, f32 z, f32 n), touched coordinates
+//! header       JSON, header_len bytes (hashing, targets and pools with their counts, positions, metrics)
+//! weights      per target, then per pool, in header order: count × (u32 index, f32 weight), non-zero only
+//! state        per target, then per pool, in header order: count × (u32 index, f32 z, f32 n), touched coordinates
 //! tuning       per target with `tuning`, per candidate but the chosen one, in header order:
 //!              count × (u32 index, f32 z, f32 n)
 //! crc32        u32       CRC-32 (zlib's) of every byte before it
@@ -15,13 +15,17 @@
 //! Version 3 adds only resume state: a bidder's reader ignores `tuning` and
 //! scores with the target's weights, as in version 2. Version 4 records
 //! `hashing.max_abs`, the bound past which a value is left out of a row
-//! (SPEC 10, v1.3). Every number in a file is finite: a reader refuses one
-//! that is not, whatever its checksum says.
+//! (SPEC 10, v1.3). Version 5 adds pools, weights that several targets
+//! share (SPEC 10, v1.3): a pooled target scores its own weights plus its
+//! pool's. Every number in a file is finite: a reader refuses one that is
+//! not, whatever its checksum says.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde_json::{json, Value};
+
+use crate::sections::Sections;
 use tidemark_features::{Hashing, Transform};
 
 /// The first bytes of every checkpoint file.
@@ -33,7 +37,9 @@ pub const MAGIC: &[u8; 8] = b"TDMKCKPT";
 /// Version 4 added `hashing.max_abs`: a reader that did not leave values
 /// past it out of a row would score differently. Versions 1 to 3 are still
 /// read (with the bound of this build, [`tidemark_features::MAX_ABS`]).
-pub const FORMAT_VERSION: u32 = 4;
+/// Version 5 added `pools`; a file without one is still written as version
+/// 4, so a bidder's older reader keeps reading every unpooled model.
+pub const FORMAT_VERSION: u32 = 5;
 
 /// How a self-tuning target chose its weights: the settings that learn side
 /// by side over the same rows, and which one the target's own weights,
@@ -107,6 +113,8 @@ pub struct Target {
     pub metrics: Value,
     /// The settings it tunes over (version 3), if it tunes itself.
     pub tuning: Option<Tuning>,
+    /// The pool whose weights it adds to its own (version 5), if any.
+    pub pool: Option<String>,
 }
 
 impl Target {
@@ -150,6 +158,9 @@ pub struct Checkpoint {
     pub hashing: Hashing,
     /// One model per target.
     pub targets: Vec<Target>,
+    /// Weights shared by the targets that name them (version 5): each a
+    /// model without margin, labels, tuning or pool of its own.
+    pub pools: Vec<Target>,
     /// `<source>/<shard>` → the last observation `seq` learned.
     pub positions: BTreeMap<String, i64>,
     /// When it was written, ms since the epoch.
@@ -201,7 +212,7 @@ impl From<std::io::Error> for FormatError {
 impl Checkpoint {
     /// The header as written in the file (`tidemark checkpoint show --json`).
     pub fn header(&self) -> Value {
-        json!({
+        let mut h = json!({
             "hashing": {
                 "function": "murmur3_x86_32",
                 "seed": self.hashing.seed,
@@ -216,12 +227,26 @@ impl Checkpoint {
             "targets": self.targets.iter().map(target_header).collect::<Vec<_>>(),
             "positions": self.positions,
             "created_at_ms": self.created_at_ms,
-        })
+        });
+        if !self.pools.is_empty() {
+            h["pools"] = self.pools.iter().map(target_header).collect();
+        }
+        h
     }
 
-    /// The version [`Checkpoint::to_bytes`] writes.
+    /// The version [`Checkpoint::to_bytes`] writes: 5 with pools, else 4
+    /// (the file is then what a version-4 writer wrote, byte for byte).
     pub fn version(&self) -> u32 {
-        FORMAT_VERSION
+        if self.pools.is_empty() {
+            4
+        } else {
+            FORMAT_VERSION
+        }
+    }
+
+    /// The models in the order of the binary sections: targets, then pools.
+    fn models(&self) -> impl Iterator<Item = &Target> {
+        self.targets.iter().chain(&self.pools)
     }
 
     /// The first number in the checkpoint that is not finite (or not a
@@ -230,10 +255,7 @@ impl Checkpoint {
         if !(self.hashing.max_abs.is_finite() && self.hashing.max_abs > 0.0) {
             return Some("hashing.max_abs".into());
         }
-        self.targets.iter().find_map(|t| {
-            t.non_finite()
-                .map(|why| format!("target {}: {why}", t.name))
-        })
+        named_non_finite(&self.targets, &self.pools)
     }
 
     /// The checkpoint as bytes.
@@ -245,8 +267,7 @@ impl Checkpoint {
                 .map_or(0, |u| u.candidates.iter().map(|c| c.state.len()).sum())
         };
         let body: usize = self
-            .targets
-            .iter()
+            .models()
             .map(|t| t.weights.len() * 8 + (t.state.len() + tuned(t)) * 12)
             .sum();
         let mut out = Vec::with_capacity(20 + header.len() + body);
@@ -254,13 +275,13 @@ impl Checkpoint {
         out.extend_from_slice(&self.version().to_le_bytes());
         out.extend_from_slice(&(header.len() as u32).to_le_bytes());
         out.extend_from_slice(header.as_bytes());
-        for t in &self.targets {
+        for t in self.models() {
             for (i, w) in &t.weights {
                 out.extend_from_slice(&i.to_le_bytes());
                 out.extend_from_slice(&w.to_le_bytes());
             }
         }
-        let states = self.targets.iter().map(|t| &t.state).chain(
+        let states = self.models().map(|t| &t.state).chain(
             self.targets
                 .iter()
                 .filter_map(|t| t.tuning.as_ref())
@@ -287,29 +308,29 @@ impl Checkpoint {
         let metas = header["targets"]
             .as_array()
             .ok_or_else(|| corrupt("targets"))?;
-        let mut targets = Vec::with_capacity(metas.len());
-        for m in metas {
+        let pool_metas = match (version, &header["pools"]) {
+            (5.., Value::Array(p)) => p.as_slice(),
+            (5.., Value::Null) => &[],
+            (5.., _) => return Err(corrupt("pools")),
+            _ => &[],
+        };
+        let mut models = Vec::with_capacity(metas.len() + pool_metas.len());
+        for m in metas.iter().chain(pool_metas) {
             let count = m["weights"]
                 .as_u64()
                 .ok_or_else(|| corrupt("targets.weights"))? as usize;
             let weights = sections.weights(count, slots)?;
-            targets.push(read_target(m, version, weights)?);
+            models.push(read_target(m, version, weights)?);
         }
-        read_states(
-            &mut targets,
-            metas,
-            version,
-            &mut sections,
-            with_state,
-            slots,
-        )?;
+        let all: Vec<Value> = metas.iter().chain(pool_metas).cloned().collect();
+        read_states(&mut models, &all, version, &mut sections, with_state, slots)?;
         sections.finish()?;
+        let pools = models.split_off(metas.len());
+        let targets = models;
+        check_pools(&targets, &pools)?;
         // A checksum proves the bytes are the ones written, not that the
         // writer was sound: no reader scores with a non-finite number.
-        if let Some(why) = targets.iter().find_map(|t| {
-            t.non_finite()
-                .map(|why| format!("target {}: {why}", t.name))
-        }) {
+        if let Some(why) = named_non_finite(&targets, &pools) {
             return Err(FormatError::NonFinite(why));
         }
         let positions = header["positions"]
@@ -325,6 +346,7 @@ impl Checkpoint {
         Ok(Checkpoint {
             hashing,
             targets,
+            pools,
             positions,
             created_at_ms: header["created_at_ms"].as_i64().unwrap_or(0),
         })
@@ -339,6 +361,42 @@ impl Checkpoint {
 
 fn corrupt(why: &str) -> FormatError {
     FormatError::Corrupt(why.to_owned())
+}
+
+/// The first non-finite number among targets and pools, named.
+fn named_non_finite(targets: &[Target], pools: &[Target]) -> Option<String> {
+    let named = |kind: &'static str| {
+        move |t: &Target| {
+            t.non_finite()
+                .map(|why| format!("{kind} {}: {why}", t.name))
+        }
+    };
+    (targets.iter().find_map(named("target"))).or_else(|| pools.iter().find_map(named("pool")))
+}
+
+/// Pools are plain weights, named once each, and every pool a target names
+/// is in the file: a reader that scored such a target without its pool
+/// would score something else than what was trained.
+fn check_pools(targets: &[Target], pools: &[Target]) -> Result<(), FormatError> {
+    for (k, p) in pools.iter().enumerate() {
+        if p.tuning.is_some() || p.pool.is_some() || p.labels.is_some() || p.margin != 0.0 {
+            return Err(corrupt(&format!(
+                "pool {}: a pool has weights only",
+                p.name
+            )));
+        }
+        if pools[..k].iter().any(|q| q.name == p.name) {
+            return Err(corrupt(&format!("pool {} named twice", p.name)));
+        }
+    }
+    for t in targets {
+        if let Some(name) = &t.pool {
+            if !pools.iter().any(|p| &p.name == name) {
+                return Err(corrupt(&format!("target {}: no pool {name}", t.name)));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The frame around everything: magic, a version this build reads, the
@@ -366,10 +424,7 @@ fn frame(bytes: &[u8]) -> Result<(u32, Value, Sections<'_>), FormatError> {
         .ok_or_else(|| corrupt("header length"))?;
     let header: Value = serde_json::from_slice(&body[16..header_end])
         .map_err(|e| corrupt(&format!("header: {e}")))?;
-    let sections = Sections {
-        body,
-        at: header_end,
-    };
+    let sections = Sections::new(body, header_end);
     Ok((version, header, sections))
 }
 
@@ -459,6 +514,11 @@ fn read_target(m: &Value, version: u32, weights: Vec<(u32, f32)>) -> Result<Targ
         state: Vec::new(),
         metrics: m["metrics"].clone(),
         tuning: None,
+        pool: match (version, &m["pool"]) {
+            (_, Value::Null) | (..=4, _) => None,
+            (_, Value::String(p)) => Some(p.clone()),
+            _ => return Err(corrupt("targets.pool")),
+        },
     };
     if !usable(t.alpha, t.beta, t.l1, t.l2) {
         return Err(corrupt("targets: unusable alpha, beta, l1 or l2"));
@@ -495,80 +555,6 @@ fn read_states(
     Ok(())
 }
 
-/// The binary sections after the header, read in order.
-struct Sections<'a> {
-    /// The file without its checksum.
-    body: &'a [u8],
-    /// Where the next section starts.
-    at: usize,
-}
-
-impl Sections<'_> {
-    /// A block of `count` (index, weight) entries.
-    fn weights(&mut self, count: usize, slots: u32) -> Result<Vec<(u32, f32)>, FormatError> {
-        let end = count
-            .checked_mul(8)
-            .and_then(|b| b.checked_add(self.at))
-            .filter(|e| *e <= self.body.len())
-            .ok_or_else(|| corrupt("weights length"))?;
-        let weights = self.body[self.at..end]
-            .chunks_exact(8)
-            .map(|c| {
-                let i = u32::from_le_bytes(c[..4].try_into().expect("4"));
-                (i, f32::from_le_bytes(c[4..].try_into().expect("4")))
-            })
-            .collect::<Vec<_>>();
-        if weights.iter().any(|(i, _)| *i >= slots) {
-            return Err(corrupt("weight index out of range"));
-        }
-        self.at = end;
-        Ok(weights)
-    }
-
-    /// A block of `count` (index, z, n) entries; kept only if `keep`.
-    fn state(
-        &mut self,
-        count: Option<u64>,
-        slots: u32,
-        keep: bool,
-    ) -> Result<Vec<(u32, f32, f32)>, FormatError> {
-        let end = count
-            .and_then(|n| usize::try_from(n).ok())
-            .and_then(|n| n.checked_mul(12))
-            .and_then(|b| b.checked_add(self.at))
-            .filter(|e| *e <= self.body.len())
-            .ok_or_else(|| corrupt("state length"))?;
-        let state: Vec<(u32, f32, f32)> = if keep {
-            self.body[self.at..end]
-                .chunks_exact(12)
-                .map(|c| {
-                    let g = |r: std::ops::Range<usize>| c[r].try_into().expect("4");
-                    (
-                        u32::from_le_bytes(g(0..4)),
-                        f32::from_le_bytes(g(4..8)),
-                        f32::from_le_bytes(g(8..12)),
-                    )
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        if state.iter().any(|(i, _, _)| *i >= slots) {
-            return Err(corrupt("state index out of range"));
-        }
-        self.at = end;
-        Ok(state)
-    }
-
-    /// Every byte was read: nothing trails the last section.
-    fn finish(&self) -> Result<(), FormatError> {
-        if self.at != self.body.len() {
-            return Err(corrupt("trailing bytes"));
-        }
-        Ok(())
-    }
-}
-
 /// A target's entry in the header; `tuning` only when it has one, so a file
 /// without tuning is a version-2 file byte for byte.
 fn target_header(t: &Target) -> Value {
@@ -580,6 +566,9 @@ fn target_header(t: &Target) -> Value {
     });
     if let Some((p, late)) = t.early_labels {
         h["early_labels"] = json!([p, late]);
+    }
+    if let Some(pool) = &t.pool {
+        h["pool"] = json!(pool);
     }
     if let Some(u) = &t.tuning {
         h["tuning"] = json!({
@@ -672,7 +661,9 @@ mod tests {
                 state: vec![(1, -1.5, 2.0), (3, 0.5, 1.0), (16, 3.0, 4.0)],
                 metrics: json!({"logloss": 0.1}),
                 tuning: None,
+                pool: None,
             }],
+            pools: Vec::new(),
             positions: BTreeMap::from([("local/s0".to_owned(), 42)]),
             created_at_ms: 1,
         }
@@ -694,6 +685,61 @@ mod tests {
         assert_eq!(Checkpoint::from_bytes(&e.to_bytes(), true).unwrap(), e);
     }
 
+    /// `sample()` with a second target and a pool both targets share.
+    pub(crate) fn pooled() -> Checkpoint {
+        let mut c = sample();
+        let mut long = c.targets[0].clone();
+        long.name = "cvr_long".into();
+        long.weights = vec![(2, 0.25)];
+        c.targets.push(long);
+        for t in &mut c.targets {
+            t.pool = Some("install".into());
+        }
+        c.pools.push(Target {
+            name: "install".into(),
+            margin: 0.0,
+            labels: None,
+            metrics: Value::Null,
+            weights: vec![(1, -0.75), (5, 1.5)],
+            state: vec![(1, 2.0, 3.0), (5, -4.0, 5.0)],
+            ..c.targets[0].clone()
+        });
+        c.pools[0].pool = None;
+        c
+    }
+
+    #[test]
+    fn pools_round_trip_and_only_they_make_a_version_5_file() {
+        let plain = sample().to_bytes();
+        assert_eq!(plain[8], 4, "no pool: a version-4 file");
+        assert!(!String::from_utf8_lossy(&plain).contains("pool"));
+        let c = pooled();
+        let bytes = c.to_bytes();
+        assert_eq!(bytes[8], 5);
+        assert_eq!(Checkpoint::from_bytes(&bytes, true).unwrap(), c);
+        let lean = Checkpoint::from_bytes(&bytes, false).unwrap();
+        assert_eq!(lean.pools[0].weights, c.pools[0].weights);
+        assert!(lean.pools[0].state.is_empty());
+        // What no writer may write: a target naming a pool not in the file,
+        // a pool with a margin or tuning, a pool twice, a non-finite pool.
+        let refused = |c: Checkpoint| Checkpoint::from_bytes(&c.to_bytes(), true).unwrap_err();
+        let mut missing = pooled();
+        missing.targets[1].pool = Some("other".into());
+        assert!(refused(missing).to_string().contains("no pool other"));
+        let mut margin = pooled();
+        margin.pools[0].margin = 0.5;
+        assert!(refused(margin).to_string().contains("weights only"));
+        let mut twice = pooled();
+        twice.pools.push(twice.pools[0].clone());
+        assert!(refused(twice).to_string().contains("named twice"));
+        let mut nan = pooled();
+        nan.pools[0].weights[0].1 = f32::NAN;
+        assert!(
+            matches!(refused(nan.clone()), FormatError::NonFinite(w) if w.starts_with("pool install"))
+        );
+        assert!(nan.non_finite().unwrap().starts_with("pool install"));
+    }
+
     #[test]
     fn refuses_foreign_damaged_and_future_files() {
         let bytes = sample().to_bytes();
@@ -712,10 +758,10 @@ mod tests {
             Err(FormatError::Corrupt(_))
         ));
         let mut future = bytes.clone();
-        future[8] = 5;
+        future[8] = 6;
         assert!(matches!(
             Checkpoint::from_bytes(&future, true),
-            Err(FormatError::UnsupportedVersion(5))
+            Err(FormatError::UnsupportedVersion(6))
         ));
         for cut in 0..bytes.len() {
             assert!(Checkpoint::from_bytes(&bytes[..cut], true).is_err());

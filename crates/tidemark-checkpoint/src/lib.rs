@@ -13,6 +13,7 @@
 mod format;
 mod publish;
 mod scorer;
+mod sections;
 
 pub use format::{
     Candidate, Checkpoint, FormatError, Target, Tuning, FORMAT_VERSION, MAGIC, MAX_CANDIDATES,

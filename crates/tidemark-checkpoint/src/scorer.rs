@@ -18,6 +18,10 @@ pub struct Model {
     pub targets: Vec<(String, Vec<f32>)>,
     /// Each target's base margin, in the order of `targets`.
     pub margins: Vec<f64>,
+    /// Each target's pool, as an index into `pools` (`None`: not pooled).
+    pub pooled: Vec<Option<usize>>,
+    /// Dense weights per pool, added to those of the targets naming it.
+    pub pools: Vec<Vec<f32>>,
     /// When the checkpoint was written, ms since the epoch.
     pub created_at_ms: i64,
 }
@@ -59,21 +63,29 @@ impl Scores {
 impl Model {
     /// Dense weights from a checkpoint.
     pub fn from_checkpoint(c: &Checkpoint) -> Model {
-        let targets = c
-            .targets
-            .iter()
-            .map(|t| {
-                let mut w = vec![0f32; c.hashing.slots()];
-                for &(i, v) in &t.weights {
-                    w[i as usize] = v;
-                }
-                (t.name.clone(), w)
-            })
-            .collect();
+        let dense = |t: &crate::Target| {
+            let mut w = vec![0f32; c.hashing.slots()];
+            for &(i, v) in &t.weights {
+                w[i as usize] = v;
+            }
+            w
+        };
         Model {
             hashing: c.hashing.clone(),
-            targets,
+            targets: c
+                .targets
+                .iter()
+                .map(|t| (t.name.clone(), dense(t)))
+                .collect(),
             margins: c.targets.iter().map(|t| t.margin).collect(),
+            // A file names only pools it holds (the reader checks).
+            pooled: (c.targets.iter())
+                .map(|t| {
+                    let name = t.pool.as_ref()?;
+                    c.pools.iter().position(|p| &p.name == name)
+                })
+                .collect(),
+            pools: c.pools.iter().map(dense).collect(),
             created_at_ms: c.created_at_ms,
         }
     }
@@ -87,15 +99,24 @@ impl Model {
     pub fn score(&self, features: &Map<String, Value>) -> Scores {
         let mut x = Vec::with_capacity(features.len() + 1 + self.hashing.crosses.len());
         self.hashing.hash_json(features, &mut x);
-        let targets: Vec<(String, f64)> = self
-            .targets
-            .iter()
-            .zip(&self.margins)
-            .map(|((name, w), margin)| {
+        let targets: Vec<(String, f64)> = (self.targets.iter().zip(&self.margins))
+            .zip(&self.pooled)
+            .map(|(((name, w), margin), pool)| {
                 let s: f64 = margin
-                    + x.iter()
-                        .map(|&(i, v)| f64::from(w[i as usize]) * f64::from(v))
-                        .sum::<f64>();
+                    + match pool.map(|k| &self.pools[k]) {
+                        None => x
+                            .iter()
+                            .map(|&(i, v)| f64::from(w[i as usize]) * f64::from(v))
+                            .sum::<f64>(),
+                        // Own weight plus the pool's, added in binary64.
+                        Some(pw) => x
+                            .iter()
+                            .map(|&(i, v)| {
+                                let i = i as usize;
+                                (f64::from(w[i]) + f64::from(pw[i])) * f64::from(v)
+                            })
+                            .sum::<f64>(),
+                    };
                 (name.clone(), sigmoid(s))
             })
             .collect();
@@ -179,11 +200,13 @@ mod tests {
                 state: Vec::new(),
                 metrics: Value::Null,
                 tuning: None,
+                pool: None,
             })
             .collect();
         Checkpoint {
             hashing,
             targets,
+            pools: Vec::new(),
             positions: BTreeMap::new(),
             created_at_ms: 0,
         }
@@ -231,6 +254,22 @@ mod tests {
         assert!(scorer.reload().is_err());
         assert!((scorer.score(&features).get("ctr").unwrap() - sigmoid(2.0)).abs() < 1e-12);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_pooled_target_scores_its_weights_plus_its_pools() {
+        let mut c = checkpoint(0.5);
+        let b = c.hashing.bias_index();
+        let mut pool = c.targets[0].clone();
+        pool.name = "install".into();
+        pool.weights = vec![(b, 1.25), (3, 7.0)];
+        c.pools.push(pool);
+        c.targets[2].pool = Some("install".into());
+        c.targets[2].margin = -1.0;
+        let c = Checkpoint::from_bytes(&c.to_bytes(), false).unwrap();
+        let s = Model::from_checkpoint(&c).score(&Map::new());
+        assert_eq!(s.get("ctr"), Some(sigmoid(0.5)));
+        assert_eq!(s.get("cvr_long"), Some(sigmoid(-1.0 + 0.5 + 1.25)));
     }
 
     #[test]

@@ -14,10 +14,13 @@
 //! The arms, on the same events:
 //! - `early`: every row as emitted, weighed by kind (`tidemark_ftrl::Kind`):
 //!   the learner as built.
-//! - `naive`: an early target's provisional 0 and late 1 rows, unweighted.
+//! - `naive`: an early target's provisional 0 and late 1 rows, unweighted
+//!   (pooled, as are `early` and `oracle`).
 //! - `final_only`: matured rows, each readable when the target's final
 //!   sweep would have emitted it (a `late` row waits for its window's end):
-//!   the learner without early feedback.
+//!   the learner without early feedback and without pools.
+//! - `pooled_final`: the same rows, `cvr_short` and `cvr_long` pooled as
+//!   the learner's configuration pools them: what pooling alone gives.
 //! - `oracle`: every matured row readable at its bid: what knowing each
 //!   final label at once would give.
 //! - `constant`: the label rate of the rows `final_only` has read (the
@@ -33,7 +36,21 @@ use tidemark_learner::Config;
 use crate::store::Emitted;
 
 /// The arms, in report order.
-pub const ARMS: [&str; 5] = ["final_only", "naive", "early", "oracle", "constant"];
+pub const ARMS: [&str; 6] = [
+    "final_only",
+    "pooled_final",
+    "naive",
+    "early",
+    "oracle",
+    "constant",
+];
+/// Indices of [`ARMS`].
+const FINAL_ONLY: usize = 0;
+const POOLED_FINAL: usize = 1;
+const NAIVE: usize = 2;
+const EARLY: usize = 3;
+const ORACLE: usize = 4;
+const CONSTANT: usize = 5;
 /// The scored targets, in report order.
 pub const TARGETS: [&str; 4] = ["ctr", "cvr_short", "cvr_long", "p_install"];
 /// Before a target's first row, an arm predicts this.
@@ -97,16 +114,7 @@ pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, 
     let tallies: Vec<Vec<Tally>> = reads
         .iter()
         .enumerate()
-        .map(|(a, r)| {
-            replay(
-                ARMS[a] == "constant",
-                r,
-                &parsed,
-                &events,
-                setup,
-                (t0, from),
-            )
-        })
+        .map(|(a, r)| replay(a, r, &parsed, &events, setup, (t0, from)))
         .collect();
     Ok(report(&tallies, setup, from))
 }
@@ -182,22 +190,31 @@ fn reads(parsed: &[Parsed], setup: &Setup, settled: i64) -> Vec<Vec<Read>> {
         let plain = Row::plain(label);
         // final_only and constant: matured rows when the final sweep emits them.
         if matured {
-            reads[0].push((at_final, *t, i, plain));
-            reads[4].push((at_final, *t, i, plain));
+            for arm in [FINAL_ONLY, POOLED_FINAL, CONSTANT] {
+                reads[arm].push((at_final, *t, i, plain));
+            }
         }
         // naive: provisional and late rows at face value, no final zero
         // of an early target (whose provisional already said 0).
         if !(*kind == Kind::Final && early[*t]) {
-            reads[1].push((r.clock_ms, *t, i, plain));
+            reads[NAIVE].push((r.clock_ms, *t, i, plain));
         }
-        reads[2].push((r.clock_ms, *t, i, Row { label, kind: *kind }));
+        let row = Row::of(label, *kind).member(&r.txid);
+        reads[EARLY].push((r.clock_ms, *t, i, row));
         if matured && r.created_ms <= settled {
             // Just after its bid: never learned before it is scored.
-            reads[3].push((r.created_ms + 1, *t, i, plain));
+            reads[ORACLE].push((r.created_ms + 1, *t, i, plain));
         }
     }
-    for r in &mut reads {
-        r.sort_by_key(|x| x.0);
+    for (arm, r) in reads.iter_mut().enumerate() {
+        if [FINAL_ONLY, POOLED_FINAL, CONSTANT].contains(&arm) {
+            // A shard without early feedback writes a cohort's final rows,
+            // ones and zeros, in one sweep, not its ones first.
+            r.sort_by_key(|x| (x.0, parsed[x.2].1.created_ms));
+        } else {
+            // Stable: rows of one sweep stay in the order they were written.
+            r.sort_by_key(|x| x.0);
+        }
     }
     reads
 }
@@ -205,7 +222,7 @@ fn reads(parsed: &[Parsed], setup: &Setup, settled: i64) -> Vec<Vec<Read>> {
 /// One arm's replay: at each slice boundary from `t0`, the rows read by
 /// then learned, then the slice's events from `from` on scored.
 fn replay(
-    constant: bool,
+    arm: usize,
     reads: &[Read],
     parsed: &[Parsed],
     events: &[Event],
@@ -215,8 +232,12 @@ fn replay(
     let slice = setup.slice_ms.max(1);
     let end = events.last().map_or(t0, |e| e.created);
     let mut tallies = vec![Tally::default(); TARGETS.len()];
+    let constant = arm == CONSTANT;
     let mut models = Models::new(setup.config.hashing.clone(), setup.config.window)
         .with_grid(setup.config.grid.clone());
+    if arm != FINAL_ONLY {
+        models = models.with_pools(&setup.config.pools, |p| setup.config.pool_params(p));
+    }
     // The constant arm: (rows, ones) read per target.
     let mut rate = [(0u64, 0u64); 3];
     let (mut next, mut e, mut b) = (0, 0, t0);

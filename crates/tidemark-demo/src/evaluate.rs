@@ -105,8 +105,11 @@ pub fn evaluate(
     (profile, counters): (&[String], &[String]),
     t0_ms: i64,
 ) -> anyhow::Result<BTreeMap<String, TargetEval>> {
-    let models =
-        || Models::new(config.hashing.clone(), config.window).with_grid(config.grid.clone());
+    let models = || {
+        Models::new(config.hashing.clone(), config.window)
+            .with_grid(config.grid.clone())
+            .with_pools(&config.pools, |p| config.pool_params(p))
+    };
     let (mut with, mut without, mut no_counters) = (models(), models(), models());
     let mut per: BTreeMap<String, Rows> = BTreeMap::new();
     // p_install per impression (the ctr row's transaction), and the
@@ -121,17 +124,14 @@ pub fn evaluate(
     for r in rows {
         let mut f: Map<String, Value> = serde_json::from_str(&r.features)?;
         let kind = Kind::parse(&r.kind).unwrap_or(Kind::Final);
-        let row = Row {
-            label: r.label,
-            kind,
-        };
+        let row = Row::of(r.label, kind).member(&r.txid);
         let p = with.learn(&r.target, || config.params(&r.target), &f, row);
         let install_with = (r.target == "ctr" && r.settled)
             .then(|| cvr(&with, &f).map(|c| p * c))
             .flatten();
         let mut g = f.clone();
         g.retain(|k, _| !counters.contains(k));
-        let c = no_counters.learn(&r.target, || config.params(&r.target), &g, row);
+        no_counters.learn(&r.target, || config.params(&r.target), &g, row);
         f.retain(|k, _| !profile.contains(k));
         let q = without.learn(&r.target, || config.params(&r.target), &f, row);
         if let Some(pi) = install_with {
@@ -146,10 +146,16 @@ pub fn evaluate(
         if r.label && (r.target == "cvr_short" || r.target == "cvr_long") {
             installed.insert(r.txid.clone());
         }
-        if !kind.matured() {
-            // Learned, weighed; not a label to score yet.
+        // Scored as the learner's metrics score it: an early target's
+        // member with the prediction served at its provisional row.
+        let (Some(p), Some(q), Some(c)) = (
+            with.scored(&r.target),
+            without.scored(&r.target),
+            no_counters.scored(&r.target),
+        ) else {
+            // Learned, weighed; not a label to score (yet).
             continue;
-        }
+        };
         let e = per.entry(r.target.clone()).or_default();
         let model = &with.targets[&r.target].0;
         if model.settings().len() > 1 {

@@ -85,16 +85,42 @@ pub struct Row {
     pub label: bool,
     /// See [`Kind`].
     pub kind: Kind,
+    /// Which member of the target's population it is ([`member`] of its
+    /// txid), if known: an early target's provisional row and its matured
+    /// row then meet again in the tuning (`docs/learner.md`).
+    pub member: Option<u64>,
 }
 
 impl Row {
     /// A matured row of a target learned from final labels.
     pub fn plain(label: bool) -> Row {
+        Row::of(label, Kind::Final)
+    }
+
+    /// A row of `kind`, its member unknown.
+    pub fn of(label: bool, kind: Kind) -> Row {
         Row {
             label,
-            kind: Kind::Final,
+            kind,
+            member: None,
         }
     }
+
+    /// This row, of the member whose transaction is `txid`.
+    pub fn member(self, txid: &str) -> Row {
+        Row {
+            member: Some(member(txid)),
+            ..self
+        }
+    }
+}
+
+/// A member's key: FNV-1a of its txid (a transaction's rows of one target
+/// are one member).
+pub fn member(txid: &str) -> u64 {
+    txid.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 #[cfg(test)]
@@ -153,33 +179,12 @@ mod tests {
         let mut rows: Vec<(u64, usize, Row)> = Vec::new();
         for t in 0..n {
             let g = (t % 2) as usize;
-            rows.push((
-                t,
-                g,
-                Row {
-                    label: false,
-                    kind: Kind::Provisional,
-                },
-            ));
+            rows.push((t, g, Row::of(false, Kind::Provisional)));
             if next() < q[g] {
                 let at = t + (next() * window as f64) as u64;
-                rows.push((
-                    at,
-                    g,
-                    Row {
-                        label: true,
-                        kind: Kind::Late,
-                    },
-                ));
+                rows.push((at, g, Row::of(true, Kind::Late)));
             } else {
-                rows.push((
-                    t + window,
-                    g,
-                    Row {
-                        label: false,
-                        kind: Kind::Final,
-                    },
-                ));
+                rows.push((t + window, g, Row::of(false, Kind::Final)));
             }
         }
         rows.sort_by_key(|r| r.0);

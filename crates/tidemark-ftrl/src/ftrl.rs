@@ -3,6 +3,9 @@
 //! needed ("lazy weights"), so only `z` and `n` are stored.
 
 use crate::early::{Kind, Row};
+use crate::tuner::{Tuner, MAX_SETTINGS};
+#[cfg(test)]
+use crate::PENDING_MAX;
 use tidemark_checkpoint::{Candidate, Target, Tuning};
 use tidemark_features::{sigmoid, MAX_ABS};
 
@@ -168,19 +171,12 @@ pub struct Ftrl {
     early: (u64, u64),
     /// The base margin of the next prediction (see [`Ftrl::margin`]).
     margin: f32,
+    /// The gradient the setting predicting took from the last row learned
+    /// (its weight included): what the target's pool learns from it.
+    grad: f64,
+    /// See [`Ftrl::scored`].
+    scored: Option<f64>,
     tuner: Tuner,
-}
-
-/// Which setting predicts: decayed progressive logloss per setting.
-#[derive(Debug, Clone)]
-struct Tuner {
-    half_life: f64,
-    decay: f64,
-    decayed_rows: f64,
-    loss: Vec<f64>,
-    chosen: usize,
-    switches: u64,
-    last_switch: Option<u64>,
 }
 
 /// The rate `p` in `[0, 1]` solving `P·(1 − p)·p + L·(p − 1) + F0·p +
@@ -196,53 +192,6 @@ fn weighted_rate(p: f64, late: f64, f1: f64, f0: f64) -> f64 {
 
 /// Floats allocated past the cells, so they can start on a 64-byte boundary.
 const PAD: usize = 16;
-
-/// The most settings one model learns side by side (a cell of 8 lanes of z
-/// and n is one 64-byte cache line).
-pub const MAX_SETTINGS: usize = 8;
-// A checkpoint with more candidates is refused as it is read.
-const _: () = assert!(MAX_SETTINGS == tidemark_checkpoint::MAX_CANDIDATES);
-
-/// Another setting takes over only once its decayed loss is lower by this
-/// many nats: the recent rows are e^5 ≈ 150 times likelier under it. On a
-/// thin target the settings' differences are noise for thousands of rows,
-/// and every switch made on noise costs; on a common one real differences
-/// reach this within a few hundred rows.
-const SWITCH_NATS: f64 = 5.0;
-
-impl Tuner {
-    fn new(k: usize, chosen: usize, half_life: f64) -> Tuner {
-        Tuner {
-            half_life,
-            decay: 0.5f64.powf(1.0 / half_life.max(1.0)),
-            decayed_rows: 0.0,
-            loss: vec![0.0; k],
-            chosen,
-            switches: 0,
-            last_switch: None,
-        }
-    }
-
-    /// Counts one row's predictions `p` against `y`; `row` is its number.
-    fn add(&mut self, p: &[f64], y: bool, row: u64) {
-        self.decayed_rows = self.decayed_rows * self.decay + 1.0;
-        for (l, &p) in self.loss.iter_mut().zip(p) {
-            let q = p.clamp(1e-15, 1.0 - 1e-15);
-            *l = *l * self.decay - if y { q.ln() } else { (1.0 - q).ln() };
-        }
-        let (best, &low) = self
-            .loss
-            .iter()
-            .enumerate()
-            .min_by(|a, b| a.1.total_cmp(b.1))
-            .expect("at least one setting");
-        if best != self.chosen && low < self.loss[self.chosen] - SWITCH_NATS {
-            self.chosen = best;
-            self.switches += 1;
-            self.last_switch = Some(row);
-        }
-    }
-}
 
 /// Per-lane settings as arrays of `L` (the loops over them vectorise).
 struct Lanes<const L: usize> {
@@ -334,7 +283,18 @@ impl Ftrl {
             labels: Some((0, 0)),
             early: (0, 0),
             margin: 0.0,
+            grad: 0.0,
+            scored: None,
         }
+    }
+
+    /// Weights several targets share (a pool, SPEC 10): one setting, no
+    /// margin of its own (each target keeps its own), learning from the
+    /// gradients its targets pass it ([`Ftrl::shared_sum`], [`Ftrl::step`]).
+    pub fn shared(params: Params, slots: usize) -> Ftrl {
+        let mut m = Ftrl::new(params, slots);
+        m.labels = None;
+        m
     }
 
     /// The settings predicting now.
@@ -412,21 +372,56 @@ impl Ftrl {
     /// The probability for features `x` (from the setting predicting now);
     /// remembers every setting's weights for `update`.
     pub fn predict(&mut self, x: &[(u32, f32)]) -> f64 {
+        self.predict_offset(x, 0.0)
+    }
+
+    /// [`Ftrl::predict`] with `offset` added to every setting's margin: a
+    /// pooled target's pool sum ([`Ftrl::shared_sum`]).
+    pub fn predict_offset(&mut self, x: &[(u32, f32)], offset: f32) -> f64 {
         match self.lanes {
-            1 => self.predict_lanes::<1>(x),
-            4 => self.predict_lanes::<4>(x),
-            _ => self.predict_lanes::<8>(x),
+            1 => self.predict_lanes::<1>(x, offset),
+            4 => self.predict_lanes::<4>(x, offset),
+            _ => self.predict_lanes::<8>(x, offset),
         }
     }
 
-    fn predict_lanes<const L: usize>(&mut self, x: &[(u32, f32)]) -> f64 {
+    fn predict_lanes<const L: usize>(&mut self, x: &[(u32, f32)], offset: f32) -> f64 {
+        let s = self.sums::<L>(x, offset);
+        for (p, &s) in self.p.iter_mut().zip(&s) {
+            *p = sigmoid(f64::from(s));
+        }
+        self.p[self.tuner.chosen]
+    }
+
+    /// A pool's `Σ w·x` over `x` (it has one setting and no margin);
+    /// remembers the weights for [`Ftrl::step`].
+    pub fn shared_sum(&mut self, x: &[(u32, f32)]) -> f32 {
+        assert_eq!(self.lanes, 1, "a pool learns with one setting");
+        self.sums::<1>(x, 0.0)[0]
+    }
+
+    /// Learns a pool's share of a row: the gradient `g` its target took
+    /// (its weight included), given the [`Ftrl::shared_sum`] just before.
+    pub fn step(&mut self, x: &[(u32, f32)], g: f64) {
+        assert_eq!(self.lanes, 1, "a pool learns with one setting");
+        self.apply::<1>(x, [g as f32]);
+        self.trained += 1;
+    }
+
+    /// The gradient the setting predicting took from the last row learned.
+    pub fn last_gradient(&self) -> f64 {
+        self.grad
+    }
+
+    /// Every lane's margin plus `offset` plus `Σ w·x`; remembers the weights.
+    fn sums<const L: usize>(&mut self, x: &[(u32, f32)], offset: f32) -> [f32; L] {
         let c = Lanes::<L>::of(&self.coef);
         // Load every feature's cell first: the cache misses then overlap
         // instead of waiting one by one behind the arithmetic.
         let touched: f32 = x.iter().map(|&(i, _)| self.zn[self.cell(i)]).sum();
         std::hint::black_box(touched);
         self.w.clear();
-        let mut s = [self.margin; L];
+        let mut s = [self.margin + offset; L];
         for &(i, v) in x {
             let v = admitted(v);
             let at = self.cell(i);
@@ -438,25 +433,31 @@ impl Ftrl {
             }
             self.w.extend_from_slice(&w);
         }
-        for (p, &s) in self.p.iter_mut().zip(&s) {
-            *p = sigmoid(f64::from(s));
-        }
-        self.p[self.tuner.chosen]
+        s
     }
 
     /// The probability for `x` from the setting predicting now, without
     /// touching any state.
     pub fn score(&self, x: &[(u32, f32)]) -> f64 {
+        self.score_offset(x, 0.0)
+    }
+
+    /// [`Ftrl::score`] with `offset` added to the margin (a pool's sum).
+    pub fn score_offset(&self, x: &[(u32, f32)], offset: f32) -> f64 {
+        sigmoid(f64::from(self.margin + offset + self.sum(x)))
+    }
+
+    /// `Σ w·x` of the setting predicting now, without the margin (for a
+    /// pool, its share of a pooled target's score).
+    pub fn sum(&self, x: &[(u32, f32)]) -> f32 {
         let (c, l) = (self.tuner.chosen, self.lanes);
         let p = &self.settings[c];
-        let s: f32 = self.margin
-            + x.iter()
-                .map(|&(i, v)| {
-                    let at = self.cell(i);
-                    Ftrl::weight(p, self.zn[at + c], self.zn[at + l + c].sqrt()) * admitted(v)
-                })
-                .sum::<f32>();
-        sigmoid(f64::from(s))
+        x.iter()
+            .map(|&(i, v)| {
+                let at = self.cell(i);
+                Ftrl::weight(p, self.zn[at + c], self.zn[at + l + c].sqrt()) * admitted(v)
+            })
+            .sum::<f32>()
     }
 
     /// Learns from `x` with label `y`, given the `predict` just before.
@@ -474,15 +475,15 @@ impl Ftrl {
             self.early = (0, 0);
         }
         let early = self.is_early();
+        let (c, y) = (self.tuner.chosen, f64::from(u8::from(row.label)));
+        self.grad = row.kind.weight(self.p[c], early) * (self.p[c] - y);
         match self.lanes {
             1 => self.update_lanes::<1>(x, row, early),
             4 => self.update_lanes::<4>(x, row, early),
             _ => self.update_lanes::<8>(x, row, early),
         }
         self.trained += 1;
-        if row.kind.matured() && self.settings.len() > 1 {
-            self.tuner.add(&self.p, row.label, self.trained);
-        }
+        self.scored = self.tune(row, early);
         match row.kind {
             Kind::Provisional => self.early.0 += 1,
             Kind::Late => self.early.1 += 1,
@@ -500,6 +501,48 @@ impl Ftrl {
         }
     }
 
+    /// Counts a row toward the choice of setting. A plain target's matured
+    /// row: each setting's prediction now, against its label. An early
+    /// target's: each setting's prediction at the member's provisional row
+    /// (at most the short window after the bid), against its final label.
+    /// Its matured rows scored at the moment they come would favour the
+    /// settings that swing with the latest rows: the positives come one by
+    /// one, the zeros all at once at the window's end (docs/learner.md).
+    /// Returns the prediction the row is scored with, if it is a label:
+    /// metrics count the same ([`Ftrl::scored`]).
+    fn tune(&mut self, row: Row, early: bool) -> Option<f64> {
+        let now = self.p[self.tuner.chosen];
+        match (row.kind, row.member) {
+            (Kind::Provisional, Some(m)) => {
+                self.tuner.remember(m, &self.p);
+                None
+            }
+            (Kind::Provisional, None) => None,
+            (_, Some(m)) if early || row.kind == Kind::Late => {
+                // A member not remembered (it came before a restart, or was
+                // forgotten as the oldest) is not counted.
+                self.tuner.matured(m, row.label, self.trained)
+            }
+            // Plain rows, and rows without members (offline files), count
+            // as they come.
+            _ => {
+                if self.settings.len() > 1 {
+                    self.tuner.add(&self.p, row.label, self.trained);
+                }
+                Some(now)
+            }
+        }
+    }
+
+    /// The prediction the last row learned is scored with, if it carried a
+    /// label (`None` for a provisional zero, or an early target's member
+    /// not remembered): for a plain row the prediction before learning it;
+    /// for an early target's matured row, the one served at its member's
+    /// provisional row, as a bidder met it. Metrics count these.
+    pub fn scored(&self) -> Option<f64> {
+        self.scored
+    }
+
     /// Whether the target is learned early: provisional rows since its
     /// last `final` 1.
     pub fn is_early(&self) -> bool {
@@ -507,7 +550,6 @@ impl Ftrl {
     }
 
     fn update_lanes<const L: usize>(&mut self, x: &[(u32, f32)], row: Row, early: bool) {
-        let inv_alpha = Lanes::<L>::of(&self.coef).inv_alpha;
         // Padding lanes get no gradient: their z and n stay 0. Weights lie
         // in [0, 1] (`crate::Kind::weight`).
         let mut g0 = [0f32; L];
@@ -515,6 +557,13 @@ impl Ftrl {
         for (g, p) in g0.iter_mut().zip(&self.p) {
             *g = (row.kind.weight(*p, early) * (p - y)) as f32;
         }
+        self.apply::<L>(x, g0);
+    }
+
+    /// Every lane's step for gradient scales `g0` (a row's `w·(p − y)` per
+    /// setting), given the weights the last prediction remembered.
+    fn apply<const L: usize>(&mut self, x: &[(u32, f32)], g0: [f32; L]) {
+        let inv_alpha = Lanes::<L>::of(&self.coef).inv_alpha;
         for (f, &(i, v)) in x.iter().enumerate() {
             let at = self.cell(i);
             let (z, n) = self.zn[at..at + 2 * L].split_at_mut(L);
@@ -607,6 +656,7 @@ impl Ftrl {
             state,
             metrics,
             tuning,
+            pool: None,
         }
     }
 
@@ -650,6 +700,47 @@ impl Ftrl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_early_target_is_tuned_on_its_members_predictions_at_their_provisional_row() {
+        let two = vec![
+            Params::default(),
+            Params {
+                alpha: 1.0,
+                ..Params::default()
+            },
+        ];
+        let mut m = Ftrl::grid(two, 0, 1e9, 64);
+        let x = [(3u32, 1.0f32)];
+        let prov = |k: u64| Row::of(false, Kind::Provisional).member(&k.to_string());
+        m.learn_row(&x, prov(0));
+        let at_provisional = m.p.clone();
+        assert_eq!(m.tuner.decayed_rows, 0.0, "a provisional zero is no label");
+        for k in 1..50 {
+            m.learn_row(&x, prov(k));
+        }
+        assert_ne!(m.p, at_provisional, "the predictions moved on");
+        m.learn_row(&x, Row::of(true, Kind::Late).member("0"));
+        let scored: Vec<f64> = at_provisional.iter().map(|p| -p.ln()).collect();
+        assert_eq!(m.choice().recent_loss, scored);
+        // Member 0 matured: its final zero, or a member never seen, counts nothing.
+        m.learn_row(&x, Row::of(false, Kind::Final).member("0"));
+        m.learn_row(&x, Row::of(false, Kind::Final).member("unknown"));
+        assert_eq!(m.tuner.decayed_rows, 1.0);
+        // Without members (an offline file), a matured row counts as it comes.
+        m.learn_row(&x, Row::of(false, Kind::Final));
+        assert!((m.tuner.decayed_rows - 2.0).abs() < 1e-9);
+        // What it remembers is bounded: the oldest go first.
+        for k in 0..PENDING_MAX as u64 + 10 {
+            m.tuner.remember(k, &[0.5, 0.5]);
+        }
+        assert_eq!(m.tuner.pending.len(), PENDING_MAX);
+        assert!(
+            !m.tuner.pending.contains_key(&0)
+                && m.tuner.pending.contains_key(&(PENDING_MAX as u64 + 9))
+        );
+        assert!(m.tuner.order.len() <= 2 * PENDING_MAX);
+    }
 
     #[test]
     fn the_weighted_rate_cancels_the_weighted_steps() {

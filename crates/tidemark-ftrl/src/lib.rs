@@ -4,7 +4,8 @@
 //! predicts with the one doing best lately (a grid), progressive validation
 //! metrics, and a set of models per target fed JSON feature objects; rows of
 //! targets learned early (SPEC 5, v1.3) weighed so the models stay unbiased
-//! for the final label (`early`).
+//! for the final label (`early`), and targets pooled so a thin one borrows
+//! a frequent one's evidence (`models`).
 //!
 //! Owns: model state (z, n), prediction and update, metrics, conversion to and
 //! from checkpoint targets. Does no IO: no files, no database, no runtime.
@@ -19,11 +20,11 @@ mod ftrl;
 mod grid;
 mod metrics;
 mod models;
+mod tuner;
 
-pub use early::{Kind, Row};
-pub use ftrl::{
-    Choice, Ftrl, Params, ALPHA_MIN, DEN_MIN, MAX_SETTINGS, N_MAX, PARAM_MAX, RATE_ONLY_L1, Z_MAX,
-};
+pub use early::{member, Kind, Row};
+pub use ftrl::{Choice, Ftrl, Params, ALPHA_MIN, DEN_MIN, N_MAX, PARAM_MAX, RATE_ONLY_L1, Z_MAX};
 pub use grid::Grid;
 pub use metrics::{auc, Metrics, Window};
 pub use models::{Models, OTHER_FEATURES, OUT_OF_RANGE_NAMES};
+pub use tuner::{MAX_SETTINGS, PENDING_MAX};

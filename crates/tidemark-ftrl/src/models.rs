@@ -1,5 +1,6 @@
 //! One FTRL model per target over a shared hashing, fed JSON feature
-//! objects: the state the online learner checkpoints and resumes.
+//! objects, and the pools of weights targets share: the state the online
+//! learner checkpoints and resumes.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +19,16 @@ pub struct Models {
     pub targets: BTreeMap<String, (Ftrl, Metrics)>,
     /// The settings a target seen for the first time tunes over.
     pub grid: Grid,
+    /// Per pool: the weights its targets share (SPEC 10, docs/learner.md).
+    /// A pooled target scores its margin plus its own weights plus its
+    /// pool's, and every row it learns teaches both the same gradient.
+    pub pools: BTreeMap<String, Ftrl>,
+    /// Per pooled target, its pool. Fixed when the target is first learned
+    /// (or as its checkpoint holds it): moving a trained target in or out
+    /// of a pool would change what it scores.
+    pool_of: BTreeMap<String, String>,
+    /// The settings each new pool learns with (default: SPEC 8's).
+    pool_params: BTreeMap<String, Params>,
     /// Per `(target, feature)`: values left out of rows as out of range
     /// (SPEC 10, v1.3). At most [`OUT_OF_RANGE_NAMES`] pairs; later names
     /// count under the feature [`OTHER_FEATURES`], so a publisher inventing
@@ -43,6 +54,9 @@ impl Models {
             hashing,
             targets: BTreeMap::new(),
             grid: Grid::off(),
+            pools: BTreeMap::new(),
+            pool_of: BTreeMap::new(),
+            pool_params: BTreeMap::new(),
             out_of_range: BTreeMap::new(),
             new_out_of_range: Vec::new(),
             window,
@@ -56,13 +70,43 @@ impl Models {
         self
     }
 
-    /// Resumes every target of a checkpoint (its own settings and grid win).
+    /// Targets not learned yet join pools: `pool_of` maps a target to its
+    /// pool's name; a new pool learns with `params(name)`. A target
+    /// already learned keeps what it was trained with.
+    pub fn with_pools(
+        mut self,
+        pool_of: &BTreeMap<String, String>,
+        params: impl Fn(&str) -> Params,
+    ) -> Models {
+        for (target, pool) in pool_of {
+            if !self.targets.contains_key(target) {
+                self.pool_of.insert(target.clone(), pool.clone());
+            }
+            self.pool_params.insert(pool.clone(), params(pool));
+        }
+        self
+    }
+
+    /// The pool `target` shares weights in, if any.
+    pub fn pool_of(&self, target: &str) -> Option<&str> {
+        self.pool_of.get(target).map(String::as_str)
+    }
+
+    /// Resumes every target and pool of a checkpoint (its own settings,
+    /// grid and pools win).
     pub fn from_checkpoint(c: &Checkpoint, window: u64) -> Models {
         let mut m = Models::new(c.hashing.clone(), window);
+        let slots = m.hashing.slots();
         for t in &c.targets {
-            let model = Ftrl::from_target(t, m.hashing.slots());
+            let model = Ftrl::from_target(t, slots);
             m.targets
                 .insert(t.name.clone(), (model, Metrics::new(window)));
+            if let Some(pool) = &t.pool {
+                m.pool_of.insert(t.name.clone(), pool.clone());
+            }
+        }
+        for p in &c.pools {
+            m.pools.insert(p.name.clone(), Ftrl::from_target(p, slots));
         }
         m
     }
@@ -70,7 +114,8 @@ impl Models {
     /// Predicts, then learns one observation of `target`; a target seen for
     /// the first time tunes over the grid around `params`. Returns the
     /// prediction made. Metrics count matured rows only (SPEC 5: a
-    /// provisional zero is not a label yet).
+    /// provisional zero is not a label yet), an early target's with the
+    /// prediction served at the member's provisional row.
     pub fn learn(
         &mut self,
         target: &str,
@@ -88,11 +133,29 @@ impl Models {
             .targets
             .entry(target.to_owned())
             .or_insert_with(|| (grid.model(params(), slots), Metrics::new(window)));
-        let p = model.learn_row(&self.x, row);
-        if row.kind.matured() {
-            metrics.add(p, row.label);
+        let pool_params = &self.pool_params;
+        let mut pool = (self.pool_of.get(target)).map(|name| {
+            (self.pools.entry(name.clone())).or_insert_with(|| {
+                let params = pool_params.get(name).copied().unwrap_or_default();
+                Ftrl::shared(params, slots)
+            })
+        });
+        let offset = pool.as_mut().map_or(0.0, |pool| pool.shared_sum(&self.x));
+        let p = model.predict_offset(&self.x, offset);
+        model.update_row(&self.x, row);
+        if let Some(pool) = pool {
+            pool.step(&self.x, model.last_gradient());
+        }
+        if let Some(scored) = model.scored() {
+            metrics.add(scored, row.label);
         }
         p
+    }
+
+    /// The prediction `target`'s last row is scored with, if it carried a
+    /// label ([`Ftrl::scored`]): what its metrics counted.
+    pub fn scored(&self, target: &str) -> Option<f64> {
+        self.targets.get(target)?.0.scored()
     }
 
     /// `target`'s prediction for `features` without learning anything
@@ -101,7 +164,10 @@ impl Models {
         let (model, _) = self.targets.get(target)?;
         let mut x = Vec::with_capacity(features.len() + 1);
         self.hashing.hash_json(features, &mut x);
-        Some(model.score(&x))
+        let shared = (self.pool_of.get(target))
+            .and_then(|name| self.pools.get(name))
+            .map_or(0.0, |pool| pool.sum(&x));
+        Some(model.score_offset(&x, shared))
     }
 
     /// The `(target, feature)` pairs first counted out of range since the
@@ -126,6 +192,21 @@ impl Models {
         }
     }
 
+    /// Puts pool `name` back as `from` holds it (its last good checkpoint),
+    /// or, without one, starts it afresh: as [`Models::restore`] does for a
+    /// target.
+    pub fn restore_pool(&mut self, name: &str, from: Option<&Target>) {
+        let slots = self.hashing.slots();
+        let model = match from {
+            Some(p) => Ftrl::from_target(p, slots),
+            None => {
+                let params = self.pool_params.get(name).copied().unwrap_or_default();
+                Ftrl::shared(params, slots)
+            }
+        };
+        self.pools.insert(name.to_owned(), model);
+    }
+
     /// Rows learned over every target.
     pub fn trained(&self) -> u64 {
         self.targets.values().map(|(m, _)| m.trained).sum()
@@ -142,7 +223,13 @@ impl Models {
             targets: self
                 .targets
                 .iter()
-                .map(|(name, (m, metrics))| m.to_target(name, metrics.to_json()))
+                .map(|(name, (m, metrics))| Target {
+                    pool: self.pool_of.get(name).cloned(),
+                    ..m.to_target(name, metrics.to_json())
+                })
+                .collect(),
+            pools: (self.pools.iter())
+                .map(|(name, m)| m.to_target(name, Value::Null))
                 .collect(),
             positions,
             created_at_ms,

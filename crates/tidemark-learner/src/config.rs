@@ -45,6 +45,11 @@ pub struct Config {
     pub metrics_addr: Option<String>,
     /// The settings every new target tunes over (`[tuning]`).
     pub grid: Grid,
+    /// Per target, the pool it shares weights in (`[pools.<name>]
+    /// targets = [...]`), when it is first learned (docs/learner.md).
+    pub pools: BTreeMap<String, String>,
+    /// Per pool, the settings it learns with (its own keys, else the file's).
+    pub pool_settings: BTreeMap<String, Params>,
     defaults: Params,
     targets: BTreeMap<String, Params>,
 }
@@ -98,6 +103,18 @@ struct Raw {
     targets: BTreeMap<String, RawParams>,
     metrics_addr: Option<String>,
     tuning: Option<RawTuning>,
+    #[serde(default)]
+    pools: BTreeMap<String, RawPool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPool {
+    targets: Vec<String>,
+    alpha: Option<f64>,
+    beta: Option<f64>,
+    l1: Option<f64>,
+    l2: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -163,6 +180,27 @@ fn default_window() -> u64 {
 }
 fn default_consumer() -> String {
     "learner".into()
+}
+
+/// Each pooled target's pool, from `[pools]`; a target in two pools, a pool
+/// of fewer than two targets or an empty name is refused, naming it.
+fn pool_of(pools: &BTreeMap<String, RawPool>) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut of = BTreeMap::new();
+    for (pool, RawPool { targets, .. }) in pools {
+        if pool.is_empty() || targets.len() < 2 || targets.iter().any(String::is_empty) {
+            return Err(ConfigError(format!(
+                "pools.{pool}: a pool has a name and two or more targets"
+            )));
+        }
+        for t in targets {
+            if let Some(other) = of.insert(t.clone(), pool.clone()) {
+                return Err(ConfigError(format!(
+                    "pools.{pool}: target {t} is already in pool {other}"
+                )));
+            }
+        }
+    }
+    Ok(of)
 }
 
 /// Numeric transforms by feature name, from `name → text` pairs (a
@@ -266,6 +304,21 @@ impl Config {
         let transforms =
             parse_transforms(raw.transforms.iter().map(|(n, t)| (n.as_str(), t.as_str())))
                 .map_err(|e| ConfigError(format!("transforms.{e}")))?;
+        let pools = pool_of(&raw.pools)?;
+        let mut pool_settings = BTreeMap::new();
+        for (name, p) in &raw.pools {
+            let settings = RawParams {
+                alpha: p.alpha,
+                beta: p.beta,
+                l1: p.l1,
+                l2: p.l2,
+            }
+            .over(defaults);
+            settings
+                .validate()
+                .map_err(|e| ConfigError(format!("pools.{name}: {e}")))?;
+            pool_settings.insert(name.clone(), settings);
+        }
         Ok(Config {
             checkpoint_dir: raw.checkpoint_dir,
             checkpoint_every: raw.checkpoint_every,
@@ -288,9 +341,20 @@ impl Config {
                 .collect(),
             metrics_addr: raw.metrics_addr,
             grid,
+            pools,
+            pool_settings,
             defaults,
             targets,
         })
+    }
+
+    /// The settings pool `name` learns with: its own, else the file's,
+    /// else SPEC 8's.
+    pub fn pool_params(&self, name: &str) -> Params {
+        self.pool_settings
+            .get(name)
+            .copied()
+            .unwrap_or(self.defaults)
     }
 
     /// The learning settings of a target: its own, else the file's, else SPEC 8's.
@@ -344,6 +408,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(off.grid.alpha.len() * off.grid.l2.len(), 1);
+        assert!(off.pools.is_empty());
+        let pooled = Config::from_toml(
+            "checkpoint_dir = \"c\"\nalpha = 0.2\n[pools.install]\ntargets = [\"cvr_short\", \"cvr_long\"]\nalpha = 0.05\n[[sources]]\nname = \"a\"\n",
+        )
+        .unwrap();
+        assert_eq!(pooled.pools["cvr_long"], "install");
+        assert_eq!(pooled.pools.len(), 2);
+        assert_eq!(pooled.pool_params("install").alpha, 0.05);
+        assert_eq!(pooled.pool_params("install").l2, 1.0);
+        assert_eq!(pooled.pool_params("other").alpha, 0.2);
     }
 
     #[test]
@@ -358,6 +432,18 @@ mod tests {
             ("[transforms]\nclk = \"log2\"\n", "transforms.clk"),
             ("[tuning]\nalpha = [1.0, -2.0]\n", "tuning.alpha"),
             ("[tuning]\nhalf_life = 0.0\n", "tuning.half_life"),
+            (
+                "[pools.install]\ntargets = [\"cvr_long\"]\n",
+                "pools.install",
+            ),
+            (
+                "[pools.a]\ntargets = [\"x\", \"y\"]\n[pools.b]\ntargets = [\"y\", \"z\"]\n",
+                "pools.b: target y is already in pool a",
+            ),
+            (
+                "[pools.a]\ntargets = [\"x\", \"y\"]\nalpha = 0.0\n",
+                "pools.a: alpha",
+            ),
         ] {
             let text = if extra.starts_with('[') {
                 format!("{base}{extra}")

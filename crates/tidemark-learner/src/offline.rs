@@ -373,7 +373,7 @@ impl<'a> Pass<'a> {
                 })?
             }
         };
-        let row = Row { label: y, kind };
+        let row = Row::of(y, kind);
         // The weight the row is learned with depends on whether the target
         // is learned early, as it stands before the row.
         let early = self.model.is_early() && !(kind == Kind::Final && y);
@@ -589,6 +589,7 @@ pub fn save(
     let c = Checkpoint {
         hashing: hashing.clone(),
         targets: vec![model.to_target(name, figures)],
+        pools: Vec::new(),
         positions: BTreeMap::new(),
         created_at_ms: tidemark_metrics::wall_ms(),
     };

@@ -165,7 +165,9 @@ fn resume(config: &Config) -> Result<State, TrainError> {
         Err(e) => tracing::warn!("could not list the checkpoint directory: {e}"),
     }
     let fresh = State {
-        models: Models::new(config.hashing.clone(), config.window).with_grid(config.grid.clone()),
+        models: Models::new(config.hashing.clone(), config.window)
+            .with_grid(config.grid.clone())
+            .with_pools(&config.pools, |p| config.pool_params(p)),
         positions: BTreeMap::new(),
         since_checkpoint: 0,
         refused: BTreeMap::new(),
@@ -187,7 +189,9 @@ fn resume(config: &Config) -> Result<State, TrainError> {
     }
     tracing::info!(checkpoint = %path.display(), "resumed");
     Ok(State {
-        models: Models::from_checkpoint(&c, config.window).with_grid(config.grid.clone()),
+        models: Models::from_checkpoint(&c, config.window)
+            .with_grid(config.grid.clone())
+            .with_pools(&config.pools, |p| config.pool_params(p)),
         positions: c.positions,
         since_checkpoint: 0,
         refused: BTreeMap::new(),
@@ -297,10 +301,7 @@ impl State {
             // A kind this learner does not know (a newer shard's) is
             // learned as a final label rather than dropped.
             let kind = Kind::parse(&o.kind).unwrap_or(Kind::Final);
-            let row = Row {
-                label: o.label,
-                kind,
-            };
+            let row = Row::of(o.label, kind).member(&o.txid);
             self.models
                 .learn(&o.target, || config.params(&o.target), &features, row);
         }
@@ -365,6 +366,13 @@ impl State {
         let unfit: Vec<(String, String)> = (c.targets.iter())
             .filter_map(|t| t.non_finite().map(|why| (t.name.clone(), why)))
             .collect();
+        let unfit_pools: Vec<(String, String)> = (c.pools.iter())
+            .filter_map(|p| p.non_finite().map(|why| (p.name.clone(), why)))
+            .collect();
+        if !unfit_pools.is_empty() {
+            self.restore_pools(config, &unfit_pools);
+            c = self.models.to_checkpoint(self.positions.clone(), now_ms());
+        }
         if !unfit.is_empty() {
             self.restore(config, &unfit);
             c = self.models.to_checkpoint(self.positions.clone(), now_ms());
@@ -402,6 +410,28 @@ impl State {
             );
             *self.refused.entry(target.clone()).or_insert(0) += 1;
             self.models.restore(target, good);
+        }
+    }
+}
+
+impl State {
+    /// [`State::restore`] for pools: each unfit pool resumes from the last
+    /// checkpoint written (or afresh); its targets keep their own weights.
+    fn restore_pools(&mut self, config: &Config, unfit: &[(String, String)]) {
+        let last = tidemark_checkpoint::latest(&config.checkpoint_dir)
+            .and_then(|p| Checkpoint::read(&p, true).ok());
+        for (pool, why) in unfit {
+            let good = last
+                .as_ref()
+                .and_then(|c| c.pools.iter().find(|p| &p.name == pool));
+            tracing::error!(
+                pool,
+                found = why,
+                resumed_from = if good.is_some() { "the last checkpoint" } else { "nothing (no checkpoint holds it)" },
+                "a pool holds a number that is not finite: it is not written; it resumes from its last good state"
+            );
+            *self.refused.entry(format!("pool:{pool}")).or_insert(0) += 1;
+            self.models.restore_pool(pool, good);
         }
     }
 }

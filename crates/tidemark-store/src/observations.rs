@@ -17,6 +17,8 @@ pub struct Observation {
     pub kind: String,
     /// The bid's features, as JSON text.
     pub features: String,
+    /// The transaction it belongs to (its rows of one target share it).
+    pub txid: String,
 }
 
 /// Observations in this database, over every shard.
@@ -68,7 +70,7 @@ pub async fn read(
     limit: i64,
 ) -> Result<Vec<Observation>, StoreError> {
     Ok(c.query(
-        "SELECT seq, target, label, features::text, kind FROM tidemark.observations
+        "SELECT seq, target, label, features::text, kind, txid FROM tidemark.observations
              WHERE shard = $1 AND seq > $2 ORDER BY seq LIMIT $3",
         &[&shard, &after_seq, &limit],
     )
@@ -80,6 +82,7 @@ pub async fn read(
         label: r.get::<_, i16>(2) == 1,
         features: r.get(3),
         kind: r.get(4),
+        txid: r.get(5),
     })
     .collect())
 }
