@@ -117,6 +117,10 @@ bench-demo:
 bench-early-cost pairs="2" dense="2000000" days="3":
     bash bench/early_cost.sh {{pairs}} {{dense}} {{days}}
 
+# Issue 48: the as-of-bid figures, default market and criteo delays with a shift, seeds 1..N
+bench-early-seeds seeds="3":
+    bash bench/early_seeds.sh {{seeds}}
+
 # Issue 48: an early target's rows, weighted, learned by Tidemark and by VW --ftrl with the same weights
 bench-early-vw *flags:
     bash bench/early_peers.sh {{flags}}

@@ -428,11 +428,22 @@ fn report(tallies: &[Vec<Tally>], setup: &Setup, from: i64) -> (Map<String, Valu
                         .map(|s| s.1)
                         .collect();
                     let kl_after = after.iter().sum::<f64>() / after.len().max(1) as f64;
+                    let recovered = slices_to_oracle(&slices[a], oracle, at);
+                    // Σp̂/Σp over the slices after the shift, from the
+                    // `skip`th on.
+                    let calibration = |skip: usize| {
+                        let (q, p) = (tallies[a][t].slices.range(at..))
+                            .skip(skip)
+                            .fold((0.0, 0.0), |(q, p), (_, s)| (q + s.2, p + s.3));
+                        finite(q / p)
+                    };
                     (
                         n.to_string(),
                         json!({
                             "kl_after": finite(kl_after),
-                            "slices_to_oracle": slices_to_oracle(&slices[a], oracle, at),
+                            "slices_to_oracle": recovered,
+                            "calibration_after": calibration(0),
+                            "calibration_after_recovery": recovered.and_then(calibration),
                         }),
                     )
                 })

@@ -52,11 +52,41 @@ impl Drop for Contention {
     }
 }
 
+/// `[feedback]` that learns `cvr_long` early (SPEC 5, v1.3).
+const EARLY: &str = "[feedback]\ncvr_long = \"early\"";
+
+/// A market whose installs come late inside its span (criteo delays, six
+/// minutes), so early feedback has late rows to write.
+fn early_market(label: &str) -> MarketFile {
+    market(label, "6m", 80.0, &["--delays", "criteo"])
+}
+
+/// `market(label, span, tps)`, or with early feedback in `tables`, an
+/// [`early_market`].
+fn market_for(label: &str, span: &str, tps: f64, tables: &str) -> MarketFile {
+    if tables.is_empty() {
+        market(label, span, tps, &[])
+    } else {
+        early_market(label)
+    }
+}
+
+/// The reference's rows for `config`; with early feedback, at least one
+/// late row among them (else the run would not test what it says).
+fn expected_with(config: &str, m: &MarketFile, tables: &str) -> Rows {
+    let want = expected(config, &sent_of(&m.lines));
+    if !tables.is_empty() {
+        let late = want.values().filter(|e| e.kind == reference::Kind::Late);
+        assert!(late.count() > 0, "no late row to check");
+    }
+    want
+}
+
 /// One shard fed by `tidemark publish --replay` of a market file, then compared.
-fn one_shard_replay(label: &str, m: &MarketFile, extra_config: &str, speed: &str) {
+fn one_shard_replay(label: &str, m: &MarketFile, extra_config: &str, speed: &str, tables: &str) {
     let db = TestDb::new(label);
     let endpoint = free_endpoint();
-    let config = config_text(&[], extra_config, "");
+    let config = config_text(&[], extra_config, tables);
     let metrics = tidemark_testkit::free_addr();
     let mut shard = Proc::shard(
         &db,
@@ -69,15 +99,22 @@ fn one_shard_replay(label: &str, m: &MarketFile, extra_config: &str, speed: &str
     let scraped = tidemark_testkit::scrape(&metrics);
     shard.stop();
     let got = observed(&db, "x");
-    assert_same(label, &got, &expected(&config, &sent_of(&m.lines)));
-    // The endpoint counted what was emitted, target by target.
-    let mut per_target: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-    for ((target, _), row) in &got {
-        let t = per_target.entry(target.as_str()).or_default();
-        t.0 += 1;
-        t.1 += usize::from(row.label == 1);
-    }
-    for (target, (rows, positives)) in per_target {
+    assert_same(label, &got, &expected_with(&config, m, tables));
+    // The endpoint counted what was emitted, target by target: every row,
+    // an early target's provisional ones too.
+    let per_target = query_rows(
+        &db.url,
+        "SELECT target, count(*)::text, sum(label)::text FROM tidemark.observations GROUP BY target",
+    );
+    assert_eq!(
+        per_target.len(),
+        got.keys()
+            .map(|k| &k.0)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    );
+    for row in per_target {
+        let [target, rows, positives] = [0, 1, 2].map(|i| row[i].clone().unwrap());
         for (metric, n) in [("observations", rows), ("positive_observations", positives)] {
             let line =
                 format!(r#"tidemark_shard_{metric}_total{{shard="x",target="{target}"}} {n}"#);
@@ -103,14 +140,27 @@ fn exact_at_full_speed_with_the_high_socket_backed_up() {
     // Faster than a debug-built shard takes it: the publisher blocks on the
     // high-frequency socket's full queue while clicks flow on the other.
     let m = market("backlog", "2m", 700.0, &[]);
-    one_shard_replay("backlog", &m, "rcvhwm = 20000", "0");
+    one_shard_replay("backlog", &m, "rcvhwm = 20000", "0", "");
+}
+
+#[test]
+fn exact_early_feedback_at_full_speed_with_the_high_socket_backed_up() {
+    let m = early_market("backlog_early");
+    one_shard_replay("backlog_early", &m, "rcvhwm = 20000", "0", EARLY);
 }
 
 #[test]
 fn exact_with_the_cpu_contended() {
     let m = market("contended", "2m", 300.0, &[]);
     let _busy = Contention::start(2);
-    one_shard_replay("contended", &m, "", "20");
+    one_shard_replay("contended", &m, "", "20", "");
+}
+
+#[test]
+fn exact_early_feedback_with_the_cpu_contended() {
+    let m = early_market("contended_early");
+    let _busy = Contention::start(2);
+    one_shard_replay("contended_early", &m, "", "20", EARLY);
 }
 
 #[test]
@@ -377,11 +427,7 @@ impl Killer {
 fn kill_9_run(label: &str, during_emission: bool, kills: usize, tables: &str) {
     // Early feedback has late rows to write only where installs come late,
     // inside the market's span.
-    let m = if tables.is_empty() {
-        market(label, "90s", 300.0, &[])
-    } else {
-        market(label, "6m", 80.0, &["--delays", "criteo"])
-    };
+    let m = market_for(label, "90s", 300.0, tables);
     let db = TestDb::new(label);
     let publ = Publisher::new();
     let config = config_text(&[], "", tables);
@@ -454,12 +500,11 @@ fn kill_9_run(label: &str, during_emission: bool, kills: usize, tables: &str) {
     k.shard.stop();
     eprintln!("{label}: {} kills", k.kills);
     assert!(k.kills >= 1);
-    let want = expected(&config, &sent_of(&m.lines));
-    if !tables.is_empty() {
-        let late = want.values().filter(|e| e.kind == reference::Kind::Late);
-        assert!(late.count() > 0, "no late row to check");
-    }
-    assert_same(label, &observed(&db, "x"), &want);
+    assert_same(
+        label,
+        &observed(&db, "x"),
+        &expected_with(&config, &m, tables),
+    );
 }
 
 /// Restarts never stall (SPEC 12, v1.3): killed and started again at once,
@@ -483,7 +528,7 @@ fn exact_after_kill_9_during_emission() {
 /// each, in order, across kills while the tail is swept and emitted.
 #[test]
 fn exact_early_feedback_after_kill_9_during_emission() {
-    kill_9_run("kill_early", true, 3, "[feedback]\ncvr_long = \"early\"");
+    kill_9_run("kill_early", true, 3, EARLY);
 }
 
 #[test]
@@ -492,7 +537,7 @@ fn exact_replaying_days_of_sparse_traffic_at_speed_0() {
     // widen to the cap of a day, which is no multiple of 7 s.
     let m = market("sparse", "2d", 0.2, &[]);
     let started = Instant::now();
-    one_shard_replay("sparse", &m, "partition = \"7s\"", "0");
+    one_shard_replay("sparse", &m, "partition = \"7s\"", "0", "");
     eprintln!("sparse: {:.1}s end to end", started.elapsed().as_secs_f64());
 }
 
@@ -518,12 +563,21 @@ fn publish_waits_for_a_slow_shard_instead_of_dropping_its_tail() {
 
 #[test]
 fn exact_with_connections_cut_at_random() {
+    cut_run("cut", "");
+}
+
+#[test]
+fn exact_early_feedback_with_connections_cut_at_random() {
+    cut_run("cut_early", EARLY);
+}
+
+fn cut_run(label: &str, tables: &str) {
     // Every session of the shard terminated again and again, at any point of
     // intake, partition upkeep or emission: each retry must keep what it held.
-    let db = TestDb::new("cut");
-    let m = market("cut", "2m", 300.0, &[]);
+    let db = TestDb::new(label);
+    let m = market_for(label, "2m", 300.0, tables);
     let endpoint = free_endpoint();
-    let config = config_text(&[], "", "");
+    let config = config_text(&[], "", tables);
     let mut shard = Proc::shard(&db, "x", &endpoint, &config);
     let cutter = tidemark_testkit::Cutter::start(&db.url, "tidemark shard x", 50, 300, true);
     finish(replay(&m.path, &endpoint, "10"));
@@ -542,21 +596,30 @@ fn exact_with_connections_cut_at_random() {
         "the cuts were met"
     );
     assert_same(
-        "cut",
+        label,
         &observed(&db, "x"),
-        &expected(&config, &sent_of(&m.lines)),
+        &expected_with(&config, &m, tables),
     );
 }
 
 #[test]
 fn exact_across_a_postgresql_restart_under_load() {
+    restart_run("restart", "");
+}
+
+#[test]
+fn exact_early_feedback_across_a_postgresql_restart_under_load() {
+    restart_run("restart_early", EARLY);
+}
+
+fn restart_run(label: &str, tables: &str) {
     // A clean (fast) stop keeps unlogged tables: nothing may be lost, the
     // shard holds what it received and the publisher waits meanwhile.
-    let cluster = tidemark_testkit::own_cluster("restart-home", false);
-    let db = TestDb::external("restart", &cluster.url());
-    let m = market("restart", "2m", 400.0, &[]);
+    let cluster = tidemark_testkit::own_cluster(&format!("{label}-home"), false);
+    let db = TestDb::external(label, &cluster.url());
+    let m = market_for(label, "2m", 400.0, tables);
     let endpoint = free_endpoint();
-    let config = config_text(&[], "", "");
+    let config = config_text(&[], "", tables);
     let mut shard = Proc::shard(&db, "x", &endpoint, &config);
     let publisher = std::thread::spawn({
         let path = m.path.clone();
@@ -591,9 +654,9 @@ fn exact_across_a_postgresql_restart_under_load() {
         "the outage is shown in shard_status once the database is back"
     );
     assert_same(
-        "restart",
+        label,
         &observed(&db, "x"),
-        &expected(&config, &sent_of(&m.lines)),
+        &expected_with(&config, &m, tables),
     );
     cluster.destroy().unwrap();
 }
