@@ -415,3 +415,33 @@ impl Ticker {
         self.tick
     }
 }
+
+/// `[feedback]` that learns `cvr_long` early (SPEC 5, v1.3).
+pub const EARLY: &str = "[feedback]\ncvr_long = \"early\"";
+
+/// A market whose installs come late inside its span (criteo delays, six
+/// minutes), so early feedback has late rows to write.
+pub fn early_market(label: &str) -> MarketFile {
+    market(label, "6m", 80.0, &["--delays", "criteo"])
+}
+
+/// `market(label, span, tps)`, or with early feedback in `tables`, an
+/// [`early_market`].
+pub fn market_for(label: &str, span: &str, tps: f64, tables: &str) -> MarketFile {
+    if tables.is_empty() {
+        market(label, span, tps, &[])
+    } else {
+        early_market(label)
+    }
+}
+
+/// The reference's rows for `config`; with early feedback, at least one
+/// late row among them (else the run would not test what it says).
+pub fn expected_with(config: &str, m: &MarketFile, tables: &str) -> Rows {
+    let want = expected(config, &sent_of(&m.lines));
+    if !tables.is_empty() {
+        let late = want.values().filter(|e| e.kind == reference::Kind::Late);
+        assert!(late.count() > 0, "no late row to check");
+    }
+    want
+}

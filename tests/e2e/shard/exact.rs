@@ -8,7 +8,6 @@
 //! determined; late events are tested with explicit ticks in `shard.rs`.
 //! Sizes scale with `TIDEMARK_EXACT_SCALE` (1 = CI; `just check-exact N SCALE`).
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,36 +49,6 @@ impl Drop for Contention {
             let _ = h.join();
         }
     }
-}
-
-/// `[feedback]` that learns `cvr_long` early (SPEC 5, v1.3).
-const EARLY: &str = "[feedback]\ncvr_long = \"early\"";
-
-/// A market whose installs come late inside its span (criteo delays, six
-/// minutes), so early feedback has late rows to write.
-fn early_market(label: &str) -> MarketFile {
-    market(label, "6m", 80.0, &["--delays", "criteo"])
-}
-
-/// `market(label, span, tps)`, or with early feedback in `tables`, an
-/// [`early_market`].
-fn market_for(label: &str, span: &str, tps: f64, tables: &str) -> MarketFile {
-    if tables.is_empty() {
-        market(label, span, tps, &[])
-    } else {
-        early_market(label)
-    }
-}
-
-/// The reference's rows for `config`; with early feedback, at least one
-/// late row among them (else the run would not test what it says).
-fn expected_with(config: &str, m: &MarketFile, tables: &str) -> Rows {
-    let want = expected(config, &sent_of(&m.lines));
-    if !tables.is_empty() {
-        let late = want.values().filter(|e| e.kind == reference::Kind::Late);
-        assert!(late.count() > 0, "no late row to check");
-    }
-    want
 }
 
 /// One shard fed by `tidemark publish --replay` of a market file, then compared.
