@@ -209,8 +209,11 @@ fn reads(parsed: &[Parsed], setup: &Setup, settled: i64) -> Vec<Vec<Read>> {
     for (arm, r) in reads.iter_mut().enumerate() {
         if [FINAL_ONLY, POOLED_FINAL, CONSTANT].contains(&arm) {
             // A shard without early feedback writes a cohort's final rows,
-            // ones and zeros, in one sweep, not its ones first.
-            r.sort_by_key(|x| (x.0, parsed[x.2].1.created_ms));
+            // ones and zeros, in one sweep, not its ones first: an early
+            // target's rows of one sweep in creation order (the others
+            // keep the order they were written in, as every arm reads them).
+            let created = |x: &Read| early[x.1].then(|| parsed[x.2].1.created_ms);
+            r.sort_by_key(|x| (x.0, created(x)));
         } else {
             // Stable: rows of one sweep stay in the order they were written.
             r.sort_by_key(|x| x.0);
@@ -236,7 +239,8 @@ fn replay(
     let mut models = Models::new(setup.config.hashing.clone(), setup.config.window)
         .with_grid(setup.config.grid.clone());
     if arm != FINAL_ONLY {
-        models = models.with_pools(&setup.config.pools, |p| setup.config.pool_params(p));
+        models = (models.with_pools(&setup.config.pools, |p| setup.config.pool_params(p)))
+            .with_teachers(&setup.config.teaches);
     }
     // The constant arm: (rows, ones) read per target.
     let mut rate = [(0u64, 0u64); 3];

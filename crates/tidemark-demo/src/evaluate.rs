@@ -109,6 +109,7 @@ pub fn evaluate(
         Models::new(config.hashing.clone(), config.window)
             .with_grid(config.grid.clone())
             .with_pools(&config.pools, |p| config.pool_params(p))
+            .with_teachers(&config.teaches)
     };
     let (mut with, mut without, mut no_counters) = (models(), models(), models());
     let mut per: BTreeMap<String, Rows> = BTreeMap::new();

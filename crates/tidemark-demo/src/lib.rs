@@ -18,6 +18,8 @@
 #![warn(missing_docs)]
 
 mod asof;
+#[cfg(test)]
+mod asof_variants;
 mod evaluate;
 mod html;
 mod procs;

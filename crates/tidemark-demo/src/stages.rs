@@ -223,7 +223,7 @@ impl<'a> Demo<'a> {
         let _ = std::fs::remove_dir_all(&ckpt);
         let learn_cfg = dir.join("learn.toml");
         let mut learn_text = format!(
-            "checkpoint_dir = \"{}\"\ncheckpoint_interval = \"3s\"\nbits = 20\nalpha = 0.15\npoll = \"200ms\"\ncrosses = [[\"country\", \"exchange\"]]\n\n[[sources]]\nname = \"demo\"\ndatabase_url = \"{url}\"\n\n[pools.install]\ntargets = [\"cvr_short\", \"cvr_long\"]\nalpha = 0.05\n",
+            "checkpoint_dir = \"{}\"\ncheckpoint_interval = \"3s\"\nbits = 20\nalpha = 0.15\npoll = \"200ms\"\ncrosses = [[\"country\", \"exchange\"]]\n\n[[sources]]\nname = \"demo\"\ndatabase_url = \"{url}\"\n\n[pools.install]\ntargets = [\"cvr_long\"]\nteachers = [\"cvr_short\", \"cvr_long\"]\nalpha = 0.05\n",
             ckpt.display()
         );
         if args.raw_counters && args.counter_transform != "none" {

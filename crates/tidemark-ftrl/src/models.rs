@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 use tidemark_checkpoint::{Checkpoint, Target};
-use tidemark_features::{Hashing, OutOfRange};
+use tidemark_features::{sigmoid, Hashing, OutOfRange};
 
 use crate::{Ftrl, Grid, Metrics, Params, Row};
 
@@ -29,6 +29,11 @@ pub struct Models {
     pool_of: BTreeMap<String, String>,
     /// The settings each new pool learns with (default: SPEC 8's).
     pool_params: BTreeMap<String, Params>,
+    /// Per target, the pool its rows teach, when the configuration names
+    /// its pools' teachers (empty: each pooled target teaches its pool). A
+    /// teacher outside the pool's targets teaches it as a model of its own
+    /// labels: its margin plus the pool's weights.
+    teaches: BTreeMap<String, String>,
     /// Per `(target, feature)`: values left out of rows as out of range
     /// (SPEC 10, v1.3). At most [`OUT_OF_RANGE_NAMES`] pairs; later names
     /// count under the feature [`OTHER_FEATURES`], so a publisher inventing
@@ -57,6 +62,7 @@ impl Models {
             pools: BTreeMap::new(),
             pool_of: BTreeMap::new(),
             pool_params: BTreeMap::new(),
+            teaches: BTreeMap::new(),
             out_of_range: BTreeMap::new(),
             new_out_of_range: Vec::new(),
             window,
@@ -84,6 +90,13 @@ impl Models {
             }
             self.pool_params.insert(pool.clone(), params(pool));
         }
+        self
+    }
+
+    /// The targets whose rows teach each pool (`teaches`: target → pool),
+    /// instead of the pools' own targets.
+    pub fn with_teachers(mut self, teaches: &BTreeMap<String, String>) -> Models {
+        self.teaches = teaches.clone();
         self
     }
 
@@ -133,18 +146,30 @@ impl Models {
             .targets
             .entry(target.to_owned())
             .or_insert_with(|| (grid.model(params(), slots), Metrics::new(window)));
-        let pool_params = &self.pool_params;
-        let mut pool = (self.pool_of.get(target)).map(|name| {
-            (self.pools.entry(name.clone())).or_insert_with(|| {
-                let params = pool_params.get(name).copied().unwrap_or_default();
-                Ftrl::shared(params, slots)
-            })
+        let (pools, pool_params) = (&mut self.pools, &self.pool_params);
+        let scored_with = self.pool_of.get(target);
+        let taught = match self.teaches.is_empty() {
+            true => scored_with,
+            false => self.teaches.get(target),
+        };
+        let offset = scored_with.map_or(0.0, |name| {
+            pool(pools, pool_params, name, slots).shared_sum(&self.x)
         });
-        let offset = pool.as_mut().map_or(0.0, |pool| pool.shared_sum(&self.x));
         let p = model.predict_offset(&self.x, offset);
         model.update_row(&self.x, row);
-        if let Some(pool) = pool {
-            pool.step(&self.x, model.last_gradient());
+        match taught {
+            // Its own gradient, as the target took it.
+            Some(name) if Some(name) == scored_with => {
+                pool(pools, pool_params, name, slots).step(&self.x, model.last_gradient());
+            }
+            // A model of this target's labels: its margin plus the pool.
+            Some(name) => {
+                let pool = pool(pools, pool_params, name, slots);
+                let q = sigmoid(model.margin() + f64::from(pool.shared_sum(&self.x)));
+                let y = f64::from(u8::from(row.label));
+                pool.step(&self.x, row.kind.weight(q, model.is_early()) * (q - y));
+            }
+            None => {}
         }
         if let Some(scored) = model.scored() {
             metrics.add(scored, row.label);
@@ -261,6 +286,18 @@ impl Models {
             })
             .collect()
     }
+}
+
+/// Pool `name`, made with its settings if it is new.
+fn pool<'p>(
+    pools: &'p mut BTreeMap<String, Ftrl>,
+    params: &BTreeMap<String, Params>,
+    name: &str,
+    slots: usize,
+) -> &'p mut Ftrl {
+    pools
+        .entry(name.to_owned())
+        .or_insert_with(|| Ftrl::shared(params.get(name).copied().unwrap_or_default(), slots))
 }
 
 /// Counts one value of `target` left out as out of range.

@@ -36,17 +36,33 @@ fn bid(app: usize) -> Map<String, Value> {
         .clone()
 }
 
+/// How `train` pools the two targets.
+#[derive(Clone, Copy, PartialEq)]
+enum Pooling {
+    Alone,
+    /// Both score and teach the pool.
+    Shared,
+    /// `short` teaches the pool, `long` scores with it.
+    Lent,
+}
+
 /// 30,000 rows of `short` (base −2) and one in 60 of `long` (base −3.5),
 /// both moved by the same app effect; returns the models and the truth.
-fn train(pooled: bool) -> (Models, Vec<f64>) {
+fn train(pooling: Pooling) -> (Models, Vec<f64>) {
     let a = effects();
-    let pools = BTreeMap::from([
-        ("short".to_owned(), "install".to_owned()),
-        ("long".to_owned(), "install".to_owned()),
-    ]);
+    let pool = |t: &str| (t.to_owned(), "install".to_owned());
     let mut m = Models::new(Hashing::new(12, 0, vec![]), 1000);
-    if pooled {
-        m = m.with_pools(&pools, |_| Params::default());
+    match pooling {
+        Pooling::Alone => {}
+        Pooling::Shared => {
+            m = m.with_pools(&BTreeMap::from([pool("short"), pool("long")]), |_| {
+                Params::default()
+            });
+        }
+        Pooling::Lent => {
+            m = (m.with_pools(&BTreeMap::from([pool("long")]), |_| Params::default()))
+                .with_teachers(&BTreeMap::from([pool("short")]));
+        }
     }
     let mut r = Rng(11);
     for i in 0..30_000 {
@@ -78,8 +94,8 @@ fn long_kl(m: &Models, a: &[f64]) -> f64 {
 
 #[test]
 fn a_thin_target_pooled_with_a_frequent_one_borrows_its_evidence() {
-    let (alone, a) = train(false);
-    let (pooled, _) = train(true);
+    let (alone, a) = train(Pooling::Alone);
+    let (pooled, _) = train(Pooling::Shared);
     let (kl_alone, kl_pooled) = (long_kl(&alone, &a), long_kl(&pooled, &a));
     // 500 rows of `long` alone learn little of the app effects; 30,000
     // rows through the pool learn them.
@@ -94,7 +110,7 @@ fn a_thin_target_pooled_with_a_frequent_one_borrows_its_evidence() {
 
 #[test]
 fn a_pool_resumes_from_its_checkpoint_and_every_reader_scores_as_trained() {
-    let (m, _) = train(true);
+    let (m, _) = train(Pooling::Shared);
     let c = m.to_checkpoint(BTreeMap::new(), 1);
     assert_eq!(c.pools.len(), 1);
     let reader = Model::from_checkpoint(&c);
@@ -144,7 +160,7 @@ fn a_pool_resumes_from_its_checkpoint_and_every_reader_scores_as_trained() {
 
 #[test]
 fn a_target_keeps_the_pool_it_was_trained_with() {
-    let (m, _) = train(false);
+    let (m, _) = train(Pooling::Alone);
     let c = m.to_checkpoint(BTreeMap::new(), 1);
     // A configuration pooling a target already learned alone leaves it alone.
     let pools = BTreeMap::from([("long".to_owned(), "install".to_owned())]);
@@ -153,4 +169,22 @@ fn a_target_keeps_the_pool_it_was_trained_with() {
     let fresh =
         Models::new(Hashing::new(12, 0, vec![]), 1000).with_pools(&pools, |_| Params::default());
     assert_eq!(fresh.pool_of("long"), Some("install"));
+}
+
+#[test]
+fn a_pool_lent_by_a_frequent_target_leaves_it_as_it_was_alone() {
+    let (alone, a) = train(Pooling::Alone);
+    let (lent, _) = train(Pooling::Lent);
+    for app in 0..APPS {
+        // The teacher scores without the pool: exactly as alone.
+        assert_eq!(
+            lent.predict("short", &bid(app)),
+            alone.predict("short", &bid(app))
+        );
+    }
+    let (kl_alone, kl_lent) = (long_kl(&alone, &a), long_kl(&lent, &a));
+    assert!(kl_lent < 0.5 * kl_alone, "lent {kl_lent} alone {kl_alone}");
+    assert_eq!(lent.pools["install"].trained, 30_000 - 500);
+    let c = lent.to_checkpoint(BTreeMap::new(), 1);
+    assert_eq!(c.targets.iter().filter(|t| t.pool.is_some()).count(), 1);
 }

@@ -50,6 +50,9 @@ pub struct Config {
     pub pools: BTreeMap<String, String>,
     /// Per pool, the settings it learns with (its own keys, else the file's).
     pub pool_settings: BTreeMap<String, Params>,
+    /// Per target, the pool its rows teach, for pools that name `teachers`
+    /// (empty when none does: each pool's targets teach it).
+    pub teaches: BTreeMap<String, String>,
     defaults: Params,
     targets: BTreeMap<String, Params>,
 }
@@ -111,6 +114,7 @@ struct Raw {
 #[serde(deny_unknown_fields)]
 struct RawPool {
     targets: Vec<String>,
+    teachers: Option<Vec<String>>,
     alpha: Option<f64>,
     beta: Option<f64>,
     l1: Option<f64>,
@@ -186,10 +190,24 @@ fn default_consumer() -> String {
 /// of fewer than two targets or an empty name is refused, naming it.
 fn pool_of(pools: &BTreeMap<String, RawPool>) -> Result<BTreeMap<String, String>, ConfigError> {
     let mut of = BTreeMap::new();
-    for (pool, RawPool { targets, .. }) in pools {
-        if pool.is_empty() || targets.len() < 2 || targets.iter().any(String::is_empty) {
+    for (
+        pool,
+        RawPool {
+            targets, teachers, ..
+        },
+    ) in pools
+    {
+        let mut members: Vec<&String> = targets.iter().chain(teachers.iter().flatten()).collect();
+        members.sort();
+        members.dedup();
+        if pool.is_empty() || targets.is_empty() || members.len() < 2 {
             return Err(ConfigError(format!(
-                "pools.{pool}: a pool has a name and two or more targets"
+                "pools.{pool}: a pool has a name, a target or more, and two targets or more among its targets and teachers"
+            )));
+        }
+        if targets.iter().any(String::is_empty) {
+            return Err(ConfigError(format!(
+                "pools.{pool}.targets: a name is empty"
             )));
         }
         for t in targets {
@@ -306,7 +324,22 @@ impl Config {
                 .map_err(|e| ConfigError(format!("transforms.{e}")))?;
         let pools = pool_of(&raw.pools)?;
         let mut pool_settings = BTreeMap::new();
+        let mut teaches = BTreeMap::new();
+        let explicit = raw.pools.values().any(|p| p.teachers.is_some());
         for (name, p) in &raw.pools {
+            let teachers = p.teachers.as_ref().unwrap_or(&p.targets);
+            if teachers.is_empty() || teachers.iter().any(String::is_empty) {
+                return Err(ConfigError(format!(
+                    "pools.{name}.teachers: name one target or more"
+                )));
+            }
+            for t in teachers.iter().filter(|_| explicit) {
+                if let Some(other) = teaches.insert(t.clone(), name.clone()) {
+                    return Err(ConfigError(format!(
+                        "pools.{name}.teachers: {t} already teaches pool {other}"
+                    )));
+                }
+            }
             let settings = RawParams {
                 alpha: p.alpha,
                 beta: p.beta,
@@ -343,6 +376,7 @@ impl Config {
             grid,
             pools,
             pool_settings,
+            teaches,
             defaults,
             targets,
         })
@@ -418,6 +452,14 @@ mod tests {
         assert_eq!(pooled.pool_params("install").alpha, 0.05);
         assert_eq!(pooled.pool_params("install").l2, 1.0);
         assert_eq!(pooled.pool_params("other").alpha, 0.2);
+        assert!(pooled.teaches.is_empty(), "its targets teach it");
+        let lent = Config::from_toml(
+            "checkpoint_dir = \"c\"\n[pools.install]\ntargets = [\"cvr_long\"]\nteachers = [\"cvr_short\"]\n[[sources]]\nname = \"a\"\n",
+        )
+        .unwrap();
+        assert_eq!(lent.pools.len(), 1);
+        assert_eq!(lent.teaches["cvr_short"], "install");
+        assert!(!lent.teaches.contains_key("cvr_long"));
     }
 
     #[test]
@@ -443,6 +485,10 @@ mod tests {
             (
                 "[pools.a]\ntargets = [\"x\", \"y\"]\nalpha = 0.0\n",
                 "pools.a: alpha",
+            ),
+            (
+                "[pools.a]\ntargets = [\"x\"]\nteachers = [\"x\"]\n",
+                "pools.a: a pool has",
             ),
         ] {
             let text = if extra.starts_with('[') {

@@ -167,7 +167,8 @@ fn resume(config: &Config) -> Result<State, TrainError> {
     let fresh = State {
         models: Models::new(config.hashing.clone(), config.window)
             .with_grid(config.grid.clone())
-            .with_pools(&config.pools, |p| config.pool_params(p)),
+            .with_pools(&config.pools, |p| config.pool_params(p))
+            .with_teachers(&config.teaches),
         positions: BTreeMap::new(),
         since_checkpoint: 0,
         refused: BTreeMap::new(),
@@ -191,7 +192,8 @@ fn resume(config: &Config) -> Result<State, TrainError> {
     Ok(State {
         models: Models::from_checkpoint(&c, config.window)
             .with_grid(config.grid.clone())
-            .with_pools(&config.pools, |p| config.pool_params(p)),
+            .with_pools(&config.pools, |p| config.pool_params(p))
+            .with_teachers(&config.teaches),
         positions: c.positions,
         since_checkpoint: 0,
         refused: BTreeMap::new(),

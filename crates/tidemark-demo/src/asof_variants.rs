@@ -1,0 +1,63 @@
+//! The as-of-bid replay of a finished demo run under other learner
+//! configurations, to compare settings on the same rows (how docs/learner.md
+//! chose the pool's `alpha` and measured the early target's tuning). Not run
+//! by the tests; run it by hand against a demo's database (`tidemark demo`
+//! prints its URL and leaves the cluster up):
+//!
+//! ```text
+//! TIDEMARK_VARIANTS_URL='postgresql://…/tidemark_demo?host=…' \
+//! TIDEMARK_VARIANTS=$'[pools.install]\ntargets = ["cvr_short", "cvr_long"]\nalpha = 0.05' \
+//!   cargo test --release -p tidemark-demo --lib asof_variants -- --ignored --nocapture
+//! ```
+//!
+//! `TIDEMARK_VARIANTS` holds learner configuration lines, variants apart by
+//! `||` (an empty one is the demo's own settings without pools); each is
+//! added to the demo's base settings (bits 20, alpha 0.15, the
+//! country × exchange cross). `TIDEMARK_VARIANTS_SHIFT_MS`: the market's
+//! shift, for the `shift` figures.
+
+#[test]
+#[ignore]
+fn asof_variants() {
+    let url = std::env::var("TIDEMARK_VARIANTS_URL").expect("TIDEMARK_VARIANTS_URL");
+    let variants = std::env::var("TIDEMARK_VARIANTS").unwrap_or_default();
+    let shift = std::env::var("TIDEMARK_VARIANTS_SHIFT_MS")
+        .ok()
+        .map(|s| s.parse().expect("a number of ms"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let rows = rt.block_on(async {
+        let c = tidemark_store::connect(&url).await.unwrap();
+        crate::store::emitted(&c).await.unwrap()
+    });
+    let base = "checkpoint_dir = \"c\"\nbits = 20\nalpha = 0.15\ncrosses = [[\"country\", \"exchange\"]]\n";
+    for v in variants.split("||") {
+        let text = format!("{base}{v}\n[[sources]]\nname = \"demo\"\n");
+        let config = tidemark_learner::Config::from_toml(&text).unwrap();
+        let setup = crate::asof::Setup {
+            config: &config,
+            slice_ms: crate::SLICE_MS,
+            final_offset_ms: crate::FINAL_OFFSET_MS,
+            shift_at_ms: shift,
+        };
+        let (targets, shift) = crate::asof::evaluate(&rows, &setup).unwrap();
+        println!("== {}", v.replace('\n', " "));
+        for name in ["cvr_short", "cvr_long", "p_install"] {
+            let a = &targets[name];
+            let kl: Vec<String> = (crate::asof::ARMS.iter())
+                .map(|arm| format!("{arm} {:.5}", a[arm]["kl"].as_f64().unwrap_or(f64::NAN)))
+                .collect();
+            println!(
+                "  {name:<10} {} | early gap {:.3} calibration {:.3}",
+                kl.join(" "),
+                a["early"]["gap_closed"].as_f64().unwrap_or(f64::NAN),
+                a["early"]["calibration"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+        if !shift.is_null() {
+            println!("  shift {shift}");
+        }
+    }
+}
