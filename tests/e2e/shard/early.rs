@@ -328,3 +328,73 @@ fn early_rows_learned_offline(db: &TestDb) {
         1 + count("late") + count("final")
     );
 }
+
+/// The database refuses an early target's row (SPEC 12): it is set aside in
+/// `tidemark.emission_gaps` once, its member gets no further row of that
+/// target (no late row after a refused provisional one, no final 0 after a
+/// refused late one), and the other members go on.
+#[test]
+fn an_early_row_the_database_refuses_is_set_aside_once_and_ends_its_member() {
+    let db = TestDb::new("early_refused");
+    let mut publ = Publisher::new();
+    let mut shard = Proc::shard(&db, "r", &publ.endpoint, EARLY);
+    publ.wait_subscribed("tick", 2);
+    // A constraint stands in for any value PostgreSQL cannot take: a bid
+    // whose `poison` feature names a kind has its row of that kind refused.
+    let refuse = "ALTER TABLE tidemark.observations ADD CONSTRAINT no_poison \
+                  CHECK (features->>'poison' IS DISTINCT FROM kind)";
+    let url = db.url.clone();
+    tidemark_testkit::block_on(async move {
+        let c = tidemark_store::connect(&url).await.unwrap();
+        c.batch_execute(refuse).await.unwrap()
+    });
+    publ.tick(T0 - 20 * S);
+    let c = T0;
+    let (late, prov, ok) = (tx(1, c), tx(2, c), tx(3, c));
+    for (x, features) in [
+        (&late, r#""features":{"poison":"late"}"#),
+        (&prov, r#""features":{"poison":"provisional"}"#),
+        (&ok, BID),
+    ] {
+        publ.event("bid", x, c + 10, features);
+        publ.event("impression", x, c + 500, "");
+        publ.event("click", x, c + S, "");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // Past the install_short sweep (c + 130s): the provisional rows.
+    publ.tick_steps(T0 - 20 * S, c + 135 * S);
+    wait_clock(&db, "r", c + 135 * S);
+    for x in [&late, &prov, &ok] {
+        publ.event("install", x, c + 140 * S, "");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // Through the long window's end (c + 310s), sweep after sweep.
+    publ.tick_steps(c + 135 * S, c + 400 * S);
+    wait_clock(&db, "r", c + 400 * S);
+    shard.stop();
+    let s = stream(&db);
+    let long = |x: &Txid| s.get(&("cvr_long".to_owned(), x.to_string())).cloned();
+    let p = ("provisional".to_owned(), 0, None);
+    assert_eq!(long(&late), Some(vec![p.clone()]), "no final 0 after it");
+    assert_eq!(long(&prov), None, "no late row without its provisional one");
+    assert_eq!(
+        long(&ok),
+        Some(vec![p, ("late".to_owned(), 1, Some(140 * S))])
+    );
+    // Their other targets' rows are final ones, which the constraint takes.
+    for x in [&late, &prov] {
+        assert!(s.contains_key(&("ctr".to_owned(), x.to_string())));
+    }
+    let mut gaps = query_rows(
+        &db.url,
+        "SELECT target, txid FROM tidemark.emission_gaps WHERE shard = 'r'",
+    );
+    gaps.sort();
+    let mut want = vec![
+        vec![Some("cvr_long".to_owned()), Some(late.to_string())],
+        vec![Some("cvr_long".to_owned()), Some(prov.to_string())],
+    ];
+    want.sort();
+    assert_eq!(gaps, want, "each set aside once");
+    assert_eq!(counter(&db, "r", "emission_gaps"), 2);
+}
