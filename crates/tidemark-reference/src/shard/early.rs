@@ -16,7 +16,10 @@
 //!   sweep, and later copies change nothing. Never: `final` 0.
 //!
 //! `delay_ms` is the winner's time from creation when the late row is
-//! written. Copies arriving between two sweeps are written together, so the
+//! written. A copy whose arrival the test did not pin to the clock (a
+//! replay's) counts as come before the start's sweep, but a sweep may fall
+//! between two such copies: the range then reaches the winner when the
+//! first one came. Copies arriving between two sweeps are written together, so the
 //! oracle gives the range the value must fall in: from the earliest copy
 //! inside the window that counts to the winner when the first one came.
 
@@ -114,8 +117,9 @@ pub(super) fn matured(
     let created = tx.created;
     let windows = windows_of(config, kind);
     // The copies that count, in the order sent: (time from creation, before
-    // the start's sweep). After the window's own sweep, nothing changes it.
-    let counted: Vec<(i64, bool)> = tx
+    // the start's sweep, its arrival clock unknown). After the window's own
+    // sweep, nothing changes it.
+    let counted: Vec<(i64, bool, bool)> = tx
         .copies(kind)
         .filter(|(_, seen)| before(*seen, after(created, window.sweep, 0)))
         .filter_map(|(ts, seen)| {
@@ -123,25 +127,48 @@ pub(super) fn matured(
             let counts = windows
                 .iter()
                 .any(|w| w.contains(dt) && before(seen, after(created, w.sweep, 0)));
-            counts.then(|| (dt, before(seen, after(created, start, 0))))
+            counts.then(|| (dt, before(seen, after(created, start, 0)), seen.is_none()))
         })
         .collect();
     let earliest_inside = counted
         .iter()
-        .map(|(dt, _)| *dt)
+        .map(|(dt, ..)| *dt)
         .filter(|dt| window.contains(*dt))
         .min();
-    let at_start = counted.iter().filter(|(_, b)| *b).map(|(dt, _)| *dt).min();
+    let at_start = counted
+        .iter()
+        .filter(|(_, b, _)| *b)
+        .map(|(dt, ..)| *dt)
+        .min();
+    // The first winner inside the window, in the order sent: what the late
+    // row carries if a sweep came right after that copy.
+    let first_inside = counted
+        .iter()
+        .scan(i64::MAX, |w, (dt, ..)| {
+            *w = (*w).min(*dt);
+            Some(*w)
+        })
+        .find(|w| window.contains(*w));
     let late = |winner: i64| Matured::Late {
         lo: earliest_inside.unwrap_or(winner).min(winner),
         hi: winner,
     };
     match at_start {
-        Some(winner) if window.contains(winner) => late(winner),
+        // Copies whose arrival is unknown (a replay's) are taken to have come
+        // before the start's sweep, which decides the kind; but they may have
+        // come after it, a sweep between two of them, and then the late row
+        // carries the winner when the first one came.
+        Some(winner) if window.contains(winner) => match counted.iter().any(|c| c.2) {
+            true => Matured::Late {
+                lo: winner,
+                hi: first_inside.unwrap_or(winner).max(winner),
+            },
+            false => late(winner),
+        },
         Some(_) => Matured::Final,
         None => {
             let mut winner = i64::MAX;
-            for (dt, _) in counted.iter().filter(|(_, b)| !b) {
+            for (dt, ..) in counted.iter().filter(|(_, b, _)| !b) {
                 winner = winner.min(*dt);
                 if window.contains(winner) {
                     return late(winner);
@@ -181,6 +208,23 @@ mod tests {
             Some(k) => late(e, T0 + k),
             None => e,
         }
+    }
+
+    #[test]
+    fn copies_of_unknown_arrival_may_be_a_sweep_apart() {
+        // A later-stamped copy sent first: a sweep may fall between the two
+        // (the late row then carries it), or not (the earlier one).
+        let c = early();
+        let dt = c.windows_ms.install_short + HOUR;
+        let row = long_row(&c, vec![install(dt + 470, None), install(dt, None)]).unwrap();
+        assert_eq!(row.delay_ms, Some((dt, dt + 470)));
+        // Known to have come before the start's sweep: written together.
+        let (_, start) = cvr_long(&c);
+        let both = vec![
+            install(dt + 470, Some(start - 2)),
+            install(dt, Some(start - 1)),
+        ];
+        assert_eq!(long_row(&c, both).unwrap().delay_ms, Some((dt, dt)));
     }
 
     #[test]
