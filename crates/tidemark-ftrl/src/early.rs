@@ -78,6 +78,17 @@ impl Kind {
     }
 }
 
+/// The rate `p` in `[0, 1]` solving `P·(1 − p)·p + L·(p − 1) + F0·p +
+/// F1·(p − 1) = 0` with ½ added to `F0` and `F1` (see [`crate::Ftrl::margin`]):
+/// the smaller root of `P·p² − b·p + c = 0`, written without cancellation.
+pub(crate) fn weighted_rate(p: f64, late: f64, f1: f64, f0: f64) -> f64 {
+    let (f0, f1) = (f0 + 0.5, f1 + 0.5);
+    let b = p + late + f0 + f1;
+    let c = late + f1;
+    let disc = (b * b - 4.0 * p * c).max(0.0);
+    (2.0 * c / (b + disc.sqrt())).clamp(1e-9, 1.0 - 1e-9)
+}
+
 /// One row's label and kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Row {

@@ -2,7 +2,7 @@
 //! features. The weight of a coordinate is derived from `z` and `n` when
 //! needed ("lazy weights"), so only `z` and `n` are stored.
 
-use crate::early::{Kind, Row};
+use crate::early::{weighted_rate, Kind, Row};
 use crate::tuner::{Tuner, MAX_SETTINGS};
 #[cfg(test)]
 use crate::PENDING_MAX;
@@ -179,17 +179,6 @@ pub struct Ftrl {
     tuner: Tuner,
 }
 
-/// The rate `p` in `[0, 1]` solving `P·(1 − p)·p + L·(p − 1) + F0·p +
-/// F1·(p − 1) = 0` with ½ added to `F0` and `F1` (see [`Ftrl::margin`]):
-/// the smaller root of `P·p² − b·p + c = 0`, written without cancellation.
-fn weighted_rate(p: f64, late: f64, f1: f64, f0: f64) -> f64 {
-    let (f0, f1) = (f0 + 0.5, f1 + 0.5);
-    let b = p + late + f0 + f1;
-    let c = late + f1;
-    let disc = (b * b - 4.0 * p * c).max(0.0);
-    (2.0 * c / (b + disc.sqrt())).clamp(1e-9, 1.0 - 1e-9)
-}
-
 /// Floats allocated past the cells, so they can start on a 64-byte boundary.
 const PAD: usize = 16;
 
@@ -349,6 +338,12 @@ impl Ftrl {
             }
             None => 0.0,
         }
+    }
+
+    /// [`Ftrl::margin`] as the next prediction starts from (kept, not
+    /// computed again).
+    pub fn base_margin(&self) -> f32 {
+        self.margin
     }
 
     /// The weight under settings `p` of a coordinate with `z` and `√n`.

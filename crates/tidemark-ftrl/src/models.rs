@@ -29,8 +29,8 @@ pub struct Models {
     pool_of: BTreeMap<String, String>,
     /// The settings each new pool learns with (default: SPEC 8's).
     pool_params: BTreeMap<String, Params>,
-    /// Per target, the pool its rows teach, when the configuration names
-    /// its pools' teachers (empty: each pooled target teaches its pool). A
+    /// Per target, the pool its rows teach: by default each pooled target
+    /// teaches its own pool ([`Models::with_teachers`] names others). A
     /// teacher outside the pool's targets teaches it as a model of its own
     /// labels: its margin plus the pool's weights.
     teaches: BTreeMap<String, String>,
@@ -77,8 +77,8 @@ impl Models {
     }
 
     /// Targets not learned yet join pools: `pool_of` maps a target to its
-    /// pool's name; a new pool learns with `params(name)`. A target
-    /// already learned keeps what it was trained with.
+    /// pool's name; a new pool learns with `params(name)`, taught by its
+    /// targets. A target already learned keeps what it was trained with.
     pub fn with_pools(
         mut self,
         pool_of: &BTreeMap<String, String>,
@@ -87,16 +87,19 @@ impl Models {
         for (target, pool) in pool_of {
             if !self.targets.contains_key(target) {
                 self.pool_of.insert(target.clone(), pool.clone());
+                self.teaches.insert(target.clone(), pool.clone());
             }
             self.pool_params.insert(pool.clone(), params(pool));
         }
         self
     }
 
-    /// The targets whose rows teach each pool (`teaches`: target → pool),
-    /// instead of the pools' own targets.
+    /// The targets whose rows teach each pool named in `teaches` (target →
+    /// pool), instead of its own targets; other pools keep their teachers.
     pub fn with_teachers(mut self, teaches: &BTreeMap<String, String>) -> Models {
-        self.teaches = teaches.clone();
+        let named: std::collections::BTreeSet<&String> = teaches.values().collect();
+        self.teaches.retain(|_, pool| !named.contains(pool));
+        self.teaches.extend(teaches.clone());
         self
     }
 
@@ -116,6 +119,7 @@ impl Models {
                 .insert(t.name.clone(), (model, Metrics::new(window)));
             if let Some(pool) = &t.pool {
                 m.pool_of.insert(t.name.clone(), pool.clone());
+                m.teaches.insert(t.name.clone(), pool.clone());
             }
         }
         for p in &c.pools {
@@ -148,10 +152,7 @@ impl Models {
             .or_insert_with(|| (grid.model(params(), slots), Metrics::new(window)));
         let (pools, pool_params) = (&mut self.pools, &self.pool_params);
         let scored_with = self.pool_of.get(target);
-        let taught = match self.teaches.is_empty() {
-            true => scored_with,
-            false => self.teaches.get(target),
-        };
+        let taught = self.teaches.get(target);
         let offset = scored_with.map_or(0.0, |name| {
             pool(pools, pool_params, name, slots).shared_sum(&self.x)
         });
@@ -165,7 +166,7 @@ impl Models {
             // A model of this target's labels: its margin plus the pool.
             Some(name) => {
                 let pool = pool(pools, pool_params, name, slots);
-                let q = sigmoid(model.margin() + f64::from(pool.shared_sum(&self.x)));
+                let q = sigmoid(f64::from(model.base_margin() + pool.shared_sum(&self.x)));
                 let y = f64::from(u8::from(row.label));
                 pool.step(&self.x, row.kind.weight(q, model.is_early()) * (q - y));
             }

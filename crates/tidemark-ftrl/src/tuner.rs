@@ -93,10 +93,8 @@ impl Tuner {
     pub(crate) fn matured(&mut self, member: u64, y: bool, row: u64) -> Option<f64> {
         let kept = self.pending.remove(&member)?;
         if self.loss.len() > 1 {
-            let p: Vec<f64> = (kept.p[..self.loss.len()].iter())
-                .map(|&p| f64::from(p))
-                .collect();
-            self.add(&p, y, row);
+            let p = kept.p.map(f64::from);
+            self.add(&p[..self.loss.len()], y, row);
         }
         Some(f64::from(kept.served))
     }

@@ -50,8 +50,8 @@ pub struct Config {
     pub pools: BTreeMap<String, String>,
     /// Per pool, the settings it learns with (its own keys, else the file's).
     pub pool_settings: BTreeMap<String, Params>,
-    /// Per target, the pool its rows teach, for pools that name `teachers`
-    /// (empty when none does: each pool's targets teach it).
+    /// Per target, the pool its rows teach: a pool's `teachers`, which
+    /// default to its `targets`.
     pub teaches: BTreeMap<String, String>,
     defaults: Params,
     targets: BTreeMap<String, Params>,
@@ -325,7 +325,6 @@ impl Config {
         let pools = pool_of(&raw.pools)?;
         let mut pool_settings = BTreeMap::new();
         let mut teaches = BTreeMap::new();
-        let explicit = raw.pools.values().any(|p| p.teachers.is_some());
         for (name, p) in &raw.pools {
             let teachers = p.teachers.as_ref().unwrap_or(&p.targets);
             if teachers.is_empty() || teachers.iter().any(String::is_empty) {
@@ -333,7 +332,7 @@ impl Config {
                     "pools.{name}.teachers: name one target or more"
                 )));
             }
-            for t in teachers.iter().filter(|_| explicit) {
+            for t in teachers {
                 if let Some(other) = teaches.insert(t.clone(), name.clone()) {
                     return Err(ConfigError(format!(
                         "pools.{name}.teachers: {t} already teaches pool {other}"
@@ -452,7 +451,7 @@ mod tests {
         assert_eq!(pooled.pool_params("install").alpha, 0.05);
         assert_eq!(pooled.pool_params("install").l2, 1.0);
         assert_eq!(pooled.pool_params("other").alpha, 0.2);
-        assert!(pooled.teaches.is_empty(), "its targets teach it");
+        assert_eq!(pooled.teaches, pooled.pools, "its targets teach it");
         let lent = Config::from_toml(
             "checkpoint_dir = \"c\"\n[pools.install]\ntargets = [\"cvr_long\"]\nteachers = [\"cvr_short\"]\n[[sources]]\nname = \"a\"\n",
         )

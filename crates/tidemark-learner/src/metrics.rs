@@ -34,7 +34,7 @@ pub const NUMERIC_OUT_OF_RANGE: Metric = Metric::counter(
 /// Per target: checkpoints not written because a number was not finite.
 pub const CHECKPOINT_REFUSED: Metric = Metric::counter(
     "checkpoint_refused",
-    "times a target held a number that is not finite when a checkpoint was due: not written, the target resumed from its last good checkpoint",
+    "times a target (or a pool, counted as target=\"pool:NAME\") held a number that is not finite when a checkpoint was due: not written, it resumed from its last good checkpoint",
 );
 /// Per stream: 1 while its saved position is ahead of its last seq.
 pub const POSITION_AHEAD: Metric = Metric::gauge(

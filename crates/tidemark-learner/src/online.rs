@@ -365,16 +365,7 @@ impl State {
 
     fn checkpoint(&mut self, config: &Config) -> Result<PathBuf, TrainError> {
         let mut c = self.models.to_checkpoint(self.positions.clone(), now_ms());
-        let unfit: Vec<(String, String)> = (c.targets.iter())
-            .filter_map(|t| t.non_finite().map(|why| (t.name.clone(), why)))
-            .collect();
-        let unfit_pools: Vec<(String, String)> = (c.pools.iter())
-            .filter_map(|p| p.non_finite().map(|why| (p.name.clone(), why)))
-            .collect();
-        if !unfit_pools.is_empty() {
-            self.restore_pools(config, &unfit_pools);
-            c = self.models.to_checkpoint(self.positions.clone(), now_ms());
-        }
+        let unfit = unfit(&c);
         if !unfit.is_empty() {
             self.restore(config, &unfit);
             c = self.models.to_checkpoint(self.positions.clone(), now_ms());
@@ -391,49 +382,55 @@ impl State {
     }
 }
 
-impl State {
-    /// Puts each unfit target back as the last checkpoint written holds it
-    /// (or starts it afresh without one), so bidders get a sound model again
-    /// at this very checkpoint instead of none for ever (SPEC 10, v1.3). The
-    /// rows it learned since are lost to it; the positions stay, as every
-    /// other target learned them.
-    fn restore(&mut self, config: &Config, unfit: &[(String, String)]) {
-        let last = tidemark_checkpoint::latest(&config.checkpoint_dir)
-            .and_then(|p| Checkpoint::read(&p, true).ok());
-        for (target, why) in unfit {
-            let good = last
-                .as_ref()
-                .and_then(|c| c.targets.iter().find(|t| &t.name == target));
-            tracing::error!(
-                target,
-                found = why,
-                resumed_from = if good.is_some() { "the last checkpoint" } else { "nothing (no checkpoint holds it)" },
-                "a target holds a number that is not finite: it is not written; it resumes from its last good state"
-            );
-            *self.refused.entry(target.clone()).or_insert(0) += 1;
-            self.models.restore(target, good);
-        }
-    }
+/// A part of the models a checkpoint holds: a target or a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Target,
+    Pool,
+}
+
+/// Every target and pool of `c` holding a number that is not finite:
+/// `(part, name, what was found)`.
+fn unfit(c: &Checkpoint) -> Vec<(Part, String, String)> {
+    let targets = c.targets.iter().map(|t| (Part::Target, t));
+    let pools = c.pools.iter().map(|p| (Part::Pool, p));
+    (targets.chain(pools))
+        .filter_map(|(part, t)| t.non_finite().map(|why| (part, t.name.clone(), why)))
+        .collect()
 }
 
 impl State {
-    /// [`State::restore`] for pools: each unfit pool resumes from the last
-    /// checkpoint written (or afresh); its targets keep their own weights.
-    fn restore_pools(&mut self, config: &Config, unfit: &[(String, String)]) {
+    /// Puts each unfit target or pool back as the last checkpoint written
+    /// holds it (or starts it afresh without one), so bidders get a sound
+    /// model again at this very checkpoint instead of none for ever (SPEC
+    /// 10, v1.3). The rows it learned since are lost to it; the positions
+    /// stay, as every other part learned them. A pool's targets keep their
+    /// own weights.
+    fn restore(&mut self, config: &Config, unfit: &[(Part, String, String)]) {
         let last = tidemark_checkpoint::latest(&config.checkpoint_dir)
             .and_then(|p| Checkpoint::read(&p, true).ok());
-        for (pool, why) in unfit {
-            let good = last
-                .as_ref()
-                .and_then(|c| c.pools.iter().find(|p| &p.name == pool));
+        for (part, name, why) in unfit {
+            let held = last.as_ref().map_or(&[][..], |c| match part {
+                Part::Target => &c.targets[..],
+                Part::Pool => &c.pools[..],
+            });
+            let good = held.iter().find(|t| &t.name == name);
             tracing::error!(
-                pool,
+                part = ?part,
+                name,
                 found = why,
                 resumed_from = if good.is_some() { "the last checkpoint" } else { "nothing (no checkpoint holds it)" },
-                "a pool holds a number that is not finite: it is not written; it resumes from its last good state"
+                "a model holds a number that is not finite: it is not written; it resumes from its last good state"
             );
-            *self.refused.entry(format!("pool:{pool}")).or_insert(0) += 1;
-            self.models.restore_pool(pool, good);
+            let counted = match part {
+                Part::Target => name.clone(),
+                Part::Pool => format!("pool:{name}"),
+            };
+            *self.refused.entry(counted).or_insert(0) += 1;
+            match part {
+                Part::Target => self.models.restore(name, good),
+                Part::Pool => self.models.restore_pool(name, good),
+            }
         }
     }
 }
@@ -533,6 +530,58 @@ mod tests {
         let cvr = written.targets.iter().find(|t| t.name == "cvr").unwrap();
         assert_eq!(cvr.trained, 250, "the other target kept what it learned");
         assert_eq!(state.refused["ctr"], 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_unfit_pool_is_not_written_and_resumes_from_its_last_good_checkpoint() {
+        let dir = std::env::temp_dir().join(format!("tidemark-unfit-pool-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let config = Config::from_toml(&format!(
+            "checkpoint_dir = {:?}\n[pools.install]\ntargets = [\"short\", \"long\"]\n[[sources]]\nname = \"a\"\n",
+            dir.display().to_string()
+        ))
+        .unwrap();
+        let mut state = resume(&config).unwrap();
+        let row = |i: u32| match serde_json::json!({"app": format!("a{}", i % 5)}) {
+            serde_json::Value::Object(m) => m,
+            _ => unreachable!(),
+        };
+        let learn = |state: &mut State, rows: std::ops::Range<u32>| {
+            for i in rows {
+                for t in ["short", "long"] {
+                    let y = Row::plain(i % 3 == 0);
+                    state.models.learn(t, Params::default, &row(i), y);
+                }
+            }
+        };
+        learn(&mut state, 0..200);
+        let good = Checkpoint::read(&state.checkpoint(&config).unwrap(), true).unwrap();
+        let good_pool = good.pools.iter().find(|p| p.name == "install").unwrap();
+        assert!(good_pool.trained > 0);
+
+        let mut bad = good_pool.clone();
+        bad.state[0].1 = f32::NAN;
+        state.models.restore_pool("install", Some(&bad));
+        learn(&mut state, 0..50);
+        let written = Checkpoint::read(&state.checkpoint(&config).unwrap(), true)
+            .expect("a checkpoint every reader loads");
+        let pool = written.pools.iter().find(|p| p.name == "install").unwrap();
+        assert_eq!(
+            (pool.trained, &pool.weights, &pool.state),
+            (good_pool.trained, &good_pool.weights, &good_pool.state),
+            "the pool is back as the last good checkpoint held it"
+        );
+        assert_eq!(written.non_finite(), None);
+        assert_eq!(state.refused["pool:install"], 1);
+        for t in &written.targets {
+            assert_eq!(t.pool.as_deref(), Some("install"));
+            // A target that scored with the poisoned pool took its NaN too:
+            // it is put back as well, counted; one that did not, kept on.
+            let back = state.refused.get(&t.name).copied().unwrap_or(0);
+            let want = if back == 1 { 200 } else { 250 };
+            assert_eq!(t.trained, want, "{} (refused {back} times)", t.name);
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
