@@ -11,6 +11,14 @@ column categorical as `name=value` (Tidemark's numeric columns are hashed as
 their value; VW gets the same `name:value`); both are scored by progressive
 logloss on the matured rows (`late` and `final`), as `learn` reports.
 
+Tidemark starts every score from its base margin, the log-odds of the rate
+the rows so far give (docs/learner.md: `ln((ones + ½)/(zeros + ½))`, and
+for an early target the rate at which the weighted rows' steps cancel),
+where VW learns a bias weight from zero. VW's label format takes a
+per-row `base` (a margin added to its score), so the same model can be
+given to VW: `--base` (the default) hands it the margin computed here from
+the document's formula, row by row; `--no-base` leaves VW as it is.
+
 Prints one JSON object: rows, the two loglosses, their difference, and each
 learner's rows per second.
 """
@@ -28,6 +36,40 @@ def logloss(p, y):
     return -math.log(p if y else 1 - p)
 
 
+def weighted_rate(p, late, f1, f0):
+    """docs/learner.md: the rate q in [0, 1] solving
+    P(1 - q)q + L(q - 1) + F0 q + F1 (q - 1) = 0, with 1/2 added to F0, F1."""
+    f0, f1 = f0 + 0.5, f1 + 0.5
+    b = p + late + f0 + f1
+    c = late + f1
+    disc = max(b * b - 4.0 * p * c, 0.0)
+    return min(max(2.0 * c / (b + math.sqrt(disc)), 1e-9), 1 - 1e-9)
+
+
+class Margin:
+    """The base margin of the next row, as docs/learner.md defines it."""
+
+    def __init__(self):
+        self.rows = self.ones = self.prov = self.late = 0
+
+    def value(self):
+        if self.prov == 0:
+            return math.log((self.ones + 0.5) / (self.rows - self.ones + 0.5))
+        q = weighted_rate(self.prov, self.late, self.ones, self.rows - self.ones)
+        return math.log(q / (1 - q))
+
+    def learned(self, kind, y):
+        if kind == "final" and y and self.prov:
+            self.prov = self.late = 0  # its shard emits final labels only now
+        if kind == "provisional":
+            self.prov += 1
+        elif kind == "late":
+            self.late += 1
+        elif not self.prov:
+            self.rows += 1
+            self.ones += int(y)
+
+
 def main():
     a = argparse.ArgumentParser()
     a.add_argument("tsv")
@@ -40,6 +82,7 @@ def main():
     a.add_argument("--l1", type=float, default=1.0)
     a.add_argument("--l2", type=float, default=1.0)
     a.add_argument("--tidemark-seconds", type=float, default=0.0)
+    a.add_argument("--base", action=argparse.BooleanOptionalAction, default=True)
     args = a.parse_args()
     os.makedirs(args.work, exist_ok=True)
     vw_in = os.path.join(args.work, "early.vw")
@@ -49,6 +92,7 @@ def main():
         header = f.readline().rstrip("\n").split("\t")
         assert header[1] == ":kind", "export with --kinds all"
         names = header[2:]
+        margin = Margin()
         for line, weight in zip(f, w):
             cells = line.rstrip("\n").split("\t")
             y = cells[0] == "1"
@@ -62,7 +106,9 @@ def main():
                     feats.append(f"{n[:-4]}:{v}")
                 else:
                     feats.append(f"{n}={v}".replace(" ", "_").replace("|", "_").replace(":", "_"))
-            out.write(f"{1 if y else -1} {float(weight)} |f {' '.join(feats)}\n")
+            base = f" {margin.value():.9g}" if args.base else ""
+            margin.learned(cells[1], y)
+            out.write(f"{1 if y else -1} {float(weight)}{base} |f {' '.join(feats)}\n")
     from vowpalwabbit import Workspace
     cmd = (f"--ftrl --ftrl_alpha {args.alpha} --ftrl_beta {args.beta} --l1 {args.l1} "
            f"--l2 {args.l2} -b {args.bits} --loss_function logistic --link logistic --quiet "
@@ -79,7 +125,7 @@ def main():
     vw_ll = sum(logloss(vw_p[i], labels[i]) for i in rows) / max(len(rows), 1)
     tm_ll = sum(logloss(tm_p[i], labels[i]) for i in rows) / max(len(rows), 1)
     json.dump({
-        "rows": len(labels), "matured": len(rows),
+        "rows": len(labels), "matured": len(rows), "vw_base_margin": args.base,
         "tidemark_logloss": tm_ll, "vw_logloss": vw_ll, "difference": tm_ll - vw_ll,
         "vw_rows_per_second": len(labels) / max(vw_seconds, 1e-9),
         "tidemark_rows_per_second": len(labels) / args.tidemark_seconds if args.tidemark_seconds else None,

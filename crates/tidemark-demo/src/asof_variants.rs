@@ -14,7 +14,8 @@
 //! `||` (an empty one is the demo's own settings without pools); each is
 //! added to the demo's base settings (bits 20, alpha 0.15, the
 //! country × exchange cross). `TIDEMARK_VARIANTS_SHIFT_MS`: the market's
-//! shift, for the `shift` figures.
+//! shift, for the `shift` figures. `TIDEMARK_VARIANTS_SLICES` set: `cvr_long`'s
+//! per-slice figures too.
 
 #[test]
 #[ignore]
@@ -58,6 +59,23 @@ fn asof_variants() {
         }
         if !shift.is_null() {
             println!("  shift {shift}");
+        }
+        if std::env::var_os("TIDEMARK_VARIANTS_SLICES").is_some() {
+            // Per slice, each arm's KL / calibration of cvr_long.
+            let s = &targets["cvr_long"]["slices"];
+            let arms = ["final_only", "early", "oracle"];
+            for i in 0..s["kl"]["early"].as_array().map_or(0, Vec::len) {
+                let cells: Vec<String> = (arms.iter())
+                    .map(|a| {
+                        format!(
+                            "{a} {:.4}/{:.2}",
+                            s["kl"][a][i].as_f64().unwrap_or(f64::NAN),
+                            s["calibration"][a][i].as_f64().unwrap_or(f64::NAN)
+                        )
+                    })
+                    .collect();
+                println!("  slice {i:>3} {}", cells.join("  "));
+            }
         }
     }
 }
