@@ -3,8 +3,9 @@
 # then, offline on its exported cvr_long rows of every kind, Tidemark's
 # learner at its defaults (the demo's hashing, 2^20) writing the weight it
 # applied to each row, and Vowpal Wabbit --ftrl learning the same rows with
-# those weights and the same settings (bench/early_vw.py): the loglosses on
-# matured rows, and each one's rows per second. VW is installed in a
+# those weights and the same settings (bench/early_vw.py), given Tidemark's
+# base margin as each row's base and without it: the loglosses on matured
+# rows, and each one's rows per second; then Tidemark at its defaults. VW is installed in a
 # throwaway virtual environment under target/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,15 @@ target/release/tidemark learn --input "$work/cvr_long.tsv" --header --bits 20 --
     --weights "$work/weights.txt" --predictions "$work/preds.txt" --json > "$work/tidemark.json"
 end=$(date +%s.%N)
 cat "$work/tidemark.json"; echo
-"$venv/bin/python" bench/early_vw.py "$work/cvr_long.tsv" "$work/weights.txt" "$work/preds.txt" \
-    --work "$work" --bits 20 --alpha 0.1 \
-    --tidemark-seconds "$(echo "$end - $start" | bc)"
+# VW given Tidemark's base margin as each row's base (the same model), then
+# VW learning its bias from zero (its own model).
+for base in --base --no-base; do
+    "$venv/bin/python" bench/early_vw.py "$work/cvr_long.tsv" "$work/weights.txt" "$work/preds.txt" \
+        --work "$work" --bits 20 --alpha 0.1 $base \
+        --tidemark-seconds "$(echo "$end - $start" | bc)"
+done
+# Tidemark at its defaults (the grid of eight settings, 2^22 weights), whole process.
+start=$(date +%s.%N)
+target/release/tidemark learn --input "$work/cvr_long.tsv" --header --json > "$work/defaults.json"
+end=$(date +%s.%N)
+echo "{\"tidemark_defaults_logloss\": $(python3 -c "import json; print(json.load(open('$work/defaults.json'))['logloss'])"), \"tidemark_defaults_rows_per_second\": $(echo "($(wc -l < "$work/cvr_long.tsv") - 1) / ($end - $start)" | bc)}"
