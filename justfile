@@ -117,7 +117,7 @@ bench-demo:
 bench-early-cost pairs="2" dense="2000000" days="3":
     bash bench/early_cost.sh {{pairs}} {{dense}} {{days}}
 
-# Issue 48: the as-of-bid figures, default market and criteo delays with a shift, seeds 1..N
+# Issue 48: the as-of-bid figures, default market, criteo delays with a shift, and the same published longer, seeds 1..N
 bench-early-seeds seeds="3":
     bash bench/early_seeds.sh {{seeds}}
 

@@ -98,8 +98,14 @@ pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, 
     // Transactions whose every final row was emitted before the run ended:
     // only their outcome is known, so only they are scored, and only their
     // rows are the oracle's (the others' late rows came, their zeros never).
+    // The slowest shard's clock says how far every shard has emitted.
     let longest = setup.final_offset_ms.iter().copied().max().unwrap_or(0);
-    let settled = rows.iter().map(|r| r.clock_ms).max().unwrap_or(0) - longest;
+    let mut reached: BTreeMap<&str, i64> = BTreeMap::new();
+    for r in rows {
+        let at = reached.entry(&r.shard).or_insert(r.clock_ms);
+        *at = (*at).max(r.clock_ms);
+    }
+    let settled = reached.values().copied().min().unwrap_or(0) - longest;
     events.retain(|e| e.created <= settled);
     let Some(first) = events.first() else {
         return Ok((Map::new(), Value::Null));

@@ -159,6 +159,8 @@ pub struct Emitted {
     pub truth: [Option<f64>; 4],
     /// Its transaction.
     pub txid: String,
+    /// The shard that emitted it.
+    pub shard: String,
 }
 
 /// Every observation of the built-in targets, in the order the shards'
@@ -168,7 +170,7 @@ pub async fn emitted(c: &Client) -> Result<Vec<Emitted>, StoreError> {
         .query(
             "SELECT o.target, o.label, o.kind, o.features::text, o.clock_ms,
                     (extract(epoch FROM o.created_at) * 1000)::bigint,
-                    t.ctr, t.cvr_short, t.cvr_long, t.p_install, o.txid
+                    t.ctr, t.cvr_short, t.cvr_long, t.p_install, o.txid, o.shard
                FROM tidemark.observations o LEFT JOIN tidemark_demo.truth t USING (txid)
               WHERE o.target IN ('ctr', 'cvr_short', 'cvr_long') AND o.clock_ms IS NOT NULL
               ORDER BY o.clock_ms, o.shard, o.seq",
@@ -186,6 +188,7 @@ pub async fn emitted(c: &Client) -> Result<Vec<Emitted>, StoreError> {
             created_ms: r.get(5),
             truth: [r.get(6), r.get(7), r.get(8), r.get(9)],
             txid: r.get(10),
+            shard: r.get(11),
         })
         .collect())
 }
