@@ -121,6 +121,10 @@ bench-early-cost pairs="2" dense="2000000" days="3":
 bench-early-seeds seeds="3":
     bash bench/early_seeds.sh {{seeds}}
 
+# Issue 48: early weights through a shift, simulated (one logit; no build)
+bench-early-transient:
+    python3 bench/early_transient.py
+
 # Issue 48: an early target's rows, weighted, learned by Tidemark and by VW --ftrl with the same weights
 bench-early-vw *flags:
     bash bench/early_peers.sh {{flags}}
