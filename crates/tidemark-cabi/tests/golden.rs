@@ -111,6 +111,39 @@ fn expected_in(file: &str) -> Vec<Value> {
         .collect()
 }
 
+/// `tidemark_score_json` of `bid` through scorer `s`, as C calls it: the
+/// text written and the length returned.
+fn score_json(s: *mut TidemarkScorer, bid: &str) -> (String, i64) {
+    let bid_c = CString::new(bid).unwrap();
+    let (mut text, mut err) = ([0 as c_char; 512], [0 as c_char; 256]);
+    let n = unsafe {
+        tidemark_score_json(
+            s,
+            bid_c.as_ptr(),
+            text.as_mut_ptr(),
+            text.len(),
+            err.as_mut_ptr(),
+            err.len(),
+        )
+    };
+    let got = unsafe { CStr::from_ptr(text.as_ptr()) }.to_str().unwrap();
+    (got.to_owned(), n as i64)
+}
+
+/// The Rust scorer's answer to each of [`BIDS`] from the file at `path`,
+/// one JSON line each: what `TIDEMARK_BLESS` records.
+fn score_lines(path: &Path) -> String {
+    let scorer = Scorer::open(path).unwrap();
+    let lines: Vec<String> = (BIDS.iter())
+        .map(|b| {
+            (scorer.score(&serde_json::from_str(b).unwrap()))
+                .to_json()
+                .to_string()
+        })
+        .collect();
+    lines.join("\n") + "\n"
+}
+
 #[test]
 fn the_golden_checkpoint_is_stable_and_scores_as_recorded() {
     let c = golden();
@@ -118,21 +151,7 @@ fn the_golden_checkpoint_is_stable_and_scores_as_recorded() {
     if std::env::var_os("TIDEMARK_BLESS").is_some() {
         std::fs::write(&path, c.to_bytes()).unwrap();
         std::fs::write(fixtures().join("golden-bids.jsonl"), BIDS.join("\n") + "\n").unwrap();
-        let scorer = Scorer::open(&path).unwrap();
-        let lines: Vec<String> = BIDS
-            .iter()
-            .map(|b| {
-                scorer
-                    .score(&serde_json::from_str(b).unwrap())
-                    .to_json()
-                    .to_string()
-            })
-            .collect();
-        std::fs::write(
-            fixtures().join("golden-scores.jsonl"),
-            lines.join("\n") + "\n",
-        )
-        .unwrap();
+        std::fs::write(fixtures().join("golden-scores.jsonl"), score_lines(&path)).unwrap();
     }
     // The writer still writes the file byte for byte, and the file reads back.
     assert_eq!(
@@ -226,16 +245,7 @@ fn the_pooled_golden_checkpoint_scores_as_recorded_through_rust_and_the_c_abi() 
     let scores = fixtures().join("golden-pooled-scores.jsonl");
     if std::env::var_os("TIDEMARK_BLESS").is_some() {
         std::fs::write(&path, c.to_bytes()).unwrap();
-        let scorer = Scorer::open(&path).unwrap();
-        let lines: Vec<String> = (BIDS.iter())
-            .map(|b| {
-                scorer
-                    .score(&serde_json::from_str(b).unwrap())
-                    .to_json()
-                    .to_string()
-            })
-            .collect();
-        std::fs::write(&scores, lines.join("\n") + "\n").unwrap();
+        std::fs::write(&scores, score_lines(&path)).unwrap();
     }
     let bytes = std::fs::read(&path).unwrap();
     assert_eq!(bytes, c.to_bytes(), "golden-pooled.tdm changed");
@@ -254,21 +264,9 @@ fn the_pooled_golden_checkpoint_scores_as_recorded_through_rust_and_the_c_abi() 
         // bid clamped at the bound moves not at all).
         assert_eq!(got["ctr"], plain["ctr"], "{bid}");
         moved += usize::from(got["cvr_long"] != plain["cvr_long"]);
-        let bid_c = CString::new(*bid).unwrap();
-        let mut text = [0 as c_char; 512];
-        let n = unsafe {
-            tidemark_score_json(
-                s,
-                bid_c.as_ptr(),
-                text.as_mut_ptr(),
-                text.len(),
-                err.as_mut_ptr(),
-                err.len(),
-            )
-        };
-        assert!(n > 0);
-        let abi = unsafe { CStr::from_ptr(text.as_ptr()) }.to_str().unwrap();
-        assert_eq!(&serde_json::from_str::<Value>(abi).unwrap(), want, "{bid}");
+        let (abi, n) = score_json(s, bid);
+        assert_eq!(n as usize, abi.len());
+        assert_eq!(&serde_json::from_str::<Value>(&abi).unwrap(), want, "{bid}");
     }
     unsafe { tidemark_free(s) };
     assert!(moved >= BIDS.len() - 2, "the pool moved {moved} scores");
@@ -325,20 +323,9 @@ fn the_c_abi_gives_the_golden_scores() {
             assert_eq!(out[i], want[k].as_f64().unwrap(), "{k} of {bid}");
         }
         assert!(out[4].is_nan(), "a name the checkpoint lacks");
-        let mut text = [0 as c_char; 512];
-        let n = unsafe {
-            tidemark_score_json(
-                s,
-                bid_c.as_ptr(),
-                text.as_mut_ptr(),
-                text.len(),
-                err.as_mut_ptr(),
-                err.len(),
-            )
-        };
-        let got = unsafe { CStr::from_ptr(text.as_ptr()) }.to_str().unwrap();
+        let (got, n) = score_json(s, bid);
         assert_eq!(n as usize, got.len());
-        assert_eq!(serde_json::from_str::<Value>(got).unwrap(), want);
+        assert_eq!(serde_json::from_str::<Value>(&got).unwrap(), want);
     }
     // Errors come back as -1 and a reason, never a crash.
     let bad = CString::new("[1,2]").unwrap();
