@@ -121,6 +121,10 @@ bench-early-cost pairs="2" dense="2000000" days="3":
 bench-early-seeds seeds="3":
     bash bench/early_seeds.sh {{seeds}}
 
+# The online learner's per-row cost in process: final, early, and pooled rows (issue 48)
+bench-models members="200000" rounds="3":
+    cargo run --release -q -p tidemark-ftrl --example models {{members}} {{rounds}}
+
 # Issue 48: early weights through a shift, simulated (one logit; no build)
 bench-early-transient:
     python3 bench/early_transient.py

@@ -146,10 +146,12 @@ impl Models {
             .hash_json_counted(features, &mut self.x, |f| count(counts, new, target, f));
         let slots = self.hashing.slots();
         let (window, grid) = (self.window, &self.grid);
-        let (model, metrics) = self
-            .targets
-            .entry(target.to_owned())
-            .or_insert_with(|| (grid.model(params(), slots), Metrics::new(window)));
+        // Looked up before inserting: `entry` would take an owned name per row.
+        if !self.targets.contains_key(target) {
+            let new = (grid.model(params(), slots), Metrics::new(window));
+            self.targets.insert(target.to_owned(), new);
+        }
+        let (model, metrics) = self.targets.get_mut(target).expect("inserted above");
         let (pools, pool_params) = (&mut self.pools, &self.pool_params);
         let scored_with = self.pool_of.get(target);
         let taught = self.teaches.get(target);
@@ -296,9 +298,11 @@ fn pool<'p>(
     name: &str,
     slots: usize,
 ) -> &'p mut Ftrl {
-    pools
-        .entry(name.to_owned())
-        .or_insert_with(|| Ftrl::shared(params.get(name).copied().unwrap_or_default(), slots))
+    if !pools.contains_key(name) {
+        let new = Ftrl::shared(params.get(name).copied().unwrap_or_default(), slots);
+        pools.insert(name.to_owned(), new);
+    }
+    pools.get_mut(name).expect("inserted above")
 }
 
 /// Counts one value of `target` left out as out of range.
