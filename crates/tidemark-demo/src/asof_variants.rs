@@ -14,7 +14,8 @@
 //! `||` (an empty one is the demo's own settings without pools); each is
 //! added to the demo's base settings (bits 20, alpha 0.15, the
 //! country × exchange cross). `TIDEMARK_VARIANTS_SHIFT_MS`: the market's
-//! shift, for the `shift` figures. `TIDEMARK_VARIANTS_SLICES` set: `cvr_long`'s
+//! shift, for the `shift` figures. `TIDEMARK_VARIANTS_DROP=a,b`: features left
+//! out of every row. `TIDEMARK_VARIANTS_SLICES` set: `cvr_long`'s
 //! per-slice figures too.
 
 #[test]
@@ -29,10 +30,21 @@ fn asof_variants() {
         .enable_all()
         .build()
         .unwrap();
-    let rows = rt.block_on(async {
+    let mut rows = rt.block_on(async {
         let c = tidemark_store::connect(&url).await.unwrap();
         crate::store::emitted(&c).await.unwrap()
     });
+    // Features left out of every row, as if the bidder had not logged them.
+    if let Ok(drop) = std::env::var("TIDEMARK_VARIANTS_DROP") {
+        for r in &mut rows {
+            let mut f: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(&r.features).unwrap();
+            for name in drop.split(',') {
+                f.remove(name);
+            }
+            r.features = serde_json::Value::Object(f).to_string();
+        }
+    }
     let base = "checkpoint_dir = \"c\"\nbits = 20\nalpha = 0.15\ncrosses = [[\"country\", \"exchange\"]]\n";
     for v in variants.split("||") {
         let text = format!("{base}{v}\n[[sources]]\nname = \"demo\"\n");
