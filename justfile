@@ -129,6 +129,10 @@ bench-models members="200000" rounds="3":
 bench-early-transient:
     python3 bench/early_transient.py
 
+# Issue 48: a feature whose values are all recent, under early weights, simulated (no build)
+bench-early-young:
+    python3 bench/early_young.py
+
 # Issue 48: an early target's rows, weighted, learned by Tidemark and by VW --ftrl with the same weights
 bench-early-vw *flags:
     bash bench/early_peers.sh {{flags}}
