@@ -1,7 +1,8 @@
 //! Numbers out of range never reach a model (SPEC 10, v1.3): observations
 //! in a real database carrying the numbers a careless bidder logs (a user
-//! id as a number, ±1e308, 3.4e38), the built learner learning them, every
-//! checkpoint it writes loaded by every reader.
+//! id as a number, ±1e308, 3.4e38), the built learner learning them (two
+//! targets through a pool), every checkpoint it writes loaded by every
+//! reader.
 
 use std::io::Write;
 use std::process::Stdio;
@@ -57,6 +58,8 @@ fn a_bid_with_an_absurd_number_leaves_every_checkpoint_loadable() {
         .set("keep", 100usize)
         .set("batch", 300usize)
         .set("crosses", [["uid", "m"]])
+        // The install targets share a pool: its weights meet the same rows.
+        .set("pools.install.targets", ["cvr_short", "cvr_long"])
         .write(&dir.join("learn.toml"));
     insert(&db);
     let log = std::fs::File::create(dir.join("learn.log")).unwrap();
@@ -100,6 +103,7 @@ fn a_bid_with_an_absurd_number_leaves_every_checkpoint_loadable() {
         );
         let c = Checkpoint::read(f, true).unwrap();
         assert_eq!(c.non_finite(), None);
+        assert_eq!(c.pools.len(), 1, "{}: the pool is written", f.display());
         assert_eq!(c.hashing.max_abs, 1e15);
     }
 

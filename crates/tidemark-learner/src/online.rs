@@ -486,20 +486,31 @@ mod tests {
     use super::*;
     use tidemark_ftrl::Params;
 
-    #[test]
-    fn an_unfit_target_is_not_written_and_resumes_from_its_last_good_checkpoint() {
-        let dir = std::env::temp_dir().join(format!("tidemark-unfit-{}", std::process::id()));
+    /// A learner with no checkpoint yet in a fresh directory named `name`,
+    /// its configuration the file's `extra` lines.
+    fn fresh(name: &str, extra: &str) -> (std::path::PathBuf, Config, State) {
+        let dir = std::env::temp_dir().join(format!("tidemark-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let config = Config::from_toml(&format!(
-            "checkpoint_dir = {:?}\n[[sources]]\nname = \"a\"\n",
+            "checkpoint_dir = {:?}\n{extra}[[sources]]\nname = \"a\"\n",
             dir.display().to_string()
         ))
         .unwrap();
-        let mut state = resume(&config).unwrap();
-        let row = |i: u32| match serde_json::json!({"app": format!("a{}", i % 5), "n": i % 3}) {
+        let state = resume(&config).unwrap();
+        (dir, config, state)
+    }
+
+    /// Row `i`'s features: five apps, a small number.
+    fn row(i: u32) -> serde_json::Map<String, serde_json::Value> {
+        match serde_json::json!({"app": format!("a{}", i % 5), "n": i % 3}) {
             serde_json::Value::Object(m) => m,
             _ => unreachable!(),
-        };
+        }
+    }
+
+    #[test]
+    fn an_unfit_target_is_not_written_and_resumes_from_its_last_good_checkpoint() {
+        let (dir, config, mut state) = fresh("unfit", "");
         for i in 0..200 {
             for t in ["ctr", "cvr"] {
                 state
@@ -535,18 +546,8 @@ mod tests {
 
     #[test]
     fn an_unfit_pool_is_not_written_and_resumes_from_its_last_good_checkpoint() {
-        let dir = std::env::temp_dir().join(format!("tidemark-unfit-pool-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let config = Config::from_toml(&format!(
-            "checkpoint_dir = {:?}\n[pools.install]\ntargets = [\"short\", \"long\"]\n[[sources]]\nname = \"a\"\n",
-            dir.display().to_string()
-        ))
-        .unwrap();
-        let mut state = resume(&config).unwrap();
-        let row = |i: u32| match serde_json::json!({"app": format!("a{}", i % 5)}) {
-            serde_json::Value::Object(m) => m,
-            _ => unreachable!(),
-        };
+        let extra = "[pools.install]\ntargets = [\"short\", \"long\"]\n";
+        let (dir, config, mut state) = fresh("unfit-pool", extra);
         let learn = |state: &mut State, rows: std::ops::Range<u32>| {
             for i in rows {
                 for t in ["short", "long"] {
