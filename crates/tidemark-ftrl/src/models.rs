@@ -155,24 +155,23 @@ impl Models {
         let (pools, pool_params) = (&mut self.pools, &self.pool_params);
         let scored_with = self.pool_of.get(target);
         let taught = self.teaches.get(target);
-        let offset = scored_with.map_or(0.0, |name| {
-            pool(pools, pool_params, name, slots).shared_sum(&self.x)
-        });
+        let mut shared = scored_with.map(|name| pool(pools, pool_params, name, slots));
+        let offset = shared.as_mut().map_or(0.0, |pool| pool.shared_sum(&self.x));
         let p = model.predict_offset(&self.x, offset);
         model.update_row(&self.x, row);
-        match taught {
+        match (taught, shared) {
             // Its own gradient, as the target took it.
-            Some(name) if Some(name) == scored_with => {
-                pool(pools, pool_params, name, slots).step(&self.x, model.last_gradient());
+            (Some(name), Some(shared)) if Some(name) == scored_with => {
+                shared.step(&self.x, model.last_gradient());
             }
             // A model of this target's labels: its margin plus the pool.
-            Some(name) => {
+            (Some(name), _) => {
                 let pool = pool(pools, pool_params, name, slots);
                 let q = sigmoid(f64::from(model.base_margin() + pool.shared_sum(&self.x)));
                 let y = f64::from(u8::from(row.label));
                 pool.step(&self.x, row.kind.weight(q, model.is_early()) * (q - y));
             }
-            None => {}
+            (None, _) => {}
         }
         if let Some(scored) = model.scored() {
             metrics.add(scored, row.label);
