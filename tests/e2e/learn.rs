@@ -1,5 +1,6 @@
 //! The learner end to end: observations in a real database, the built binary
-//! learning them online, killed at random, checkpoints scored by `tidemark score`.
+//! learning them online (two targets through a pool), killed at random,
+//! checkpoints scored by `tidemark score`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -41,13 +42,16 @@ fn insert(db: &TestDb, shard: &str, from: i64, n: i64) {
 }
 
 fn config(dir: &Path, db: &TestDb) -> PathBuf {
+    settings(dir, db).write(&dir.join("learn.toml"))
+}
+
+fn settings(dir: &Path, db: &TestDb) -> tidemark_testkit::config::Config {
     tidemark_testkit::config::learner(dir, &db.url)
         .set("checkpoint_every", 700usize)
         .set("checkpoint_interval", "200ms")
         .set("keep", 3usize)
         .set("crosses", [["app", "os"]])
         .set("targets.cvr_long.alpha", 0.05)
-        .write(&dir.join("learn.toml"))
 }
 
 fn start(config: &Path, log: &Path) -> Child {
@@ -82,7 +86,10 @@ fn workdir(name: &str) -> PathBuf {
 fn killed_at_random_the_learner_loses_and_repeats_nothing() {
     let db = TestDb::new("learn_kill");
     let dir = workdir("kill");
-    let cfg = config(&dir, &db);
+    // The install targets share a pool: it too must learn each row once.
+    let cfg = settings(&dir, &db)
+        .set("pools.install.targets", ["cvr_short", "cvr_long"])
+        .write(&dir.join("learn.toml"));
     let log = dir.join("learn.log");
     insert(&db, "a", 0, 4000);
     insert(&db, "b", 0, 3000);
@@ -137,6 +144,16 @@ fn killed_at_random_the_learner_loses_and_repeats_nothing() {
             t.name
         );
     }
+    let pool = done.pools.iter().find(|p| p.name == "install").unwrap();
+    let taught = query_i64(
+        &db.url,
+        "SELECT count(*) FROM tidemark.observations WHERE target IN ('cvr_short', 'cvr_long')",
+    )
+    .unwrap();
+    assert_eq!(
+        pool.trained, taught as u64,
+        "the pool learned every row of its targets exactly once"
+    );
     // The positions are registered, so shard retention keeps what is unread.
     let registered = query_i64(
         &db.url,
