@@ -46,6 +46,17 @@ if [ -n "$missing" ]; then
     apt_install $missing
 fi
 
+# As root each test cluster's data live under /var/tmp (PostgreSQL will not
+# run as root), outside the checkout; the suite makes about a dozen. Say so
+# before the tests fail one by one on a full disk.
+if [ "$(id -u)" -eq 0 ]; then
+    free_gb=$(df -Pk /var/tmp | awk 'NR == 2 { print int($4 / 1048576) }')
+    if [ "${free_gb:-0}" -lt 10 ]; then
+        say "warning: ${free_gb} GB free under /var/tmp; the suite's clusters take up to about 10 GB"
+        say "clusters of checkouts since deleted are left there as /var/tmp/tidemark-*; remove those no home links to"
+    fi
+fi
+
 venv="target/test-venv"
 if ! "$venv/bin/python" -c 'import zmq' >/dev/null 2>&1; then
     say "installing pyzmq into $venv (for examples/publisher.py)"
