@@ -3,7 +3,7 @@
 with the weights Tidemark's learner applied, against Tidemark itself.
 
 Input: a TSV written by `tidemark export --target T --kinds all` (label,
-`:kind`, then one column per feature, `name:num` for numeric ones), the
+`:kind`, `:txid`, then one column per feature, `name:num` for numeric ones), the
 weights `tidemark learn --input ... --weights FILE` wrote (one per row), and
 its progressive predictions (`--predictions FILE`). VW learns the same rows
 with the same weights (as importance weights) and the same settings, every
@@ -100,7 +100,7 @@ def main():
             matured.append(cells[1] != "provisional")
             feats = []
             for n, v in zip(names, cells[2:]):
-                if v == "":
+                if v == "" or n.startswith(":"):
                     continue
                 if n.endswith(":num"):
                     feats.append(f"{n[:-4]}:{v}")

@@ -1,11 +1,14 @@
 //! `tidemark export --target T`: a target's observations as the TSV that
-//! `tidemark learn --input --header` reads: a header line, then the label and
-//! one column per feature name (strings as they are, bools as true/false,
+//! `tidemark learn --input --header` reads: a header line, then the label,
+//! a `:target` column when several targets are exported (`--target a,b`,
+//! their rows interleaved as a learner reads them), and one column per
+//! feature name (strings as they are, bools as true/false,
 //! numbers as written), empty where a bid lacked the feature. A feature
 //! whose every value is a number is headed `name:num`, so the offline pass
 //! hashes it as a number, as online learning does. Matured observations
 //! only (`kind <> 'provisional'`, SPEC 5) unless `--kinds all`: an early
-//! target's provisional zeros are for a learner that weighs them.
+//! target's provisional zeros are for a learner that weighs them (with each
+//! row's txid, by which its tuning pairs a member's rows).
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -15,9 +18,10 @@ use tidemark_learner::offline;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The target whose observations to export (ctr, cvr_short, ...)
-    #[arg(long)]
-    target: String,
+    /// The targets whose observations to export (ctr, cvr_short, ...;
+    /// several, comma-separated, add a `:target` column)
+    #[arg(long, value_delimiter = ',', required = true, num_args = 1..)]
+    target: Vec<String>,
     /// Only this shard's observations
     #[arg(long)]
     shard: Option<String>,
@@ -29,7 +33,8 @@ pub struct Args {
     output: Option<PathBuf>,
     /// Which observations: `matured` (late and final: the labels as they
     /// ended) or `all` (provisional rows too, with a `:kind` column after the
-    /// label, which `learn --input --header` weighs as the online learner does)
+    /// label and a `:txid` column after it, which `learn --input --header`
+    /// weighs and tunes on as the online learner does)
     #[arg(long, value_enum, default_value_t = Kinds::Matured)]
     kinds: Kinds,
 }
@@ -41,7 +46,10 @@ enum Kinds {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let url = crate::db::resolve_observations(args.database_url.as_deref(), &args.target)?;
+    let url = crate::db::resolve_observations(args.database_url.as_deref(), &args.target[0])?;
+    let several = args.target.len() > 1;
+    let mut args = args;
+    args.target.dedup();
     let sink: Box<dyn Write> = match &args.output {
         Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("{}", p.display()))?),
         None => Box::new(std::io::stdout().lock()),
@@ -53,8 +61,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let names = tidemark_store::observations::feature_names(&c, &args.target, shard).await?;
         let all = args.kinds == Kinds::All;
         write!(out, "label")?;
+        if several {
+            write!(out, "\t{}", offline::TARGET_COLUMN)?;
+        }
         if all {
-            write!(out, "\t{}", offline::KIND_COLUMN)?;
+            write!(out, "\t{}\t{}", offline::KIND_COLUMN, offline::TXID_COLUMN)?;
         }
         for (n, numeric) in &names {
             let mark = if *numeric { offline::NUMERIC } else { "" };
@@ -79,8 +90,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let f: serde_json::Map<String, serde_json::Value> =
                     serde_json::from_str(&row.features)?;
                 write!(out, "{}", u8::from(row.label))?;
+                if several {
+                    write!(out, "\t{}", clean(&row.target))?;
+                }
                 if all {
-                    write!(out, "\t{}", row.kind)?;
+                    write!(out, "\t{}\t{}", row.kind, clean(&row.txid))?;
                 }
                 for (n, _) in &names {
                     out.write_all(b"\t")?;
@@ -98,7 +112,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         out.flush()?;
         anyhow::Ok(rows)
     })?;
-    eprintln!("tidemark export: {rows} observations of {}", args.target);
+    eprintln!(
+        "tidemark export: {rows} observations of {}",
+        args.target.join(", ")
+    );
     Ok(())
 }
 

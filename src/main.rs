@@ -64,7 +64,7 @@ enum Command {
     /// Publish the synthetic market, or replay a recorded event file
     Publish(Box<publish::Args>),
     /// Learn FTRL-Proximal models: offline over TSV files, or online over shard databases
-    Learn(learn::Args),
+    Learn(Box<learn::Args>),
     /// Score bids (JSON lines on stdin) with a checkpoint
     Score(score::Args),
     /// Show or verify a checkpoint file (before shipping it to bidders)
@@ -119,7 +119,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan::run(args),
         Command::Shard(args) => shard::run(args),
         Command::Publish(args) => publish::run(*args),
-        Command::Learn(args) => learn::run(args),
+        Command::Learn(args) => learn::run(*args),
         Command::Score(args) => score::run(args),
         Command::Checkpoint { action } => checkpoint::run(action),
         Command::Status(args) => status::run(args),

@@ -49,18 +49,25 @@ pub struct Offline {
     /// `--transform clk_1h=log1p`, `price=clip(0, 10)`, `n=buckets(1, 2, 5)` (repeatable)
     #[arg(long, value_name = "NAME=T")]
     transform: Vec<String>,
-    /// Start from this checkpoint's model (its hashing, its settings and grid;
-    /// --alpha/--beta/--l1/--l2 replace the grid by one setting) instead of an empty one
+    /// Start from this checkpoint's models, every target and pool (its hashing,
+    /// its settings and grids; --alpha/--beta/--l1/--l2 replace a grid by one
+    /// setting) instead of empty ones
     #[arg(long, value_name = "FILE", conflicts_with_all = ["bits", "seed", "cross", "transform", "tune_alpha", "tune_l2"])]
     model: Option<PathBuf>,
-    /// The checkpoint target --model starts from (default: its only one), and
-    /// the name --save gives the model (default: that target, else "model")
+    /// The target of rows without a `:target` column: one of --model's
+    /// (default: its only one), or the name --save gives the new model
+    /// (default: "model")
     #[arg(long)]
     target: Option<String>,
+    /// Targets that share weights (rows with a `:target` column, as `export
+    /// --target a,b` writes them): `--pool install=cvr_short,cvr_long`, as
+    /// the online learner's `[pools.install]` (repeatable)
+    #[arg(long, value_name = "NAME=T1,T2")]
+    pool: Vec<String>,
     /// Only predict (progressive figures of a fixed model, e.g. a held-out file)
     #[arg(long, requires = "model")]
     test_only: bool,
-    /// Write the model after the pass as a checkpoint (bidders and `score` load it)
+    /// Write the models after the pass as a checkpoint (bidders and `score` load it)
     #[arg(long, value_name = "FILE")]
     save: Option<PathBuf>,
     /// Write each row's progressive prediction (made before learning it), one per line
@@ -77,8 +84,8 @@ pub struct Offline {
 pub fn run(args: Offline) -> anyhow::Result<()> {
     let (hashing, mut start) = match &args.model {
         Some(path) => {
-            let (h, t) = offline::load(path, args.target.as_deref())?;
-            (h, Some(t))
+            let c = offline::load(path, args.target.as_deref())?;
+            (c.hashing.clone(), Some(c))
         }
         None => {
             let crosses = parse_crosses(&args.cross)?;
@@ -93,16 +100,13 @@ pub fn run(args: Offline) -> anyhow::Result<()> {
         l1: args.l1.unwrap_or(base.l1),
         l2: args.l2.unwrap_or(base.l2),
     };
-    if let Some(t) = start.as_mut() {
+    for t in start.iter_mut().flat_map(|c| &mut c.targets) {
         if args.alpha.or(args.beta).or(args.l1).or(args.l2).is_some() {
             t.tuning = None;
         }
         let p = over(Params::from(&*t));
         (t.alpha, t.beta, t.l1, t.l2) = (p.alpha, p.beta, p.l1, p.l2);
     }
-    let name = (args.target.clone())
-        .or_else(|| start.as_ref().map(|t| t.name.clone()))
-        .unwrap_or_else(|| "model".to_owned());
     let opts = offline::Options {
         hashing,
         params: over(Params::default()),
@@ -113,14 +117,16 @@ pub fn run(args: Offline) -> anyhow::Result<()> {
             ..Grid::default()
         },
         header: args.header,
+        pools: offline::pools(&args.pool)?,
+        target: args.target,
         predictions: args.predictions,
         weights: args.weights,
         start,
         learn: !args.test_only,
     };
-    let (r, model) = offline::run(&args.input, &opts)?;
+    let (r, models) = offline::run(&args.input, &opts)?;
     if let Some(path) = &args.save {
-        offline::save(path, &opts.hashing, &model, &name, &r)?;
+        offline::save(path, &models, opts.start.as_ref(), &r)?;
     }
     match args.json {
         true => println!("{}", r.to_json()),

@@ -140,10 +140,26 @@ impl Models {
         features: &Map<String, Value>,
         row: Row,
     ) -> f64 {
-        self.x.clear();
+        let mut x = std::mem::take(&mut self.x);
+        x.clear();
         let (counts, new) = (&mut self.out_of_range, &mut self.new_out_of_range);
         self.hashing
-            .hash_json_counted(features, &mut self.x, |f| count(counts, new, target, f));
+            .hash_json_counted(features, &mut x, |f| count(counts, new, target, f));
+        let p = self.learn_hashed(target, params, &x, row);
+        self.x = x;
+        p
+    }
+
+    /// [`Models::learn`] for a row already hashed (`x`, the bias included):
+    /// what the offline pass feeds, its columns hashed as online learning
+    /// hashes their JSON.
+    pub fn learn_hashed(
+        &mut self,
+        target: &str,
+        params: impl FnOnce() -> Params,
+        x: &[(u32, f32)],
+        row: Row,
+    ) -> f64 {
         let slots = self.hashing.slots();
         let (window, grid) = (self.window, &self.grid);
         // Looked up before inserting: `entry` would take an owned name per row.
@@ -156,20 +172,20 @@ impl Models {
         let scored_with = self.pool_of.get(target);
         let taught = self.teaches.get(target);
         let mut shared = scored_with.map(|name| pool(pools, pool_params, name, slots));
-        let offset = shared.as_mut().map_or(0.0, |pool| pool.shared_sum(&self.x));
-        let p = model.predict_offset(&self.x, offset);
-        model.update_row(&self.x, row);
+        let offset = shared.as_mut().map_or(0.0, |pool| pool.shared_sum(x));
+        let p = model.predict_offset(x, offset);
+        model.update_row(x, row);
         match (taught, shared) {
             // Its own gradient, as the target took it.
             (Some(name), Some(shared)) if Some(name) == scored_with => {
-                shared.step(&self.x, model.last_gradient());
+                shared.step(x, model.last_gradient());
             }
             // A model of this target's labels: its margin plus the pool.
             (Some(name), _) => {
                 let pool = pool(pools, pool_params, name, slots);
-                let q = sigmoid(f64::from(model.base_margin() + pool.shared_sum(&self.x)));
+                let q = sigmoid(f64::from(model.base_margin() + pool.shared_sum(x)));
                 let y = f64::from(u8::from(row.label));
-                pool.step(&self.x, row.kind.weight(q, model.is_early()) * (q - y));
+                pool.step(x, row.kind.weight(q, model.is_early()) * (q - y));
             }
             (None, _) => {}
         }
@@ -188,13 +204,18 @@ impl Models {
     /// `target`'s prediction for `features` without learning anything
     /// (`None` before its first row).
     pub fn predict(&self, target: &str, features: &Map<String, Value>) -> Option<f64> {
-        let (model, _) = self.targets.get(target)?;
         let mut x = Vec::with_capacity(features.len() + 1);
         self.hashing.hash_json(features, &mut x);
+        self.score_hashed(target, &x)
+    }
+
+    /// [`Models::predict`] for a row already hashed.
+    pub fn score_hashed(&self, target: &str, x: &[(u32, f32)]) -> Option<f64> {
+        let (model, _) = self.targets.get(target)?;
         let shared = (self.pool_of.get(target))
             .and_then(|name| self.pools.get(name))
-            .map_or(0.0, |pool| pool.sum(&x));
-        Some(model.score_offset(&x, shared))
+            .map_or(0.0, |pool| pool.sum(x));
+        Some(model.score_offset(x, shared))
     }
 
     /// The `(target, feature)` pairs first counted out of range since the

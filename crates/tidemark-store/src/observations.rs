@@ -97,20 +97,20 @@ pub async fn last_seq(c: &Client, shard: &str) -> Result<Option<i64>, StoreError
     .get(0))
 }
 
-/// The feature names used by a target's observations, sorted, each with
-/// whether every value it has (of the kinds hashed) is a number.
+/// The feature names used by the observations of `targets`, sorted, each
+/// with whether every value it has (of the kinds hashed) is a number.
 pub async fn feature_names(
     c: &Client,
-    target: &str,
+    targets: &[String],
     shard: Option<&str>,
 ) -> Result<Vec<(String, bool)>, StoreError> {
     Ok(c.query(
         "SELECT f.key, coalesce(bool_and(jsonb_typeof(f.value) = 'number')
                  FILTER (WHERE jsonb_typeof(f.value) IN ('number', 'string', 'boolean')), false)
              FROM tidemark.observations o, jsonb_each(o.features) f
-             WHERE o.target = $1 AND ($2::text IS NULL OR o.shard = $2)
+             WHERE o.target = ANY($1) AND ($2::text IS NULL OR o.shard = $2)
              GROUP BY f.key ORDER BY f.key",
-        &[&target, &shard],
+        &[&targets, &shard],
     )
     .await?
     .iter()
@@ -125,6 +125,10 @@ pub struct Exported {
     pub shard: String,
     /// Its number in the shard's stream.
     pub seq: i64,
+    /// Its target.
+    pub target: String,
+    /// Its transaction.
+    pub txid: String,
     /// The label.
     pub label: bool,
     /// `provisional`, `late` or `final` (SPEC 5).
@@ -133,32 +137,35 @@ pub struct Exported {
     pub features: String,
 }
 
-/// A target's observations in `(shard, seq)` order after a cursor
+/// The observations of `targets` in `(shard, seq)` order (the order a
+/// learner reads a shard's stream in) after a cursor
 /// `(shard, seq)`, for streaming exports: only matured ones (`kind <>
 /// 'provisional'`, SPEC 5) unless `provisional`.
 pub async fn page(
     c: &Client,
-    target: &str,
+    targets: &[String],
     shard: Option<&str>,
     after: (&str, i64),
     limit: i64,
     provisional: bool,
 ) -> Result<Vec<Exported>, StoreError> {
     Ok(c.query(
-        "SELECT shard, seq, label, kind, features::text FROM tidemark.observations
-             WHERE target = $1 AND ($2::text IS NULL OR shard = $2) AND (shard, seq) > ($3, $4)
+        "SELECT shard, seq, target, txid, label, kind, features::text FROM tidemark.observations
+             WHERE target = ANY($1) AND ($2::text IS NULL OR shard = $2) AND (shard, seq) > ($3, $4)
                AND ($6 OR kind <> 'provisional')
              ORDER BY shard, seq LIMIT $5",
-        &[&target, &shard, &after.0, &after.1, &limit, &provisional],
+        &[&targets, &shard, &after.0, &after.1, &limit, &provisional],
     )
     .await?
     .iter()
     .map(|r| Exported {
         shard: r.get(0),
         seq: r.get(1),
-        label: r.get::<_, i16>(2) == 1,
-        kind: r.get(3),
-        features: r.get(4),
+        target: r.get(2),
+        txid: r.get(3),
+        label: r.get::<_, i16>(4) == 1,
+        kind: r.get(5),
+        features: r.get(6),
     })
     .collect())
 }

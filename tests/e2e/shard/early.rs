@@ -274,7 +274,7 @@ fn early_rows_learned_offline(db: &TestDb) {
     ]);
     let text = std::fs::read_to_string(&tsv).unwrap();
     let mut lines = text.lines();
-    assert!(lines.next().unwrap().starts_with("label\t:kind\t"));
+    assert!(lines.next().unwrap().starts_with("label\t:kind\t:txid\t"));
     let kinds: Vec<(String, String)> = lines
         .map(|l| {
             let mut c = l.split('\t');

@@ -10,7 +10,19 @@
 //! A header cell `:kind` (as `tidemark export --kinds all` writes it) holds
 //! each row's observation kind (SPEC 5, v1.3): rows are then weighed as the
 //! online learner weighs them (`tidemark_ftrl::Kind::weight`), and measured
-//! on matured rows only.
+//! on matured rows only; a `:txid` cell pairs a member's rows in the tuning,
+//! as online. A header cell `:target` (as `tidemark export`
+//! writes it for several targets) names each row's target: each learns its
+//! own model, and targets in a pool (`Options::pools`) share its weights as
+//! the online learner's do, so a pass over an export of the rows in the
+//! order the learner read them learns what it learned.
+//!
+//! By concern: `columns` (naming, parsing and hashing cells), `models`
+//! (`--model`, `--save`, `--pool`), `report` (the figures).
+
+mod columns;
+mod models;
+mod report;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -18,9 +30,14 @@ use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use tidemark_checkpoint::{Checkpoint, Target};
-use tidemark_features::{Hashing, Transform, Val};
-use tidemark_ftrl::{auc, Choice, Ftrl, Grid, Kind, Metrics, Params, Row};
+use tidemark_checkpoint::Checkpoint;
+use tidemark_features::Hashing;
+use tidemark_ftrl::{auc, Grid, Kind, Metrics, Models, Params, Row};
+
+use columns::{cell_value, resolve_crosses, Column};
+pub use columns::{hashing, KIND_COLUMN, NUMERIC, TARGET_COLUMN, TXID_COLUMN};
+pub use models::{load, pools, save};
+pub use report::{Figures, Report};
 
 /// Why an offline pass stopped.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +65,29 @@ pub enum OfflineError {
         line: u64,
         /// What the cell held.
         got: String,
+    },
+    /// A line's `:target` cell is empty or not UTF-8.
+    #[error("{path}:{line}: the :target column must name a target, got {got:?}")]
+    Target {
+        /// The file.
+        path: PathBuf,
+        /// Its line number (1-based).
+        line: u64,
+        /// What the cell held.
+        got: String,
+    },
+    /// Rows without a `:target` column, and no target to give them.
+    #[error("{0}")]
+    NoTarget(String),
+    /// `--test-only` over rows of a target the model lacks.
+    #[error("{path}:{line}: target {target:?} is not in the model (--test-only learns none)")]
+    UnknownTarget {
+        /// The file.
+        path: PathBuf,
+        /// Its line number (1-based).
+        line: u64,
+        /// The target.
+        target: String,
     },
     /// A line's label is not 0 or 1.
     #[error("{path}:{line}: label must be 0 or 1, got {got:?}")]
@@ -94,10 +134,16 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> OfflineError + '_ {
 pub struct Options {
     /// Feature hashing: crosses by column name, numeric columns' transforms.
     pub hashing: Hashing,
-    /// Learning settings (of an empty model; `start` has its own).
+    /// Learning settings (of a new target or pool; `start`'s have their own).
     pub params: Params,
-    /// The settings an empty model tunes over around `params`.
+    /// The settings a new target tunes over around `params`.
     pub grid: Grid,
+    /// Per target, the pool it shares weights in (targets new to the pass;
+    /// each pool taught by its targets, learning with `params`).
+    pub pools: BTreeMap<String, String>,
+    /// The target of rows without a `:target` column (default: `start`'s
+    /// only target, else `model`).
+    pub target: Option<String>,
     /// The first line of each file names the columns.
     pub header: bool,
     /// Where to write each row's progressive prediction, one per line.
@@ -106,102 +152,11 @@ pub struct Options {
     /// predicting's), one per line: what another learner needs to learn
     /// the same rows the same way.
     pub weights: Option<PathBuf>,
-    /// Start from this model (a checkpoint's target, trained with the same
-    /// hashing) instead of an empty one.
-    pub start: Option<Target>,
+    /// Start from this checkpoint's targets and pools (trained with the same
+    /// hashing) instead of none.
+    pub start: Option<Checkpoint>,
     /// Learn from each row after predicting it; `false` only predicts.
     pub learn: bool,
-}
-
-/// What an offline pass measured.
-#[derive(Debug, Clone)]
-pub struct Report {
-    /// Rows with a matured label (`late` or `final`, or every row without
-    /// a `:kind` column): what the figures below are measured on.
-    pub rows: u64,
-    /// Provisional rows learned besides (weighted, never measured).
-    pub provisional: u64,
-    /// Rows labelled 1.
-    pub positives: u64,
-    /// Time taken.
-    pub seconds: f64,
-    /// Progressive logloss.
-    pub logloss: f64,
-    /// Progressive AUC.
-    pub auc: f64,
-    /// Mean prediction over label rate.
-    pub calibration: f64,
-    /// The setting predicting at the end, and the grid's recent losses.
-    pub choice: Choice,
-    /// Values (after their transform) and crosses' products left out of
-    /// their rows: over 1e15 in magnitude (SPEC 10, v1.3).
-    pub out_of_range: u64,
-}
-
-impl Report {
-    /// Throughput: every row learned, provisional ones included.
-    pub fn rows_per_second(&self) -> f64 {
-        (self.rows + self.provisional) as f64 / self.seconds.max(1e-9)
-    }
-
-    /// The figures as `learn --json` prints them.
-    pub fn to_json(&self) -> serde_json::Value {
-        let finite = |x: f64| x.is_finite().then_some(x);
-        let c = &self.choice;
-        let p = c.settings[c.chosen];
-        serde_json::json!({
-            "rows": self.rows, "provisional": self.provisional,
-            "positives": self.positives, "seconds": self.seconds,
-            "rows_per_second": self.rows_per_second(), "logloss": self.logloss,
-            "numeric_out_of_range": self.out_of_range,
-            "auc": finite(self.auc), "calibration": finite(self.calibration),
-            "chosen": {"alpha": p.alpha, "beta": p.beta, "l1": p.l1, "l2": p.l2},
-            "switches": c.switches, "last_switch": c.last_switch,
-            "grid": c.settings.iter().zip(&c.recent_loss).map(|(p, l)| serde_json::json!({
-                "alpha": p.alpha, "l2": p.l2, "recent_logloss": finite(*l),
-            })).collect::<Vec<_>>(),
-        })
-    }
-}
-
-impl std::fmt::Display for Report {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let c = &self.choice;
-        let p = c.settings[c.chosen];
-        writeln!(f, "rows        {}", self.rows)?;
-        if self.provisional > 0 {
-            writeln!(
-                f,
-                "provisional {} (learned weighted, not measured)",
-                self.provisional
-            )?;
-        }
-        writeln!(f, "rows/s      {:.0}", self.rows_per_second())?;
-        writeln!(f, "logloss     {:.6}", self.logloss)?;
-        writeln!(f, "auc         {:.6}", self.auc)?;
-        writeln!(
-            f,
-            "calibration {:.4} (mean prediction / label rate)",
-            self.calibration
-        )?;
-        if self.out_of_range > 0 {
-            writeln!(
-                f,
-                "left out    {} numeric values over 1e15 in magnitude (numeric_out_of_range)",
-                self.out_of_range
-            )?;
-        }
-        write!(f, "setting     alpha {} l2 {}", p.alpha, p.l2)?;
-        if c.settings.len() > 1 {
-            write!(
-                f,
-                " (best of {} lately; {} switches)",
-                c.settings.len(),
-                c.switches
-            )?;
-        }
-        Ok(())
-    }
 }
 
 fn open(path: &Path) -> Result<Box<dyn BufRead>, OfflineError> {
@@ -214,8 +169,8 @@ fn open(path: &Path) -> Result<Box<dyn BufRead>, OfflineError> {
     Ok(Box::new(BufReader::with_capacity(1 << 20, raw)))
 }
 
-/// Runs the progressive pass and returns what it measured, and the model.
-pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Ftrl), OfflineError> {
+/// Runs the progressive pass and returns what it measured, and the models.
+pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Models), OfflineError> {
     if files.is_empty() {
         return Err(OfflineError::NoInput);
     }
@@ -232,19 +187,23 @@ pub fn run(files: &[PathBuf], opts: &Options) -> Result<(Report, Ftrl), OfflineE
 /// so far, and the buffers each row reuses.
 struct Pass<'a> {
     opts: &'a Options,
-    model: Ftrl,
+    models: Models,
+    /// The target of rows without a `:target` column, or why there is none.
+    target: Result<String, String>,
     /// The bias feature's index, in every row.
     bias: u32,
-    metrics: Metrics,
-    /// Every row's (prediction, label), for the AUC.
-    pairs: Vec<(f32, bool)>,
+    /// Per target, what the pass measured of it.
+    measured: BTreeMap<String, Measured>,
     /// Where predictions go (`Options::predictions`).
     out: Option<BufWriter<File>>,
     /// Where weights go (`Options::weights`).
     weights_out: Option<BufWriter<File>>,
     /// The column holding each row's kind (`:kind`), if any.
     kind_col: Option<usize>,
-    provisional: u64,
+    /// The column naming each row's target (`:target`), if any.
+    target_col: Option<usize>,
+    /// The column holding each row's txid (`:txid`), if any.
+    txid_col: Option<usize>,
     /// Column names, from the first file's header or the columns' numbers.
     names: Vec<String>,
     cols: Vec<Column>,
@@ -258,17 +217,31 @@ struct Pass<'a> {
 }
 
 impl<'a> Pass<'a> {
-    /// Checks the settings, makes the model (empty, or `opts.start`) and
+    /// Checks the settings, makes the models (none, or `opts.start`'s) and
     /// opens the predictions' file.
     fn new(opts: &'a Options) -> Result<Pass<'a>, OfflineError> {
-        let params = opts.start.as_ref().map_or(opts.params, Params::from);
-        params.validate().map_err(OfflineError::Settings)?;
+        let started = opts.start.iter().flat_map(|c| &c.targets);
+        for params in std::iter::once(opts.params).chain(started.map(Params::from)) {
+            params.validate().map_err(OfflineError::Settings)?;
+        }
         let hashing = &opts.hashing;
         let bias = hashing.bias_index();
         opts.grid.validate().map_err(OfflineError::Settings)?;
-        let model = match &opts.start {
-            Some(t) => Ftrl::from_target(t, hashing.slots()),
-            None => opts.grid.model(params, hashing.slots()),
+        let models = match &opts.start {
+            Some(c) => Models::from_checkpoint(c, WINDOW),
+            None => Models::new(hashing.clone(), WINDOW),
+        };
+        let models = (models.with_grid(opts.grid.clone())).with_pools(&opts.pools, |_| opts.params);
+        let target = match (&opts.target, &opts.start) {
+            (Some(t), _) => Ok(t.clone()),
+            (None, None) => Ok("model".to_owned()),
+            (None, Some(c)) => match &c.targets[..] {
+                [only] => Ok(only.name.clone()),
+                _ => Err(format!(
+                    "rows without a {TARGET_COLUMN} column: {}",
+                    models::name_one_of(c)
+                )),
+            },
         };
         let create = |path: &Option<PathBuf>| -> Result<_, OfflineError> {
             Ok(match path {
@@ -282,14 +255,15 @@ impl<'a> Pass<'a> {
         let (out, weights_out) = (create(&opts.predictions)?, create(&opts.weights)?);
         Ok(Pass {
             opts,
-            model,
+            models,
+            target,
             bias,
-            metrics: Metrics::new(100_000),
-            pairs: Vec::new(),
+            measured: BTreeMap::new(),
             out,
             weights_out,
             kind_col: None,
-            provisional: 0,
+            target_col: None,
+            txid_col: None,
             names: Vec::new(),
             cols: Vec::new(),
             cross_cols: Vec::new(),
@@ -373,20 +347,55 @@ impl<'a> Pass<'a> {
                 })?
             }
         };
-        let row = Row::of(y, kind);
+        let target = match self.target_col {
+            Some(j) => {
+                let (a, b) = self.fields[j + 1];
+                match std::str::from_utf8(&line[a..b]) {
+                    Ok(t) if !t.is_empty() => t,
+                    _ => {
+                        return Err(OfflineError::Target {
+                            path: path.to_owned(),
+                            line: line_no,
+                            got: String::from_utf8_lossy(&line[a..b]).into_owned(),
+                        })
+                    }
+                }
+            }
+            None => self
+                .target
+                .as_deref()
+                .map_err(|e| OfflineError::NoTarget(e.clone()))?,
+        };
+        let mut row = Row::of(y, kind);
+        if let Some(j) = self.txid_col {
+            let (a, b) = self.fields[j + 1];
+            row = row.member(&String::from_utf8_lossy(&line[a..b]));
+        }
         // The weight the row is learned with depends on whether the target
         // is learned early, as it stands before the row.
-        let early = self.model.is_early() && !(kind == Kind::Final && y);
+        let model = self.models.targets.get(target).map(|(m, _)| m);
+        let early = model.is_some_and(|m| m.is_early()) && !(kind == Kind::Final && y);
         let p = if self.opts.learn {
-            self.model.learn_row(&self.x, row)
+            self.models
+                .learn_hashed(target, || self.opts.params, &self.x, row)
         } else {
-            self.model.score(&self.x)
+            self.models.score_hashed(target, &self.x).ok_or_else(|| {
+                OfflineError::UnknownTarget {
+                    path: path.to_owned(),
+                    line: line_no,
+                    target: target.to_owned(),
+                }
+            })?
         };
+        if !self.measured.contains_key(target) {
+            self.measured.insert(target.to_owned(), Measured::default());
+        }
+        let m = self.measured.get_mut(target).expect("inserted above");
         if kind.matured() {
-            self.metrics.total.add(p, y);
-            self.pairs.push((p as f32, y));
+            m.metrics.total.add(p, y);
+            m.pairs.push((p as f32, y));
         } else {
-            self.provisional += 1;
+            m.provisional += 1;
         }
         if let Some(o) = self.out.as_mut() {
             writeln!(o, "{}", p as f32).map_err(io(self
@@ -419,6 +428,12 @@ impl<'a> Pass<'a> {
             if cell == KIND_COLUMN {
                 self.kind_col = Some(j);
             }
+            if cell == TARGET_COLUMN {
+                self.target_col = Some(j);
+            }
+            if cell == TXID_COLUMN {
+                self.txid_col = Some(j);
+            }
             let col = Column::new(hashing, &cell);
             self.names
                 .resize(self.names.len().max(j + 1), String::new());
@@ -443,7 +458,8 @@ impl<'a> Pass<'a> {
         let value = |j: usize| cell_value(line, self.fields[j + 1], &self.cols[j], path, line_no);
         for (j, col) in self.cols.iter().enumerate().take(n_cols) {
             let (a, b) = self.fields[j + 1];
-            if a == b || Some(j) == self.kind_col {
+            let marked = [self.kind_col, self.target_col, self.txid_col];
+            if a == b || marked.contains(&Some(j)) {
                 continue;
             }
             if !col.numeric {
@@ -475,7 +491,7 @@ impl<'a> Pass<'a> {
 
     /// Flushes the predictions and reports, `started` being when the
     /// first row was read.
-    fn finish(mut self, started: Instant) -> Result<(Report, Ftrl), OfflineError> {
+    fn finish(mut self, started: Instant) -> Result<(Report, Models), OfflineError> {
         if let Some(mut o) = self.out.take() {
             o.flush()
                 .map_err(io(self.opts.predictions.as_deref().expect("open")))?;
@@ -485,165 +501,52 @@ impl<'a> Pass<'a> {
                 .map_err(io(self.opts.weights.as_deref().expect("open")))?;
         }
         let seconds = started.elapsed().as_secs_f64();
-        let t = self.metrics.total;
-        let report = Report {
-            rows: t.rows,
-            provisional: self.provisional,
-            positives: t.positives,
-            seconds,
-            logloss: t.logloss(),
-            auc: auc(&mut self.pairs),
-            calibration: t.calibration(),
-            choice: self.model.choice(),
-            out_of_range: self.out_of_range,
-        };
-        Ok((report, self.model))
-    }
-}
-
-/// Cell `field` of `line` as the value column `col` holds: `None` when
-/// empty, bytes when categorical, a finite number when numeric (or an error
-/// naming the file, line and column).
-fn cell_value<'l>(
-    line: &'l [u8],
-    (a, b): (usize, usize),
-    col: &Column,
-    path: &Path,
-    line_no: u64,
-) -> Result<Option<Val<'l>>, OfflineError> {
-    let cell = &line[a..b];
-    if cell.is_empty() {
-        return Ok(None);
-    }
-    if !col.numeric {
-        return Ok(Some(Val::Bytes(cell)));
-    }
-    match std::str::from_utf8(cell)
-        .ok()
-        .and_then(|t| t.parse::<f64>().ok())
-    {
-        Some(v) if v.is_finite() => Ok(Some(Val::Number(v))),
-        _ => Err(OfflineError::Number {
-            path: path.to_owned(),
-            line: line_no,
-            column: col.name.clone(),
-            got: String::from_utf8_lossy(cell).into_owned(),
-        }),
-    }
-}
-
-/// Hashing into `2^bits` slots with crosses and `NAME=T` transforms, as
-/// the command line gives them.
-pub fn hashing(
-    bits: u8,
-    seed: u32,
-    crosses: Vec<(String, String)>,
-    transforms: &[String],
-) -> Result<Hashing, OfflineError> {
-    crate::config::check_bits(bits).map_err(|e| OfflineError::Settings(e.to_string()))?;
-    let pairs = transforms
-        .iter()
-        .map(|t| t.split_once('=').unwrap_or((t.as_str(), "")));
-    let transforms = crate::config::parse_transforms(pairs)
-        .map_err(|e| OfflineError::Settings(format!("--transform {e}")))?;
-    Ok(Hashing::new(bits, seed, crosses).with_transforms(transforms))
-}
-
-/// The model `--model FILE` starts from: the checkpoint's hashing and its
-/// target `target` (or its only one).
-pub fn load(path: &Path, target: Option<&str>) -> Result<(Hashing, Target), OfflineError> {
-    let c = Checkpoint::read(path, true)
-        .map_err(|e| OfflineError::Settings(format!("--model {}: {e}", path.display())))?;
-    let pick = match (target, &c.targets[..]) {
-        (Some(n), _) => c.targets.iter().find(|t| t.name == n),
-        (None, [only]) => Some(only),
-        (None, _) => None,
-    };
-    match pick {
-        Some(t) => Ok((c.hashing.clone(), t.clone())),
-        None => {
-            let names: Vec<&str> = c.targets.iter().map(|t| t.name.as_str()).collect();
-            Err(OfflineError::Settings(format!(
-                "--model {}: name one of its targets {names:?} with --target",
-                path.display()
-            )))
-        }
-    }
-}
-
-/// Writes `model` as a one-target checkpoint named `name` (`--save`),
-/// atomically, with the pass's figures.
-pub fn save(
-    path: &Path,
-    hashing: &Hashing,
-    model: &Ftrl,
-    name: &str,
-    r: &Report,
-) -> Result<(), OfflineError> {
-    let auc = if r.auc.is_finite() {
-        serde_json::json!(r.auc)
-    } else {
-        serde_json::Value::Null
-    };
-    let figures = serde_json::json!({"rows": r.rows, "logloss": r.logloss, "auc": auc});
-    let c = Checkpoint {
-        hashing: hashing.clone(),
-        targets: vec![model.to_target(name, figures)],
-        pools: Vec::new(),
-        positions: BTreeMap::new(),
-        created_at_ms: tidemark_metrics::wall_ms(),
-    };
-    tidemark_checkpoint::write(path, &c).map_err(io(path))
-}
-
-/// A feature column: its name, seed and kind.
-struct Column {
-    name: String,
-    seed: u32,
-    numeric: bool,
-    transform: Option<Transform>,
-}
-
-impl Column {
-    /// From a header cell: `name`, or `name:num` for a numeric column.
-    fn new(h: &Hashing, cell: &str) -> Column {
-        let (name, numeric) = match cell.strip_suffix(NUMERIC) {
-            Some(n) => (n, true),
-            None => (cell, false),
-        };
-        Column {
-            name: name.to_owned(),
-            seed: h.name_seed(name),
-            numeric,
-            transform: h.transform(name).cloned(),
-        }
-    }
-}
-
-/// The header suffix that marks a numeric column.
-pub const NUMERIC: &str = ":num";
-
-/// The header cell of the column holding each row's observation kind.
-pub const KIND_COLUMN: &str = ":kind";
-
-fn resolve_crosses(
-    h: &Hashing,
-    names: &[String],
-) -> Result<Vec<(usize, usize, u32)>, OfflineError> {
-    h.crosses
-        .iter()
-        .map(|(a, b)| {
-            let find = |n: &str| {
-                names
-                    .iter()
-                    .position(|c| c == n)
-                    .ok_or_else(|| OfflineError::Cross {
-                        a: a.clone(),
-                        b: b.clone(),
-                        missing: n.to_owned(),
-                    })
+        let mut targets = BTreeMap::new();
+        for (name, mut m) in std::mem::take(&mut self.measured) {
+            let Some((model, _)) = self.models.targets.get(&name) else {
+                continue;
             };
-            Ok((find(a)?, find(b)?, h.cross_seed(a, b)))
-        })
-        .collect()
+            let t = m.metrics.total;
+            let figures = Figures {
+                rows: t.rows,
+                provisional: m.provisional,
+                positives: t.positives,
+                logloss: t.logloss(),
+                auc: auc(&mut m.pairs),
+                calibration: t.calibration(),
+                choice: model.choice(),
+            };
+            targets.insert(name, figures);
+        }
+        let report = Report {
+            seconds,
+            out_of_range: self.out_of_range,
+            targets,
+            pools: (self.models.pools.iter())
+                .map(|(n, p)| (n.clone(), p.trained))
+                .collect(),
+        };
+        Ok((report, self.models))
+    }
 }
+
+/// What a pass measured of one target.
+struct Measured {
+    metrics: Metrics,
+    /// Every matured row's (prediction, label), for the AUC.
+    pairs: Vec<(f32, bool)>,
+    provisional: u64,
+}
+
+impl Default for Measured {
+    fn default() -> Measured {
+        Measured {
+            metrics: Metrics::new(WINDOW),
+            pairs: Vec::new(),
+            provisional: 0,
+        }
+    }
+}
+
+/// Rows the recent figures slide over.
+const WINDOW: u64 = 100_000;

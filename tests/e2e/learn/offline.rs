@@ -1,0 +1,377 @@
+//! `tidemark export`, then `tidemark learn --input` over what it wrote: the
+//! offline pass learns what the online learner learned, weight for weight,
+//! pools and early rows included.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+
+use tidemark_checkpoint::Checkpoint;
+use tidemark_testkit::{bin, wait_for, TestDb};
+
+use super::{config, insert, latest, settings, start, workdir};
+
+/// Runs the binary; its standard output, after asserting it exited 0.
+fn run(args: &[&str]) -> Vec<u8> {
+    let out = bin().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+#[test]
+fn export_then_learn_offline() {
+    let db = TestDb::new("export");
+    insert(&db, "a", 0, 2000);
+    let dir = workdir("export");
+    let tsv = dir.join("ctr.tsv");
+    let out = bin()
+        .args([
+            "export",
+            "--target",
+            "ctr",
+            "--database-url",
+            &db.url,
+            "--output",
+            tsv.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&tsv).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("label\tapp\tn:num\tos\twifi"));
+    assert_eq!(lines.count(), 2000);
+    let preds = dir.join("preds");
+    let out = bin()
+        .args([
+            "learn",
+            "--input",
+            tsv.to_str().unwrap(),
+            "--header",
+            "--json",
+            "--cross",
+            "app,os",
+        ])
+        .args(["--predictions", preds.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["rows"], 2000);
+    assert!(report["logloss"].as_f64().unwrap() < std::f64::consts::LN_2);
+    assert_eq!(
+        std::fs::read_to_string(&preds).unwrap().lines().count(),
+        2000
+    );
+    // A bad label is a clear error naming the line.
+    let bad = dir.join("bad.tsv");
+    std::fs::write(&bad, "1\ta\n2\tb\n").unwrap();
+    let out = bin()
+        .args(["learn", "--input", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.tsv:2: label must be 0 or 1"));
+}
+
+#[test]
+fn offline_learning_over_an_export_equals_online_learning_weight_for_weight() {
+    // The same rows in the same order, the same hashing (a numeric column
+    // through a transform, a cross) and settings: the online learner's ctr
+    // model and the offline pass's saved model must hold identical weights.
+    let db = TestDb::new("offline_equal");
+    insert(&db, "a", 0, 1500);
+    let dir = workdir("equal");
+    let cfg = config(&dir, &db);
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{text}\n[transforms]\nn = \"log1p\"\n")).unwrap();
+    let mut child = start(&cfg, &dir.join("learn.log"));
+    let online = wait_for("every ctr row learned online", || {
+        latest(&dir).filter(|c| {
+            c.targets
+                .iter()
+                .any(|t| t.name == "ctr" && t.trained == 1500)
+        })
+    });
+    tidemark_testkit::signal(child.id(), "TERM");
+    assert!(child.wait().unwrap().success());
+    let (tsv, saved) = (dir.join("ctr.tsv"), dir.join("ctr.tdm"));
+    let (tsv, saved) = (tsv.to_str().unwrap(), saved.to_str().unwrap());
+    run(&[
+        "export",
+        "--target",
+        "ctr",
+        "--database-url",
+        &db.url,
+        "--output",
+        tsv,
+    ]);
+    run(&[
+        "learn",
+        "--input",
+        tsv,
+        "--header",
+        "--bits",
+        "16",
+        "--cross",
+        "app,os",
+        "--transform",
+        "n=log1p",
+        "--save",
+        saved,
+        "--target",
+        "ctr",
+    ]);
+    let offline = Checkpoint::read(Path::new(saved), true).unwrap();
+    let shown: serde_json::Value =
+        serde_json::from_slice(&run(&["checkpoint", "show", "--json", saved])).unwrap();
+    assert_eq!(shown["version"], 4);
+    assert!(shown["targets"][0]["tuning"].is_object(), "a tuned model");
+    assert_eq!(shown["hashing"]["transforms"]["n"]["kind"], "log1p");
+    assert_eq!(shown["targets"][0]["trained"], 1500);
+    let ok = String::from_utf8(run(&["checkpoint", "verify", saved])).unwrap();
+    assert!(ok.starts_with("ok: "), "{ok}");
+    let want = online.targets.iter().find(|t| t.name == "ctr").unwrap();
+    assert_eq!(offline.hashing, online.hashing);
+    assert_eq!(offline.targets[0].trained, 1500);
+    assert_eq!(offline.targets[0].weights, want.weights, "weights differ");
+    assert_eq!(offline.targets[0].state, want.state, "resume state differs");
+    assert_eq!(offline.targets[0].tuning, want.tuning, "the grid differs");
+
+    // Without the `:num` mark the column would be hashed as strings: a
+    // different model (the check above can fail).
+    let plain = dir.join("plain.tsv");
+    std::fs::write(
+        &plain,
+        std::fs::read_to_string(tsv)
+            .unwrap()
+            .replacen("n:num", "n", 1),
+    )
+    .unwrap();
+    let other = dir.join("plain.tdm");
+    run(&[
+        "learn",
+        "--input",
+        plain.to_str().unwrap(),
+        "--header",
+        "--bits",
+        "16",
+        "--cross",
+        "app,os",
+        "--transform",
+        "n=log1p",
+        "--save",
+        other.to_str().unwrap(),
+    ]);
+    let other = Checkpoint::read(&other, true).unwrap();
+    // (Its state: on 1,500 rows the grid may still predict the label rate
+    // alone, whose weights are all 0 either way.)
+    assert_ne!(other.targets[0].state, want.state);
+    assert_eq!(other.targets[0].name, "model");
+
+    // A fixed model scores a file without learning: the online checkpoint's
+    // ctr model, then the saved one, give the same figures; training on from
+    // it moves the state (the labels here owe nothing to the features, so
+    // the grid rightly keeps predicting the label rate alone).
+    let ckpt = tidemark_checkpoint::latest(&dir.join("ckpt")).unwrap();
+    let report = |args: &[&str]| -> serde_json::Value {
+        serde_json::from_slice(&run(&[
+            &["learn", "--input", tsv, "--header", "--json"],
+            args,
+        ]
+        .concat()))
+        .unwrap()
+    };
+    let a = report(&[
+        "--model",
+        ckpt.to_str().unwrap(),
+        "--target",
+        "ctr",
+        "--test-only",
+    ]);
+    let b = report(&["--model", saved, "--test-only"]);
+    assert_eq!(a["logloss"], b["logloss"]);
+    assert_eq!(a["rows"], 1500);
+    let more = dir.join("more.tdm");
+    report(&["--model", saved, "--save", more.to_str().unwrap()]);
+    let more = Checkpoint::read(&more, true).unwrap();
+    assert_eq!(more.targets[0].trained, 3000);
+    assert_ne!(more.targets[0].state, want.state);
+    // A checkpoint of several targets needs --target; --bits beside --model is refused.
+    for bad in [
+        vec!["--model", ckpt.to_str().unwrap()],
+        vec!["--model", saved, "--bits", "12"],
+    ] {
+        let out = bin()
+            .args(["learn", "--input", tsv, "--header"])
+            .args(&bad)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{bad:?} accepted");
+    }
+    // The saved model scores bids with `tidemark score`, the transform applied.
+    let mut score = bin()
+        .args(["score", "--checkpoint", saved])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(
+        score.stdin.as_mut().unwrap(),
+        r#"{{"app":"app0","os":"ios","n":3}}"#
+    )
+    .unwrap();
+    let out = score.wait_with_output().unwrap();
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(line["ctr"].as_f64().is_some(), "{line}");
+}
+
+#[test]
+fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weight() {
+    // Three targets as the learner reads them from one shard: cvr_long
+    // learned early (a provisional 0 for every member, then its late 1s and
+    // final 0s), the install targets sharing a pool. `export --target`
+    // with all three and `--kinds all`, learned offline with the same pool:
+    // every target and the pool hold the online learner's weights.
+    let db = TestDb::new("offline_pooled");
+    tidemark_testkit::block_on({
+        let url = db.url.clone();
+        async move {
+            let c = tidemark_store::connect(&url).await.unwrap();
+            c.batch_execute(
+                "INSERT INTO tidemark.shards (name, prefixes, rate, clock_kind) VALUES ('a', '{}', 0.5, 'event');
+                 INSERT INTO tidemark.observations (shard, seq, target, txid, label, kind, features, rate, created_at)
+                 SELECT 'a', g, 'cvr_long', md5(g::text || 'a'), 0, 'provisional',
+                        jsonb_build_object('app', 'app' || (g % 13), 'os', CASE WHEN g % 2 = 0 THEN 'ios' ELSE 'android' END,
+                                           'n', g % 5, 'wifi', g % 4 = 0),
+                        0.5, now()
+                 FROM generate_series(0::bigint, 1499) g",
+            )
+            .await
+            .unwrap();
+        }
+    });
+    insert(&db, "a", 1500, 1500);
+    tidemark_testkit::block_on({
+        let url = db.url.clone();
+        async move {
+            let c = tidemark_store::connect(&url).await.unwrap();
+            c.batch_execute(
+                "UPDATE tidemark.observations SET kind = 'late', delay_ms = 1000
+                 WHERE target = 'cvr_long' AND kind = 'final' AND label = 1",
+            )
+            .await
+            .unwrap();
+        }
+    });
+    let dir = workdir("pooled");
+    let cfg = settings(&dir, &db)
+        .set("targets.cvr_long.alpha", 0.1)
+        .set("pools.install.targets", ["cvr_short", "cvr_long"])
+        .write(&dir.join("learn.toml"));
+    let mut child = start(&cfg, &dir.join("learn.log"));
+    let online = wait_for("every row learned online", || {
+        latest(&dir).filter(|c| {
+            let trained = |n: &str| c.targets.iter().find(|t| t.name == n).map(|t| t.trained);
+            trained("ctr") == Some(1500)
+                && trained("cvr_short") == Some(1500)
+                && trained("cvr_long") == Some(3000)
+        })
+    });
+    tidemark_testkit::signal(child.id(), "TERM");
+    assert!(child.wait().unwrap().success());
+    let (tsv, saved) = (dir.join("all.tsv"), dir.join("all.tdm"));
+    let (tsv, saved) = (tsv.to_str().unwrap(), saved.to_str().unwrap());
+    let url = db.url.as_str();
+    let targets = "ctr,cvr_short,cvr_long";
+    let export = ["export", "--target", targets, "--kinds", "all"];
+    run(&[&export[..], &["--database-url", url, "--output", tsv]].concat());
+    let header = std::fs::read_to_string(tsv).unwrap();
+    let header = header.lines().next().unwrap().to_owned();
+    assert_eq!(header, "label\t:target\t:kind\t:txid\tapp\tn:num\tos\twifi");
+    let learn = ["learn", "--input", tsv, "--header", "--bits", "16"];
+    let pooled = ["--cross", "app,os", "--pool", "install=cvr_short,cvr_long"];
+    let out = run(&[&learn[..], &pooled, &["--save", saved, "--json"]].concat());
+    let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(report["targets"]["cvr_long"]["rows"], 1500);
+    assert_eq!(report["targets"]["cvr_long"]["provisional"], 1500);
+    assert_eq!(report["pools"]["install"]["trained"], 4500);
+    // (cvr_long's alpha online is the file's default here, as offline.)
+    let offline = Checkpoint::read(Path::new(saved), true).unwrap();
+    assert_eq!(offline.hashing, online.hashing);
+    for want in &online.targets {
+        let got = offline
+            .targets
+            .iter()
+            .find(|t| t.name == want.name)
+            .unwrap();
+        assert_eq!(got.pool, want.pool, "{}", want.name);
+        assert_eq!(got.trained, want.trained, "{}", want.name);
+        assert_eq!(got.weights, want.weights, "{}'s weights differ", want.name);
+        assert_eq!(
+            got.state, want.state,
+            "{}'s resume state differs",
+            want.name
+        );
+        assert_eq!(got.tuning, want.tuning, "{}'s grid differs", want.name);
+    }
+    let (got, want) = (&offline.pools[0], &online.pools[0]);
+    assert_eq!((got.name.as_str(), got.trained), ("install", 4500));
+    assert_eq!(got.weights, want.weights, "the pool's weights differ");
+    assert_eq!(got.state, want.state, "the pool's resume state differs");
+
+    // Without the pool the install targets learn alone: other weights.
+    let out = run(&[&learn[..], &["--cross", "app,os", "--json"]].concat());
+    let alone: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(alone["pools"], serde_json::json!({}));
+    assert_ne!(
+        alone["targets"]["cvr_long"]["logloss"],
+        report["targets"]["cvr_long"]["logloss"]
+    );
+    // A pool of one target, or rows without :target under a model of
+    // several targets, are refused, saying why.
+    let one = ["--pool", "install=cvr_long"];
+    let plain = dir.join("plain.tsv");
+    run(&[
+        "export",
+        "--target",
+        "ctr",
+        "--database-url",
+        url,
+        "--output",
+        plain.to_str().unwrap(),
+    ]);
+    for (args, says) in [
+        ([&learn[..], &one[..]].concat(), "two targets or more"),
+        (
+            vec![
+                "learn",
+                "--input",
+                plain.to_str().unwrap(),
+                "--header",
+                "--model",
+                saved,
+            ],
+            "with --target",
+        ),
+    ] {
+        let out = bin().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
+    }
+}
