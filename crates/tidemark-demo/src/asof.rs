@@ -7,8 +7,9 @@
 //! against the market's true probability. Before a target's first row an
 //! arm predicts its prior, one half. Scored: `ctr` and `p_install` (=
 //! `ctr × (cvr_short + cvr_long)`) on impressions, `cvr_short` and `cvr_long`
-//! on clicks, from one longest window (with grace) after the first bid,
-//! through the last transaction whose final rows were all emitted before
+//! on clicks, from one longest window (with grace) after the first bid and
+//! the first slice in which every arm has read a row of the target (so no
+//! arm's prior is scored), through the last transaction whose final rows were all emitted before
 //! the run ended (only their outcome is known).
 //!
 //! The arms, on the same events:
@@ -112,11 +113,26 @@ pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, 
     };
     let slice = setup.slice_ms.max(1);
     let t0 = first.created.div_euclid(slice) * slice;
-    // Scored from one longest window after the first bid: by then every
-    // arm has read final rows of every target (before, positives, which
-    // mature first, would make the rates read look high).
-    let from = (t0 + longest).div_euclid(slice) * slice + slice;
+    // Scored from one longest window after the first bid (before,
+    // positives, which mature first, would make the rates read look high)
+    // and from the first slice at which every arm has read a row of the
+    // target (of all three for p_install): before, an arm predicts its
+    // prior, one half, whose KL would swamp an arm's mean and move it with
+    // how late the shards' first final sweep came.
+    let base = (t0 + longest).div_euclid(slice) * slice + slice;
     let reads = reads(&parsed, setup, settled);
+    let ready = |t: usize| {
+        let first = |r: &Vec<Read>| r.iter().find(|x| x.1 == t).map(|x| x.0);
+        let at = reads.iter().map(first).collect::<Option<Vec<i64>>>();
+        // A target some arm never reads is scored from `base` (its prior shows).
+        let at = at.and_then(|a| a.into_iter().max()).unwrap_or(base);
+        base.max(at.div_euclid(slice) * slice + slice * i64::from(at.rem_euclid(slice) != 0))
+    };
+    let mut from = [base; 4];
+    for (t, f) in from.iter_mut().enumerate().take(3) {
+        *f = ready(t);
+    }
+    from[3] = from[..3].iter().copied().max().unwrap_or(base);
     let tallies: Vec<Vec<Tally>> = reads
         .iter()
         .enumerate()
@@ -229,14 +245,15 @@ fn reads(parsed: &[Parsed], setup: &Setup, settled: i64) -> Vec<Vec<Read>> {
 }
 
 /// One arm's replay: at each slice boundary from `t0`, the rows read by
-/// then learned, then the slice's events from `from` on scored.
+/// then learned, then the slice's events scored, each target's from its
+/// `from`.
 fn replay(
     arm: usize,
     reads: &[Read],
     parsed: &[Parsed],
     events: &[Event],
     setup: &Setup,
-    (t0, from): (i64, i64),
+    (t0, from): (i64, [i64; 4]),
 ) -> Vec<Tally> {
     let slice = setup.slice_ms.max(1);
     let end = events.last().map_or(t0, |e| e.created);
@@ -266,7 +283,7 @@ fn replay(
         while e < events.len() && events[e].created < b + slice {
             let ev = &events[e];
             e += 1;
-            if ev.created < from {
+            if ev.created < from.iter().copied().min().unwrap_or(0) {
                 continue;
             }
             let p = |t: usize| match (constant, rate[t]) {
@@ -281,6 +298,9 @@ fn replay(
                 [(0, p(0), ev.truth[0]), (3, install.min(1.0), ev.truth[1])]
             };
             for (t, predicted, truth) in scored {
+                if ev.created < from[t] {
+                    continue;
+                }
                 let tally = &mut tallies[t];
                 let s = tally.slices.entry(b).or_default();
                 s.0 += kl(truth, predicted);
@@ -370,7 +390,7 @@ fn slices_to_oracle(arm: &[(i64, f64)], oracle: &[(i64, f64)], at: i64) -> Optio
     near.windows(2).position(|w| w[0] && w[1])
 }
 
-fn report(tallies: &[Vec<Tally>], setup: &Setup, from: i64) -> (Map<String, Value>, Value) {
+fn report(tallies: &[Vec<Tally>], setup: &Setup, from: [i64; 4]) -> (Map<String, Value>, Value) {
     let finite = |x: f64| x.is_finite().then_some(x);
     let mut targets = Map::new();
     let mut shift = Map::new();
@@ -424,7 +444,7 @@ fn report(tallies: &[Vec<Tally>], setup: &Setup, from: i64) -> (Map<String, Valu
                 }).collect::<Map<String, Value>>(),
             }),
         );
-        out.insert("from_ms".into(), json!(from));
+        out.insert("from_ms".into(), json!(from[t]));
         targets.insert(name.to_string(), Value::Object(out));
         if let (Some(at), true) = (setup.shift_at_ms, t >= 2) {
             let oracle = &slices[arm("oracle")];
@@ -492,6 +512,63 @@ mod tests {
         let down: Vec<(f64, f64)> = (0..10).map(|i| (f64::from(i), -f64::from(i))).collect();
         assert!((spearman(&down).unwrap() + 1.0).abs() < 1e-12);
         assert_eq!(spearman(&[(1.0, 1.0), (1.0, 2.0), (1.0, 3.0)]), None);
+    }
+
+    #[test]
+    fn no_arm_is_scored_on_its_prior_when_the_first_final_sweep_comes_late() {
+        // cvr_long's first final rows are emitted five minutes after its
+        // window (and a slice) would have them read: the arms reading
+        // final rows only would predict one half for those slices.
+        const MIN: i64 = 60_000;
+        let config =
+            Config::from_toml("checkpoint_dir = \"c\"\n[[sources]]\nname = \"a\"\n").unwrap();
+        let setup = Setup {
+            config: &config,
+            slice_ms: MIN,
+            final_offset_ms: [10 * MIN, 10 * MIN, 30 * MIN],
+            shift_at_ms: None,
+        };
+        let row = |target: &str, g: i64, clock: i64| Emitted {
+            target: target.to_owned(),
+            // The truth's rates: a tenth clicks, a twentieth of clicks install.
+            label: g % if target == "ctr" { 10 } else { 200 } == 0,
+            kind: "final".to_owned(),
+            features: format!(r#"{{"app":"a{}"}}"#, g % 3),
+            clock_ms: clock,
+            created_ms: g * 1000,
+            truth: [Some(0.1), Some(0.05), Some(0.05), Some(0.01)],
+            txid: format!("{g:x}"),
+            shard: "s".to_owned(),
+        };
+        let mut rows = Vec::new();
+        for g in 0..7200 {
+            let created = g * 1000;
+            rows.push(row("ctr", g, created + 10 * MIN));
+            if g % 10 == 0 {
+                rows.push(row("cvr_short", g, created + 10 * MIN));
+                rows.push(row("cvr_long", g, (created + 30 * MIN).max(35 * MIN)));
+            }
+        }
+        rows.sort_by_key(|r| r.clock_ms);
+        let (targets, _) = evaluate(&rows, &setup).unwrap();
+        let cvr_long = &targets["cvr_long"];
+        assert_eq!(cvr_long["from_ms"], 35 * MIN);
+        assert_eq!(targets["p_install"]["from_ms"], 35 * MIN);
+        assert_eq!(
+            targets["ctr"]["from_ms"],
+            31 * MIN,
+            "one longest window, then a slice"
+        );
+        for arm in ["constant", "final_only"] {
+            let slices = cvr_long["slices"]["kl"][arm].as_array().unwrap();
+            assert!(!slices.is_empty());
+            for kl in slices {
+                assert!(
+                    kl.as_f64().unwrap() < 0.1,
+                    "{arm} scored on its prior: {kl}"
+                );
+            }
+        }
     }
 
     #[test]
