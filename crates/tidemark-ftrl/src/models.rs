@@ -163,11 +163,13 @@ impl Models {
         let slots = self.hashing.slots();
         let (window, grid) = (self.window, &self.grid);
         // Looked up before inserting: `entry` would take an owned name per row.
-        if !self.targets.contains_key(target) {
-            let new = (grid.model(params(), slots), Metrics::new(window));
-            self.targets.insert(target.to_owned(), new);
-        }
-        let (model, metrics) = self.targets.get_mut(target).expect("inserted above");
+        let (model, metrics) = match self.targets.get_mut(target) {
+            Some(found) => found,
+            None => {
+                let new = (grid.model(params(), slots), Metrics::new(window));
+                self.targets.entry(target.to_owned()).or_insert(new)
+            }
+        };
         let (pools, pool_params) = (&mut self.pools, &self.pool_params);
         let scored_with = self.pool_of.get(target);
         let taught = self.teaches.get(target);

@@ -192,8 +192,10 @@ struct Pass<'a> {
     target: Result<String, String>,
     /// The bias feature's index, in every row.
     bias: u32,
-    /// Per target, what the pass measured of it.
-    measured: BTreeMap<String, Measured>,
+    /// Per target, what the pass measured of it (a few targets: a list).
+    measured: Vec<(String, Measured)>,
+    /// The entry of `measured` the last row went to.
+    last_measured: usize,
     /// Where predictions go (`Options::predictions`).
     out: Option<BufWriter<File>>,
     /// Where weights go (`Options::weights`).
@@ -258,7 +260,8 @@ impl<'a> Pass<'a> {
             models,
             target,
             bias,
-            measured: BTreeMap::new(),
+            measured: Vec::new(),
+            last_measured: 0,
             out,
             weights_out,
             kind_col: None,
@@ -373,8 +376,9 @@ impl<'a> Pass<'a> {
         }
         // The weight the row is learned with depends on whether the target
         // is learned early, as it stands before the row.
-        let model = self.models.targets.get(target).map(|(m, _)| m);
-        let early = model.is_some_and(|m| m.is_early()) && !(kind == Kind::Final && y);
+        let early = self.weights_out.is_some()
+            && !(kind == Kind::Final && y)
+            && (self.models.targets.get(target)).is_some_and(|(m, _)| m.is_early());
         let p = if self.opts.learn {
             self.models
                 .learn_hashed(target, || self.opts.params, &self.x, row)
@@ -387,10 +391,20 @@ impl<'a> Pass<'a> {
                 }
             })?
         };
-        if !self.measured.contains_key(target) {
-            self.measured.insert(target.to_owned(), Measured::default());
-        }
-        let m = self.measured.get_mut(target).expect("inserted above");
+        // Rows of one target run in long stretches: the last one's first.
+        let last = self.last_measured;
+        let at = match self.measured.get(last) {
+            Some((name, _)) if name == target => last,
+            _ => match self.measured.iter().position(|(n, _)| n == target) {
+                Some(i) => i,
+                None => {
+                    self.measured.push((target.to_owned(), Measured::default()));
+                    self.measured.len() - 1
+                }
+            },
+        };
+        self.last_measured = at;
+        let m = &mut self.measured[at].1;
         if kind.matured() {
             m.metrics.total.add(p, y);
             m.pairs.push((p as f32, y));
