@@ -64,6 +64,11 @@ pub struct Offline {
     /// the online learner's `[pools.install]` (repeatable)
     #[arg(long, value_name = "NAME=T1,T2")]
     pool: Vec<String>,
+    /// The targets whose rows teach a pool, as `[pools.NAME] teachers`
+    /// (default: its targets): `--pool install=cvr_long --teachers
+    /// install=cvr_short,cvr_long` (repeatable; a checkpoint does not hold them)
+    #[arg(long, value_name = "NAME=T1,T2")]
+    teachers: Vec<String>,
     /// Only predict (progressive figures of a fixed model, e.g. a held-out file)
     #[arg(long, requires = "model")]
     test_only: bool,
@@ -117,7 +122,7 @@ pub fn run(args: Offline) -> anyhow::Result<()> {
             ..Grid::default()
         },
         header: args.header,
-        pools: offline::pools(&args.pool)?,
+        pools: offline::pools(&args.pool, &args.teachers)?,
         target: args.target,
         predictions: args.predictions,
         weights: args.weights,

@@ -242,9 +242,10 @@ fn offline_learning_over_an_export_equals_online_learning_weight_for_weight() {
 fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weight() {
     // Three targets as the learner reads them from one shard: cvr_long
     // learned early (a provisional 0 for every member, then its late 1s and
-    // final 0s), the install targets sharing a pool. `export --target`
-    // with all three and `--kinds all`, learned offline with the same pool:
-    // every target and the pool hold the online learner's weights.
+    // final 0s) and pooled as the demo pools it (its pool taught by
+    // cvr_short's rows too). `export --target` with all three and `--kinds
+    // all`, learned offline with the same pool: every target and the pool
+    // hold the online learner's weights.
     let db = TestDb::new("offline_pooled");
     tidemark_testkit::block_on({
         let url = db.url.clone();
@@ -279,7 +280,8 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
     let dir = workdir("pooled");
     let cfg = settings(&dir, &db)
         .set("targets.cvr_long.alpha", 0.1)
-        .set("pools.install.targets", ["cvr_short", "cvr_long"])
+        .set("pools.install.targets", ["cvr_long"])
+        .set("pools.install.teachers", ["cvr_short", "cvr_long"])
         .write(&dir.join("learn.toml"));
     let mut child = start(&cfg, &dir.join("learn.log"));
     let online = wait_for("every row learned online", || {
@@ -302,7 +304,14 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
     let header = header.lines().next().unwrap().to_owned();
     assert_eq!(header, "label\t:target\t:kind\t:txid\tapp\tn:num\tos\twifi");
     let learn = ["learn", "--input", tsv, "--header", "--bits", "16"];
-    let pooled = ["--cross", "app,os", "--pool", "install=cvr_short,cvr_long"];
+    let pooled = [
+        "--cross",
+        "app,os",
+        "--pool",
+        "install=cvr_long",
+        "--teachers",
+        "install=cvr_short,cvr_long",
+    ];
     let out = run(&[&learn[..], &pooled, &["--save", saved, "--json"]].concat());
     let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(report["targets"]["cvr_long"]["rows"], 1500);
@@ -332,7 +341,7 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
     assert_eq!(got.weights, want.weights, "the pool's weights differ");
     assert_eq!(got.state, want.state, "the pool's resume state differs");
 
-    // Without the pool the install targets learn alone: other weights.
+    // Without the pool cvr_long learns alone: other weights.
     let out = run(&[&learn[..], &["--cross", "app,os", "--json"]].concat());
     let alone: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(alone["pools"], serde_json::json!({}));
@@ -354,7 +363,7 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
         plain.to_str().unwrap(),
     ]);
     for (args, says) in [
-        ([&learn[..], &one[..]].concat(), "two targets or more"),
+        ([&learn[..], &one[..]].concat(), "two members or more"),
         (
             vec![
                 "learn",

@@ -36,7 +36,7 @@ use tidemark_ftrl::{auc, Grid, Kind, Metrics, Models, Params, Row};
 
 use columns::{cell_value, resolve_crosses, Column};
 pub use columns::{hashing, KIND_COLUMN, NUMERIC, TARGET_COLUMN, TXID_COLUMN};
-pub use models::{load, pools, save};
+pub use models::{load, pools, save, Pools};
 pub use report::{Figures, Report};
 
 /// Why an offline pass stopped.
@@ -138,9 +138,9 @@ pub struct Options {
     pub params: Params,
     /// The settings a new target tunes over around `params`.
     pub grid: Grid,
-    /// Per target, the pool it shares weights in (targets new to the pass;
-    /// each pool taught by its targets, learning with `params`).
-    pub pools: BTreeMap<String, String>,
+    /// The pools targets new to the pass share weights in (learning with
+    /// `params`), and their teachers (for a pool `start` holds too).
+    pub pools: Pools,
     /// The target of rows without a `:target` column (default: `start`'s
     /// only target, else `model`).
     pub target: Option<String>,
@@ -233,7 +233,18 @@ impl<'a> Pass<'a> {
             Some(c) => Models::from_checkpoint(c, WINDOW),
             None => Models::new(hashing.clone(), WINDOW),
         };
-        let models = (models.with_grid(opts.grid.clone())).with_pools(&opts.pools, |_| opts.params);
+        let known = |pool: &String| {
+            let started = opts.start.iter().flat_map(|c| &c.pools);
+            opts.pools.of.values().any(|p| p == pool) || started.clone().any(|p| &p.name == pool)
+        };
+        if let Some((t, p)) = opts.pools.teaches.iter().find(|(_, p)| !known(p)) {
+            return Err(OfflineError::Settings(format!(
+                "--teachers: {t} teaches pool {p}, which neither --pool nor --model has"
+            )));
+        }
+        let models = (models.with_grid(opts.grid.clone()))
+            .with_pools(&opts.pools.of, |_| opts.params)
+            .with_teachers(&opts.pools.teaches);
         let target = match (&opts.target, &opts.start) {
             (Some(t), _) => Ok(t.clone()),
             (None, None) => Ok("model".to_owned()),

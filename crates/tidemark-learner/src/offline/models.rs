@@ -51,26 +51,66 @@ pub fn save(
     tidemark_checkpoint::write(path, &c).map_err(io(path))
 }
 
-/// Each pooled target's pool from `--pool NAME=T1,T2,...`: a pool has a
-/// name and two targets or more, and a target is in one pool at most.
-pub fn pools(specs: &[String]) -> Result<BTreeMap<String, String>, OfflineError> {
-    let mut of = BTreeMap::new();
-    for spec in specs {
-        let bad = |why: &str| OfflineError::Settings(format!("--pool {spec}: {why}"));
-        let (name, targets) = spec
-            .split_once('=')
-            .ok_or_else(|| bad("expected NAME=TARGET,TARGET,..."))?;
-        let targets: Vec<&str> = targets.split(',').collect();
-        if name.is_empty() || targets.len() < 2 || targets.iter().any(|t| t.is_empty()) {
-            return Err(bad("a pool has a name and two targets or more"));
+/// The pools of `--pool NAME=T1,T2,...` and `--teachers NAME=T1,T2,...`,
+/// as the online learner's `[pools.NAME]` `targets` and `teachers`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Pools {
+    /// Per pooled target, its pool.
+    pub of: BTreeMap<String, String>,
+    /// Per teacher, the pool its rows teach (by default a pool's targets).
+    pub teaches: BTreeMap<String, String>,
+}
+
+/// Reads `--pool` and `--teachers`: a pool has a name and a target or
+/// more, two members or more among its targets and teachers; a target is
+/// in one pool at most, and a teacher teaches one pool.
+pub fn pools(pools: &[String], teachers: &[String]) -> Result<Pools, OfflineError> {
+    let split = |flag: &str, spec: &String| {
+        let bad = |why: &str| OfflineError::Settings(format!("--{flag} {spec}: {why}"));
+        let (name, list) =
+            (spec.split_once('=')).ok_or_else(|| bad("expected NAME=TARGET,TARGET,..."))?;
+        let list: Vec<String> = list.split(',').map(str::to_owned).collect();
+        if name.is_empty() || list.iter().any(String::is_empty) {
+            return Err(bad("name the pool and each target"));
         }
-        for t in targets {
-            if let Some(other) = of.insert(t.to_owned(), name.to_owned()) {
-                return Err(bad(&format!("target {t} is already in pool {other}")));
+        Ok((name.to_owned(), list))
+    };
+    let mut out = Pools::default();
+    let mut taught: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for spec in teachers {
+        let (name, list) = split("teachers", spec)?;
+        taught.entry(name).or_default().extend(list);
+    }
+    for spec in pools {
+        let (name, targets) = split("pool", spec)?;
+        let teachers = taught.get(&name).unwrap_or(&targets);
+        let mut members: Vec<&String> = targets.iter().chain(teachers).collect();
+        members.sort();
+        members.dedup();
+        if members.len() < 2 {
+            return Err(OfflineError::Settings(format!(
+                "--pool {spec}: a pool has two members or more among its targets and --teachers"
+            )));
+        }
+        for t in &targets {
+            if let Some(other) = out.of.insert(t.clone(), name.clone()) {
+                return Err(OfflineError::Settings(format!(
+                    "--pool {spec}: target {t} is already in pool {other}"
+                )));
+            }
+        }
+        taught.entry(name).or_insert(targets);
+    }
+    for (name, list) in taught {
+        for t in list {
+            if let Some(other) = out.teaches.insert(t.clone(), name.clone()) {
+                return Err(OfflineError::Settings(format!(
+                    "--teachers {name}=...: {t} already teaches pool {other}"
+                )));
             }
         }
     }
-    Ok(of)
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -78,13 +118,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pools_are_named_hold_two_targets_and_never_share_one() {
-        let of = pools(&["install=cvr_short,cvr_long".to_owned()]).unwrap();
-        assert_eq!(of["cvr_short"], "install");
-        assert_eq!(of["cvr_long"], "install");
-        for bad in ["install", "=a,b", "install=a", "install=a,", "p=a,b;q=b,c"] {
-            let specs: Vec<String> = bad.split(';').map(str::to_owned).collect();
-            assert!(pools(&specs).is_err(), "{bad} accepted");
+    fn pools_are_named_hold_two_members_and_never_share_one() {
+        let list = |s: &str| -> Vec<String> {
+            s.split(';')
+                .filter(|x| !x.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        let both = pools(&list("install=cvr_short,cvr_long"), &[]).unwrap();
+        assert_eq!(both.of["cvr_short"], "install");
+        assert_eq!(both.of["cvr_long"], "install");
+        assert_eq!(both.teaches, both.of, "its targets teach it");
+        let lent = pools(
+            &list("install=cvr_long"),
+            &list("install=cvr_short,cvr_long"),
+        )
+        .unwrap();
+        assert_eq!(lent.of.len(), 1);
+        assert_eq!(lent.teaches["cvr_short"], "install");
+        assert_eq!(lent.teaches["cvr_long"], "install");
+        for (p, t) in [
+            ("install", ""),
+            ("=a,b", ""),
+            ("install=a", ""),
+            ("install=a,", ""),
+            ("p=a,b;q=b,c", ""),
+            ("install=a", "install=a"),
+            ("p=a,b;q=c,d", "p=a;q=a,d"),
+        ] {
+            assert!(pools(&list(p), &list(t)).is_err(), "{p} / {t} accepted");
         }
     }
 }
