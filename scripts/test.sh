@@ -50,7 +50,7 @@ fi
 # run as root), outside the checkout; the suite makes about a dozen. Say so
 # before the tests fail one by one on a full disk.
 if [ "$(id -u)" -eq 0 ]; then
-    free_gb=$(df -Pk /var/tmp | awk 'NR == 2 { print int($4 / 1048576) }')
+    free_gb=$(df -Pk /var/tmp 2>/dev/null | awk 'NR == 2 { print int($4 / 1048576) }' || true)
     if [ "${free_gb:-0}" -lt 10 ]; then
         say "warning: ${free_gb} GB free under /var/tmp; the suite's clusters take up to about 10 GB"
         say "clusters of checkouts since deleted are left there as /var/tmp/tidemark-*; remove those no home links to"

@@ -46,10 +46,11 @@ enum Kinds {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut args = args;
+    let mut seen = std::collections::BTreeSet::new();
+    args.target.retain(|t| seen.insert(t.clone()));
     let url = crate::db::resolve_observations(args.database_url.as_deref(), &args.target[0])?;
     let several = args.target.len() > 1;
-    let mut args = args;
-    args.target.dedup();
     let sink: Box<dyn Write> = match &args.output {
         Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("{}", p.display()))?),
         None => Box::new(std::io::stdout().lock()),

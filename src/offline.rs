@@ -105,7 +105,13 @@ pub fn run(args: Offline) -> anyhow::Result<()> {
         l1: args.l1.unwrap_or(base.l1),
         l2: args.l2.unwrap_or(base.l2),
     };
-    for t in start.iter_mut().flat_map(|c| &mut c.targets) {
+    // The settings given replace those of --target's model, else of every one.
+    let named = |t: &tidemark_checkpoint::Target| args.target.as_ref().is_none_or(|n| *n == t.name);
+    for t in start
+        .iter_mut()
+        .flat_map(|c| &mut c.targets)
+        .filter(|t| named(t))
+    {
         if args.alpha.or(args.beta).or(args.l1).or(args.l2).is_some() {
             t.tuning = None;
         }

@@ -317,7 +317,8 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
     assert_eq!(report["targets"]["cvr_long"]["rows"], 1500);
     assert_eq!(report["targets"]["cvr_long"]["provisional"], 1500);
     assert_eq!(report["pools"]["install"]["trained"], 4500);
-    // (cvr_long's alpha online is the file's default here, as offline.)
+    // (cvr_long's alpha online is set to the built-in default: offline has
+    // no per-target settings.)
     let offline = Checkpoint::read(Path::new(saved), true).unwrap();
     assert_eq!(offline.hashing, online.hashing);
     for want in &online.targets {

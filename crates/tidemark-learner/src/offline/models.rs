@@ -81,8 +81,14 @@ pub fn pools(pools: &[String], teachers: &[String]) -> Result<Pools, OfflineErro
         let (name, list) = split("teachers", spec)?;
         taught.entry(name).or_default().extend(list);
     }
+    let mut named = std::collections::BTreeSet::new();
     for spec in pools {
         let (name, targets) = split("pool", spec)?;
+        if !named.insert(name.clone()) {
+            return Err(OfflineError::Settings(format!(
+                "--pool {spec}: pool {name} is given twice (list its targets once)"
+            )));
+        }
         let teachers = taught.get(&name).unwrap_or(&targets);
         let mut members: Vec<&String> = targets.iter().chain(teachers).collect();
         members.sort();
@@ -145,6 +151,7 @@ mod tests {
             ("p=a,b;q=b,c", ""),
             ("install=a", "install=a"),
             ("p=a,b;q=c,d", "p=a;q=a,d"),
+            ("p=a,b;p=c", ""),
         ] {
             assert!(pools(&list(p), &list(t)).is_err(), "{p} / {t} accepted");
         }

@@ -16,7 +16,8 @@ pub struct Report {
     /// Per target the pass learned or scored (rows without a `:target`
     /// column are the one target the pass was given).
     pub targets: BTreeMap<String, Figures>,
-    /// Per pool, the rows it has learned from (its trained count).
+    /// Per pool, the rows it has learned from in all (its trained count:
+    /// a `--model` checkpoint's rows included).
     pub pools: BTreeMap<String, u64>,
 }
 
@@ -62,6 +63,16 @@ impl Report {
                 .map(|(n, t)| (n.clone(), serde_json::json!({"trained": t})))
                 .collect::<serde_json::Map<_, _>>(),
         });
+        if let (true, Some(o)) = (self.targets.is_empty(), top.as_object_mut()) {
+            // No rows: the figures of none, where one target's would be.
+            o.extend(
+                serde_json::json!({"rows": 0, "provisional": 0, "positives": 0,
+                "logloss": 0.0, "auc": null, "calibration": null})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            );
+        }
         if let ([(_, only)], Some(o)) = (
             &self.targets.iter().collect::<Vec<_>>()[..],
             top.as_object_mut(),
