@@ -128,7 +128,7 @@ pub fn run(args: Offline) -> anyhow::Result<()> {
             ..Grid::default()
         },
         header: args.header,
-        pools: offline::pools(&args.pool, &args.teachers)?,
+        pools: offline::pools(&args.pool, &args.teachers, start.as_ref())?,
         target: args.target,
         predictions: args.predictions,
         weights: args.weights,

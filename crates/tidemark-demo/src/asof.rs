@@ -267,6 +267,8 @@ fn replay(
     }
     // The constant arm: (rows, ones) read per target.
     let mut rate = [(0u64, 0u64); 3];
+    // Events before every target's `from` are scored for none.
+    let earliest = from.iter().copied().min().unwrap_or(t0);
     let (mut next, mut e, mut b) = (0, 0, t0);
     while b <= end {
         while next < reads.len() && reads[next].0 <= b {
@@ -283,7 +285,7 @@ fn replay(
         while e < events.len() && events[e].created < b + slice {
             let ev = &events[e];
             e += 1;
-            if ev.created < from.iter().copied().min().unwrap_or(0) {
+            if ev.created < earliest {
                 continue;
             }
             let p = |t: usize| match (constant, rate[t]) {

@@ -186,39 +186,45 @@ fn default_consumer() -> String {
     "learner".into()
 }
 
-/// Each pooled target's pool, from `[pools]`; a target in two pools, a pool
-/// of fewer than two targets or an empty name is refused, naming it.
-fn pool_of(pools: &BTreeMap<String, RawPool>) -> Result<BTreeMap<String, String>, ConfigError> {
-    let mut of = BTreeMap::new();
-    for (
-        pool,
-        RawPool {
-            targets, teachers, ..
-        },
-    ) in pools
-    {
-        let mut members: Vec<&String> = targets.iter().chain(teachers.iter().flatten()).collect();
+/// Per pooled target its pool, and per teacher the pool its rows teach.
+pub(crate) type PoolMembers = (BTreeMap<String, String>, BTreeMap<String, String>);
+
+/// The pools' members by the rules `[pools]` and `learn --pool` share: a
+/// pool has a name, a target or more, and two members or more among its
+/// targets and teachers (`None`: its targets); a target is in one pool, a
+/// teacher teaches one. An error starts with the pool's name, for the
+/// caller to prefix (`pools.`, `--pool `).
+pub(crate) fn pool_members<'a>(
+    pools: impl IntoIterator<Item = (&'a str, &'a [String], Option<&'a [String]>)>,
+) -> Result<PoolMembers, String> {
+    let (mut of, mut teaches) = (BTreeMap::new(), BTreeMap::new());
+    for (pool, targets, teachers) in pools {
+        let teachers = teachers.unwrap_or(targets);
+        let mut members: Vec<&String> = targets.iter().chain(teachers).collect();
         members.sort();
         members.dedup();
         if pool.is_empty() || targets.is_empty() || members.len() < 2 {
-            return Err(ConfigError(format!(
-                "pools.{pool}: a pool has a name, a target or more, and two targets or more among its targets and teachers"
-            )));
+            return Err(format!(
+                "{pool}: a pool has a name, a target or more, and two members or more among its targets and teachers"
+            ));
         }
-        if targets.iter().any(String::is_empty) {
-            return Err(ConfigError(format!(
-                "pools.{pool}.targets: a name is empty"
-            )));
+        if teachers.is_empty() || members.iter().any(|m| m.is_empty()) {
+            return Err(format!(
+                "{pool}: name each target and teacher, one teacher or more"
+            ));
         }
         for t in targets {
-            if let Some(other) = of.insert(t.clone(), pool.clone()) {
-                return Err(ConfigError(format!(
-                    "pools.{pool}: target {t} is already in pool {other}"
-                )));
+            if let Some(other) = of.insert(t.clone(), pool.to_owned()) {
+                return Err(format!("{pool}: target {t} is already in pool {other}"));
+            }
+        }
+        for t in teachers {
+            if let Some(other) = teaches.insert(t.clone(), pool.to_owned()) {
+                return Err(format!("{pool}.teachers: {t} already teaches pool {other}"));
             }
         }
     }
-    Ok(of)
+    Ok((of, teaches))
 }
 
 /// Numeric transforms by feature name, from `name → text` pairs (a
@@ -322,23 +328,12 @@ impl Config {
         let transforms =
             parse_transforms(raw.transforms.iter().map(|(n, t)| (n.as_str(), t.as_str())))
                 .map_err(|e| ConfigError(format!("transforms.{e}")))?;
-        let pools = pool_of(&raw.pools)?;
+        let members =
+            (raw.pools.iter()).map(|(n, p)| (n.as_str(), &p.targets[..], p.teachers.as_deref()));
+        let (pools, teaches) =
+            pool_members(members).map_err(|e| ConfigError(format!("pools.{e}")))?;
         let mut pool_settings = BTreeMap::new();
-        let mut teaches = BTreeMap::new();
         for (name, p) in &raw.pools {
-            let teachers = p.teachers.as_ref().unwrap_or(&p.targets);
-            if teachers.is_empty() || teachers.iter().any(String::is_empty) {
-                return Err(ConfigError(format!(
-                    "pools.{name}.teachers: name one target or more"
-                )));
-            }
-            for t in teachers {
-                if let Some(other) = teaches.insert(t.clone(), name.clone()) {
-                    return Err(ConfigError(format!(
-                        "pools.{name}.teachers: {t} already teaches pool {other}"
-                    )));
-                }
-            }
             let settings = RawParams {
                 alpha: p.alpha,
                 beta: p.beta,

@@ -7,20 +7,9 @@ use std::path::Path;
 use std::process::Stdio;
 
 use tidemark_checkpoint::Checkpoint;
-use tidemark_testkit::{bin, wait_for, TestDb};
+use tidemark_testkit::{bin, run_ok, wait_for, TestDb};
 
 use super::{config, insert, latest, settings, start, workdir};
-
-/// Runs the binary; its standard output, after asserting it exited 0.
-fn run(args: &[&str]) -> Vec<u8> {
-    let out = bin().args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
 
 #[test]
 fn export_then_learn_offline() {
@@ -28,46 +17,25 @@ fn export_then_learn_offline() {
     insert(&db, "a", 0, 2000);
     let dir = workdir("export");
     let tsv = dir.join("ctr.tsv");
-    let out = bin()
-        .args([
-            "export",
-            "--target",
-            "ctr",
-            "--database-url",
-            &db.url,
-            "--output",
-            tsv.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let tsv_s = tsv.to_str().unwrap();
+    run_ok(&[
+        "export",
+        "--target",
+        "ctr",
+        "--database-url",
+        &db.url,
+        "--output",
+        tsv_s,
+    ]);
     let text = std::fs::read_to_string(&tsv).unwrap();
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("label\tapp\tn:num\tos\twifi"));
     assert_eq!(lines.count(), 2000);
     let preds = dir.join("preds");
-    let out = bin()
-        .args([
-            "learn",
-            "--input",
-            tsv.to_str().unwrap(),
-            "--header",
-            "--json",
-            "--cross",
-            "app,os",
-        ])
-        .args(["--predictions", preds.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let learn = [
+        "learn", "--input", tsv_s, "--header", "--json", "--cross", "app,os",
+    ];
+    let out = run_ok(&[&learn[..], &["--predictions", preds.to_str().unwrap()]].concat());
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["rows"], 2000);
     assert!(report["logloss"].as_f64().unwrap() < std::f64::consts::LN_2);
@@ -109,7 +77,7 @@ fn offline_learning_over_an_export_equals_online_learning_weight_for_weight() {
     assert!(child.wait().unwrap().success());
     let (tsv, saved) = (dir.join("ctr.tsv"), dir.join("ctr.tdm"));
     let (tsv, saved) = (tsv.to_str().unwrap(), saved.to_str().unwrap());
-    run(&[
+    run_ok(&[
         "export",
         "--target",
         "ctr",
@@ -118,7 +86,7 @@ fn offline_learning_over_an_export_equals_online_learning_weight_for_weight() {
         "--output",
         tsv,
     ]);
-    run(&[
+    run_ok(&[
         "learn",
         "--input",
         tsv,
@@ -136,12 +104,12 @@ fn offline_learning_over_an_export_equals_online_learning_weight_for_weight() {
     ]);
     let offline = Checkpoint::read(Path::new(saved), true).unwrap();
     let shown: serde_json::Value =
-        serde_json::from_slice(&run(&["checkpoint", "show", "--json", saved])).unwrap();
+        serde_json::from_slice(&run_ok(&["checkpoint", "show", "--json", saved]).stdout).unwrap();
     assert_eq!(shown["version"], 4);
     assert!(shown["targets"][0]["tuning"].is_object(), "a tuned model");
     assert_eq!(shown["hashing"]["transforms"]["n"]["kind"], "log1p");
     assert_eq!(shown["targets"][0]["trained"], 1500);
-    let ok = String::from_utf8(run(&["checkpoint", "verify", saved])).unwrap();
+    let ok = String::from_utf8(run_ok(&["checkpoint", "verify", saved]).stdout).unwrap();
     assert!(ok.starts_with("ok: "), "{ok}");
     let want = online.targets.iter().find(|t| t.name == "ctr").unwrap();
     assert_eq!(offline.hashing, online.hashing);
@@ -161,7 +129,7 @@ fn offline_learning_over_an_export_equals_online_learning_weight_for_weight() {
     )
     .unwrap();
     let other = dir.join("plain.tdm");
-    run(&[
+    run_ok(&[
         "learn",
         "--input",
         plain.to_str().unwrap(),
@@ -187,11 +155,9 @@ fn offline_learning_over_an_export_equals_online_learning_weight_for_weight() {
     // the grid rightly keeps predicting the label rate alone).
     let ckpt = tidemark_checkpoint::latest(&dir.join("ckpt")).unwrap();
     let report = |args: &[&str]| -> serde_json::Value {
-        serde_json::from_slice(&run(&[
-            &["learn", "--input", tsv, "--header", "--json"],
-            args,
-        ]
-        .concat()))
+        serde_json::from_slice(
+            &run_ok(&[&["learn", "--input", tsv, "--header", "--json"], args].concat()).stdout,
+        )
         .unwrap()
     };
     let a = report(&[
@@ -247,30 +213,19 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
     // all`, learned offline with the same pool: every target and the pool
     // hold the online learner's weights.
     let db = TestDb::new("offline_pooled");
-    tidemark_testkit::block_on({
-        let url = db.url.clone();
-        async move {
-            let c = tidemark_store::connect(&url).await.unwrap();
-            c.batch_execute(
-                "INSERT INTO tidemark.shards (name, prefixes, rate, clock_kind) VALUES ('a', '{}', 0.5, 'event');
-                 INSERT INTO tidemark.observations (shard, seq, target, txid, label, kind, features, rate, created_at)
-                 SELECT 'a', g, 'cvr_long', md5(g::text || 'a'), 0, 'provisional',
-                        jsonb_build_object('app', 'app' || (g % 13), 'os', CASE WHEN g % 2 = 0 THEN 'ios' ELSE 'android' END,
-                                           'n', g % 5, 'wifi', g % 4 = 0),
-                        0.5, now()
-                 FROM generate_series(0::bigint, 1499) g",
-            )
-            .await
-            .unwrap();
-        }
-    });
     insert(&db, "a", 1500, 1500);
     tidemark_testkit::block_on({
         let url = db.url.clone();
         async move {
             let c = tidemark_store::connect(&url).await.unwrap();
             c.batch_execute(
-                "UPDATE tidemark.observations SET kind = 'late', delay_ms = 1000
+                "INSERT INTO tidemark.observations (shard, seq, target, txid, label, kind, features, rate, created_at)
+                 SELECT 'a', g, 'cvr_long', md5(g::text || 'a'), 0, 'provisional',
+                        jsonb_build_object('app', 'app' || (g % 13), 'os', CASE WHEN g % 2 = 0 THEN 'ios' ELSE 'android' END,
+                                           'n', g % 5, 'wifi', g % 4 = 0),
+                        0.5, now()
+                 FROM generate_series(0::bigint, 1499) g;
+                 UPDATE tidemark.observations SET kind = 'late', delay_ms = 1000
                  WHERE target = 'cvr_long' AND kind = 'final' AND label = 1",
             )
             .await
@@ -299,7 +254,7 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
     let url = db.url.as_str();
     let targets = "ctr,cvr_short,cvr_long";
     let export = ["export", "--target", targets, "--kinds", "all"];
-    run(&[&export[..], &["--database-url", url, "--output", tsv]].concat());
+    run_ok(&[&export[..], &["--database-url", url, "--output", tsv]].concat());
     let header = std::fs::read_to_string(tsv).unwrap();
     let header = header.lines().next().unwrap().to_owned();
     assert_eq!(header, "label\t:target\t:kind\t:txid\tapp\tn:num\tos\twifi");
@@ -312,8 +267,8 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
         "--teachers",
         "install=cvr_short,cvr_long",
     ];
-    let out = run(&[&learn[..], &pooled, &["--save", saved, "--json"]].concat());
-    let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let out = run_ok(&[&learn[..], &pooled, &["--save", saved, "--json"]].concat());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["targets"]["cvr_long"]["rows"], 1500);
     assert_eq!(report["targets"]["cvr_long"]["provisional"], 1500);
     assert_eq!(report["pools"]["install"]["trained"], 4500);
@@ -342,9 +297,18 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
     assert_eq!(got.weights, want.weights, "the pool's weights differ");
     assert_eq!(got.state, want.state, "the pool's resume state differs");
 
+    // Resumed from the saved models, the lending pool is named by its
+    // teachers alone (the checkpoint holds its targets).
+    let resume = [
+        "learn", "--input", tsv, "--header", "--model", saved, "--json",
+    ];
+    let out = run_ok(&[&resume[..], &["--teachers", "install=cvr_short,cvr_long"]].concat());
+    let resumed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(resumed["pools"]["install"]["trained"], 9000);
+
     // Without the pool cvr_long learns alone: other weights.
-    let out = run(&[&learn[..], &["--cross", "app,os", "--json"]].concat());
-    let alone: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let out = run_ok(&[&learn[..], &["--cross", "app,os", "--json"]].concat());
+    let alone: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(alone["pools"], serde_json::json!({}));
     assert_ne!(
         alone["targets"]["cvr_long"]["logloss"],
@@ -354,7 +318,7 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
     // several targets, are refused, saying why.
     let one = ["--pool", "install=cvr_long"];
     let plain = dir.join("plain.tsv");
-    run(&[
+    run_ok(&[
         "export",
         "--target",
         "ctr",
@@ -363,8 +327,25 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
         "--output",
         plain.to_str().unwrap(),
     ]);
+    // So are a row whose :target is empty, and teachers of a pool nobody gave.
+    let blank = dir.join("blank.tsv");
+    std::fs::write(
+        &blank,
+        format!("{header}\n0\t\tfinal\tx\tapp1\t1\tios\ttrue\n"),
+    )
+    .unwrap();
+    let blank_input = ["learn", "--input", blank.to_str().unwrap(), "--header"];
+    let stray = ["--teachers", "other=ctr,cvr_short"];
     for (args, says) in [
         ([&learn[..], &one[..]].concat(), "two members or more"),
+        (
+            blank_input.to_vec(),
+            "blank.tsv:2: the :target column must name a target",
+        ),
+        (
+            [&learn[..], &stray[..]].concat(),
+            "other: a pool has a name, a target or more",
+        ),
         (
             vec![
                 "learn",

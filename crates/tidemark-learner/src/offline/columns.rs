@@ -56,9 +56,12 @@ pub fn hashing(
     Ok(Hashing::new(bits, seed, crosses).with_transforms(transforms))
 }
 
-/// A feature column: its name, seed and kind.
+/// A column: its name, seed and kind.
 pub(super) struct Column {
     pub(super) name: String,
+    /// Hashed into the row: every column but those whose header starts
+    /// with `:` (`:kind`, `:target`, `:txid`, and any other such name).
+    pub(super) feature: bool,
     pub(super) seed: u32,
     pub(super) numeric: bool,
     pub(super) transform: Option<Transform>,
@@ -73,6 +76,7 @@ impl Column {
         };
         Column {
             name: name.to_owned(),
+            feature: !cell.starts_with(':'),
             seed: h.name_seed(name),
             numeric,
             transform: h.transform(name).cloned(),

@@ -233,15 +233,6 @@ impl<'a> Pass<'a> {
             Some(c) => Models::from_checkpoint(c, WINDOW),
             None => Models::new(hashing.clone(), WINDOW),
         };
-        let known = |pool: &String| {
-            let started = opts.start.iter().flat_map(|c| &c.pools);
-            opts.pools.of.values().any(|p| p == pool) || started.clone().any(|p| &p.name == pool)
-        };
-        if let Some((t, p)) = opts.pools.teaches.iter().find(|(_, p)| !known(p)) {
-            return Err(OfflineError::Settings(format!(
-                "--teachers: {t} teaches pool {p}, which neither --pool nor --model has"
-            )));
-        }
         let models = (models.with_grid(opts.grid.clone()))
             .with_pools(&opts.pools.of, |_| opts.params)
             .with_teachers(&opts.pools.teaches);
@@ -483,8 +474,7 @@ impl<'a> Pass<'a> {
         let value = |j: usize| cell_value(line, self.fields[j + 1], &self.cols[j], path, line_no);
         for (j, col) in self.cols.iter().enumerate().take(n_cols) {
             let (a, b) = self.fields[j + 1];
-            let marked = [self.kind_col, self.target_col, self.txid_col];
-            if a == b || marked.contains(&Some(j)) {
+            if a == b || !col.feature {
                 continue;
             }
             if !col.numeric {

@@ -61,62 +61,48 @@ pub struct Pools {
     pub teaches: BTreeMap<String, String>,
 }
 
-/// Reads `--pool` and `--teachers`: a pool has a name and a target or
-/// more, two members or more among its targets and teachers; a target is
-/// in one pool at most, and a teacher teaches one pool.
-pub fn pools(pools: &[String], teachers: &[String]) -> Result<Pools, OfflineError> {
+/// Reads `--pool` and `--teachers` by the rules `[pools]` keeps
+/// (`crate::config::pool_members`); `--teachers` may also name a pool of
+/// `start` (`--model`), whose targets it holds.
+pub fn pools(
+    pools: &[String],
+    teachers: &[String],
+    start: Option<&Checkpoint>,
+) -> Result<Pools, OfflineError> {
     let split = |flag: &str, spec: &String| {
         let bad = |why: &str| OfflineError::Settings(format!("--{flag} {spec}: {why}"));
         let (name, list) =
             (spec.split_once('=')).ok_or_else(|| bad("expected NAME=TARGET,TARGET,..."))?;
         let list: Vec<String> = list.split(',').map(str::to_owned).collect();
-        if name.is_empty() || list.iter().any(String::is_empty) {
-            return Err(bad("name the pool and each target"));
-        }
         Ok((name.to_owned(), list))
     };
-    let mut out = Pools::default();
+    let mut given: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for spec in pools {
+        let (name, targets) = split("pool", spec)?;
+        if given.insert(name.clone(), targets).is_some() {
+            return Err(OfflineError::Settings(format!(
+                "--pool {spec}: pool {name} is given twice (list its targets once)"
+            )));
+        }
+    }
     let mut taught: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for spec in teachers {
         let (name, list) = split("teachers", spec)?;
         taught.entry(name).or_default().extend(list);
     }
-    let mut named = std::collections::BTreeSet::new();
-    for spec in pools {
-        let (name, targets) = split("pool", spec)?;
-        if !named.insert(name.clone()) {
-            return Err(OfflineError::Settings(format!(
-                "--pool {spec}: pool {name} is given twice (list its targets once)"
-            )));
-        }
-        let teachers = taught.get(&name).unwrap_or(&targets);
-        let mut members: Vec<&String> = targets.iter().chain(teachers).collect();
-        members.sort();
-        members.dedup();
-        if members.len() < 2 {
-            return Err(OfflineError::Settings(format!(
-                "--pool {spec}: a pool has two members or more among its targets and --teachers"
-            )));
-        }
-        for t in &targets {
-            if let Some(other) = out.of.insert(t.clone(), name.clone()) {
-                return Err(OfflineError::Settings(format!(
-                    "--pool {spec}: target {t} is already in pool {other}"
-                )));
-            }
-        }
-        taught.entry(name).or_insert(targets);
-    }
-    for (name, list) in taught {
-        for t in list {
-            if let Some(other) = out.teaches.insert(t.clone(), name.clone()) {
-                return Err(OfflineError::Settings(format!(
-                    "--teachers {name}=...: {t} already teaches pool {other}"
-                )));
-            }
+    // A pool named by --teachers alone is a checkpoint's: its targets.
+    for name in taught.keys() {
+        if !given.contains_key(name) {
+            let held = start.iter().flat_map(|c| &c.targets);
+            let targets = held.filter(|t| t.pool.as_ref() == Some(name));
+            given.insert(name.clone(), targets.map(|t| t.name.clone()).collect());
         }
     }
-    Ok(out)
+    let members = (given.iter())
+        .map(|(n, targets)| (n.as_str(), &targets[..], taught.get(n).map(|t| &t[..])));
+    let (of, teaches) = crate::config::pool_members(members)
+        .map_err(|e| OfflineError::Settings(format!("--pool {e}")))?;
+    Ok(Pools { of, teaches })
 }
 
 #[cfg(test)]
@@ -131,13 +117,14 @@ mod tests {
                 .map(str::to_owned)
                 .collect()
         };
-        let both = pools(&list("install=cvr_short,cvr_long"), &[]).unwrap();
+        let both = pools(&list("install=cvr_short,cvr_long"), &[], None).unwrap();
         assert_eq!(both.of["cvr_short"], "install");
         assert_eq!(both.of["cvr_long"], "install");
         assert_eq!(both.teaches, both.of, "its targets teach it");
         let lent = pools(
             &list("install=cvr_long"),
             &list("install=cvr_short,cvr_long"),
+            None,
         )
         .unwrap();
         assert_eq!(lent.of.len(), 1);
@@ -153,7 +140,10 @@ mod tests {
             ("p=a,b;q=c,d", "p=a;q=a,d"),
             ("p=a,b;p=c", ""),
         ] {
-            assert!(pools(&list(p), &list(t)).is_err(), "{p} / {t} accepted");
+            assert!(
+                pools(&list(p), &list(t), None).is_err(),
+                "{p} / {t} accepted"
+            );
         }
     }
 }

@@ -63,23 +63,20 @@ impl Report {
                 .map(|(n, t)| (n.clone(), serde_json::json!({"trained": t})))
                 .collect::<serde_json::Map<_, _>>(),
         });
-        if let (true, Some(o)) = (self.targets.is_empty(), top.as_object_mut()) {
-            // No rows: the figures of none, where one target's would be.
-            o.extend(
-                serde_json::json!({"rows": 0, "provisional": 0, "positives": 0,
-                "logloss": 0.0, "auc": null, "calibration": null})
-                .as_object()
-                .cloned()
+        // The one target's figures at the top too; no rows, zeros there.
+        let flat = match self.targets.len() {
+            0 => serde_json::json!({"rows": 0, "provisional": 0, "positives": 0,
+                "logloss": 0.0, "auc": null, "calibration": null}),
+            1 => self
+                .targets
+                .values()
+                .map(Figures::to_json)
+                .next()
                 .unwrap_or_default(),
-            );
-        }
-        if let ([(_, only)], Some(o)) = (
-            &self.targets.iter().collect::<Vec<_>>()[..],
-            top.as_object_mut(),
-        ) {
-            if let serde_json::Value::Object(f) = only.to_json() {
-                o.extend(f);
-            }
+            _ => serde_json::Value::Null,
+        };
+        if let (serde_json::Value::Object(f), Some(o)) = (flat, top.as_object_mut()) {
+            o.extend(f);
         }
         top
     }
