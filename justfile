@@ -133,6 +133,10 @@ bench-early-transient:
 bench-early-young:
     python3 bench/early_young.py
 
+# Issue 48: a count taken as a number against the lag of late rows, simulated (no build)
+bench-early-lag:
+    python3 bench/early_lag.py num && python3 bench/early_lag.py cat && python3 bench/early_lag.py num fixed
+
 # Issue 48: an early target's rows, weighted, learned by Tidemark and by VW --ftrl with the same weights
 bench-early-vw *flags:
     bash bench/early_peers.sh {{flags}}

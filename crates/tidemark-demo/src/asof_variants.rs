@@ -13,7 +13,8 @@
 //! `TIDEMARK_VARIANTS` holds learner configuration lines, variants apart by
 //! `||` (an empty one is the demo's own settings without pools); each is
 //! added to the demo's base settings (bits 20, alpha 0.15, the
-//! country × exchange cross). `TIDEMARK_VARIANTS_SHIFT_MS`: the market's
+//! country × exchange cross, and `user_clicks` in buckets unless the
+//! variant has a `[transforms]` table). `TIDEMARK_VARIANTS_SHIFT_MS`: the market's
 //! shift, for the `shift` figures. `TIDEMARK_VARIANTS_DROP=a,b`: features left
 //! out of every row. `TIDEMARK_VARIANTS_SLICES` set: `cvr_long`'s
 //! per-slice figures too.
@@ -23,8 +24,8 @@
 fn asof_variants() {
     let url = std::env::var("TIDEMARK_VARIANTS_URL").expect("TIDEMARK_VARIANTS_URL");
     let variants = std::env::var("TIDEMARK_VARIANTS").unwrap_or_default();
-    let shift = std::env::var("TIDEMARK_VARIANTS_SHIFT_MS")
-        .ok()
+    let shift = (std::env::var("TIDEMARK_VARIANTS_SHIFT_MS").ok())
+        .filter(|s| !s.is_empty())
         .map(|s| s.parse().expect("a number of ms"));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -46,8 +47,15 @@ fn asof_variants() {
         }
     }
     let base = "checkpoint_dir = \"c\"\nbits = 20\nalpha = 0.15\ncrosses = [[\"country\", \"exchange\"]]\n";
+    // The demo's transform, unless a variant gives its own.
+    let transforms = format!("[transforms]\nuser_clicks = \"{}\"\n", crate::USER_CLICKS);
     for v in variants.split("||") {
-        let text = format!("{base}{v}\n[[sources]]\nname = \"demo\"\n");
+        let own = if v.contains("[transforms]") {
+            ""
+        } else {
+            &transforms
+        };
+        let text = format!("{base}{v}\n{own}[[sources]]\nname = \"demo\"\n");
         let config = tidemark_learner::Config::from_toml(&text).unwrap();
         let setup = crate::asof::Setup {
             config: &config,
@@ -57,7 +65,7 @@ fn asof_variants() {
         };
         let (targets, shift) = crate::asof::evaluate(&rows, &setup).unwrap();
         println!("== {}", v.replace('\n', " "));
-        for name in ["cvr_short", "cvr_long", "p_install"] {
+        for name in ["ctr", "cvr_short", "cvr_long", "p_install"] {
             let a = &targets[name];
             let kl: Vec<String> = (crate::asof::ARMS.iter())
                 .map(|arm| format!("{arm} {:.5}", a[arm]["kl"].as_f64().unwrap_or(f64::NAN)))

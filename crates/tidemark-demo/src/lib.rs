@@ -123,6 +123,12 @@ const COUNTERS: [(&str, &str, &str); 3] = [
     ("imp_1h", "impression", "1h"),
 ];
 
+/// The learner's transform of the bids' `user_clicks` (0 to 10): a
+/// category per count. Raw, on one run replayed as of bid time, it cost
+/// `cvr_short` a sixth of its constant→oracle gap and `cvr_long` a seventh
+/// (docs/demo.md).
+const USER_CLICKS: &str = "buckets(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)";
+
 /// What the demo's bidder derives from the counters: the person's click
 /// rate over the last hour's impressions, smoothed towards 0.1. With the
 /// person a feature, the raw counts cost `ctr` (a linear model extrapolates

@@ -19,7 +19,9 @@ use tidemark_store::Cluster;
 use crate::procs::Proc;
 use crate::progress::{self, Display, Sample};
 use crate::{evaluate, html, report, store};
-use crate::{Options, Outcome, BIDDER_RATE, COUNTERS, DATABASE, ENDPOINT, WINDOWS, WINDOW_MS};
+use crate::{
+    Options, Outcome, BIDDER_RATE, COUNTERS, DATABASE, ENDPOINT, USER_CLICKS, WINDOWS, WINDOW_MS,
+};
 
 /// Runs the demo, progress on stderr, the report on stdout and in
 /// `home/report/`. `exe` is the `tidemark` binary the shards, the profile
@@ -226,8 +228,11 @@ impl<'a> Demo<'a> {
             "checkpoint_dir = \"{}\"\ncheckpoint_interval = \"3s\"\nbits = 20\nalpha = 0.15\npoll = \"200ms\"\ncrosses = [[\"country\", \"exchange\"]]\n\n[[sources]]\nname = \"demo\"\ndatabase_url = \"{url}\"\n\n[pools.install]\ntargets = [\"cvr_long\"]\nteachers = [\"cvr_short\", \"cvr_long\"]\nalpha = 0.05\n",
             ckpt.display()
         );
+        // The bid's click count is a number from 0 to 10 on almost every
+        // row: taken raw it steps like a second bias ten times as bold
+        // (docs/demo.md, "The learner's features").
+        learn_text += &format!("\n[transforms]\nuser_clicks = \"{USER_CLICKS}\"\n");
         if args.raw_counters && args.counter_transform != "none" {
-            learn_text += "\n[transforms]\n";
             for (name, _, _) in COUNTERS {
                 learn_text += &format!("{name} = \"{}\"\n", args.counter_transform);
             }
