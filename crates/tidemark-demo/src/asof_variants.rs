@@ -12,12 +12,11 @@
 //!
 //! `TIDEMARK_VARIANTS` holds learner configuration lines, variants apart by
 //! `||` (an empty one is the demo's own settings without pools); each is
-//! added to the demo's base settings (bits 20, alpha 0.15, the
-//! country × exchange cross, and `user_clicks` in buckets unless the
-//! variant has a `[transforms]` table). `TIDEMARK_VARIANTS_SHIFT_MS`: the market's
-//! shift, for the `shift` figures. `TIDEMARK_VARIANTS_DROP=a,b`: features left
-//! out of every row. `TIDEMARK_VARIANTS_SLICES` set: `cvr_long`'s
-//! per-slice figures too.
+//! added to the demo's learner settings (`crate::LEARNER_SETTINGS`, and
+//! `user_clicks` in buckets unless the variant has a `[transforms]` table).
+//! `TIDEMARK_VARIANTS_SHIFT_MS`: the market's shift, for the `shift`
+//! figures. `TIDEMARK_VARIANTS_DROP=a,b`: features left out of every row.
+//! `TIDEMARK_VARIANTS_SLICES` set: `cvr_long`'s per-slice figures too.
 
 #[test]
 #[ignore]
@@ -46,7 +45,7 @@ fn asof_variants() {
             r.features = serde_json::Value::Object(f).to_string();
         }
     }
-    let base = "checkpoint_dir = \"c\"\nbits = 20\nalpha = 0.15\ncrosses = [[\"country\", \"exchange\"]]\n";
+    let base = format!("checkpoint_dir = \"c\"\n{}", crate::LEARNER_SETTINGS);
     // The demo's transform, unless a variant gives its own.
     let transforms = format!("[transforms]\nuser_clicks = \"{}\"\n", crate::USER_CLICKS);
     for v in variants.split("||") {

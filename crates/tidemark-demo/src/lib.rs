@@ -123,6 +123,10 @@ const COUNTERS: [(&str, &str, &str); 3] = [
     ("imp_1h", "impression", "1h"),
 ];
 
+/// The demo learner's top-level settings, beside where it reads and
+/// writes (`asof_variants` replays from them too).
+const LEARNER_SETTINGS: &str = "bits = 20\nalpha = 0.15\ncrosses = [[\"country\", \"exchange\"]]\n";
+
 /// The learner's transform of the bids' `user_clicks` (0 to 10): a
 /// category per count. Taken as the number, it cost the early `cvr_long`
 /// 0.0005–0.0011 nats in each of five default runs replayed as of bid time

@@ -11,6 +11,20 @@ use tidemark_testkit::{bin, run_ok, wait_for, TestDb};
 
 use super::{config, insert, latest, settings, start, workdir};
 
+/// `tidemark export --target TARGETS` of the database at `url` into `out`.
+fn export(url: &str, targets: &str, out: &str, more: &[&str]) {
+    let args = [
+        "export",
+        "--target",
+        targets,
+        "--database-url",
+        url,
+        "--output",
+        out,
+    ];
+    run_ok(&[&args[..], more].concat());
+}
+
 #[test]
 fn export_then_learn_offline() {
     let db = TestDb::new("export");
@@ -18,15 +32,7 @@ fn export_then_learn_offline() {
     let dir = workdir("export");
     let tsv = dir.join("ctr.tsv");
     let tsv_s = tsv.to_str().unwrap();
-    run_ok(&[
-        "export",
-        "--target",
-        "ctr",
-        "--database-url",
-        &db.url,
-        "--output",
-        tsv_s,
-    ]);
+    export(&db.url, "ctr", tsv_s, &[]);
     let text = std::fs::read_to_string(&tsv).unwrap();
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("label\tapp\tn:num\tos\twifi"));
@@ -77,15 +83,7 @@ fn offline_learning_over_an_export_equals_online_learning_weight_for_weight() {
     assert!(child.wait().unwrap().success());
     let (tsv, saved) = (dir.join("ctr.tsv"), dir.join("ctr.tdm"));
     let (tsv, saved) = (tsv.to_str().unwrap(), saved.to_str().unwrap());
-    run_ok(&[
-        "export",
-        "--target",
-        "ctr",
-        "--database-url",
-        &db.url,
-        "--output",
-        tsv,
-    ]);
+    export(&db.url, "ctr", tsv, &[]);
     run_ok(&[
         "learn",
         "--input",
@@ -252,9 +250,7 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
     let (tsv, saved) = (dir.join("all.tsv"), dir.join("all.tdm"));
     let (tsv, saved) = (tsv.to_str().unwrap(), saved.to_str().unwrap());
     let url = db.url.as_str();
-    let targets = "ctr,cvr_short,cvr_long";
-    let export = ["export", "--target", targets, "--kinds", "all"];
-    run_ok(&[&export[..], &["--database-url", url, "--output", tsv]].concat());
+    export(url, "ctr,cvr_short,cvr_long", tsv, &["--kinds", "all"]);
     let header = std::fs::read_to_string(tsv).unwrap();
     let header = header.lines().next().unwrap().to_owned();
     assert_eq!(header, "label\t:target\t:kind\t:txid\tapp\tn:num\tos\twifi");
@@ -318,15 +314,7 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
     // several targets, are refused, saying why.
     let one = ["--pool", "install=cvr_long"];
     let plain = dir.join("plain.tsv");
-    run_ok(&[
-        "export",
-        "--target",
-        "ctr",
-        "--database-url",
-        url,
-        "--output",
-        plain.to_str().unwrap(),
-    ]);
+    export(url, "ctr", plain.to_str().unwrap(), &[]);
     // So are a row whose :target is empty, and teachers of a pool nobody gave.
     let blank = dir.join("blank.tsv");
     std::fs::write(
