@@ -222,6 +222,20 @@ fn as_of_bid_text(v: &Value) -> String {
                 .collect();
             let _ = writeln!(s, "  {t:<10} {}", cells.join("  "));
         }
+        // ctr and cvr_short learn from final rows in every arm but the
+        // oracle: what the arms' cvr_long alone leaves of p_install's gap.
+        let cells: Vec<String> = arms
+            .iter()
+            .map(|arm| {
+                let x = &v["shift"]["p_install"][arm]["kl_after_cvr_long_only"];
+                format!("{arm} {:.5}", x.as_f64().unwrap_or(f64::NAN))
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "  p_install with the oracle's ctr and cvr_short: {}",
+            cells.join("  ")
+        );
     }
     s
 }
