@@ -27,6 +27,10 @@
 //! - `constant`: the label rate of the rows `final_only` has read (the
 //!   online rate without early feedback; read as they arrive, late
 //!   positives would come before their cohort's zeros and read high).
+//!
+//! After a shift, `p_install` is also scored with each arm's `cvr_long`
+//! and the oracle's `ctr` and `cvr_short` (`cvr_long_only`): the part of
+//! its gap that early feedback on `cvr_long` can close.
 
 use std::collections::BTreeMap;
 
