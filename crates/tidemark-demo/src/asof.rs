@@ -145,30 +145,40 @@ pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, 
         .enumerate()
         .map(|(a, r)| replay(a, r, &parsed, &events, setup, (t0, from)))
         .unzip();
-    let long_only = setup.shift_at_ms.map(|at| cvr_long_only(&parts, at));
+    let long_only = setup.shift_at_ms.map(|_| cvr_long_only(&parts));
     Ok(report(&tallies, setup, from, long_only))
 }
 
-/// Per arm, `p_install`'s mean per-slice KL from `at` on with `ctr` and
-/// `cvr_short` from the oracle and only `cvr_long` from the arm: how much
-/// of the arm's `p_install` gap is its `cvr_long`'s. `ctr` and `cvr_short`
-/// are learned from final rows in every arm but the oracle (SPEC 7 refuses
-/// early feedback for a window starting at creation), so after a shift
-/// their lag is a part of `p_install`'s gap no arm can close.
-fn cvr_long_only(parts: &[Vec<Parts>], at: i64) -> Vec<Option<f64>> {
+/// Per arm, `p_install` tallied with `ctr` and `cvr_short` from the oracle
+/// and only `cvr_long` from the arm: how much of the arm's `p_install` gap
+/// is its `cvr_long`'s. `ctr` and `cvr_short` are learned from final rows
+/// in every arm but the oracle (SPEC 7 refuses early feedback for a window
+/// starting at creation), so after a shift their lag is a part of
+/// `p_install`'s gap no arm can close.
+fn cvr_long_only(parts: &[Vec<Parts>]) -> Vec<Tally> {
     let oracle = &parts[ORACLE];
     (parts.iter())
         .map(|arm| {
-            let mut slices: BTreeMap<i64, (f64, f64)> = BTreeMap::new();
-            for ((b, truth, p), (_, _, o)) in arm.iter().zip(oracle).filter(|x| x.0 .0 >= at) {
-                let s = slices.entry(*b).or_default();
-                s.0 += kl(*truth, (o[0] * (o[1] + p[2])).min(1.0));
-                s.1 += 1.0;
+            // Every arm scores the same impressions, in the same order.
+            assert_eq!(arm.len(), oracle.len(), "arms scored other impressions");
+            let mut tally = Tally::default();
+            for ((b, truth, p), (_, _, o)) in arm.iter().zip(oracle) {
+                let predicted = (o[0] * (o[1] + p[2])).min(1.0);
+                let s = tally.slices.entry(*b).or_default();
+                s.0 += kl(*truth, predicted);
+                s.1 += 1;
+                s.2 += predicted;
+                s.3 += truth;
             }
-            let kl: f64 = slices.values().map(|(k, n)| k / n).sum();
-            (!slices.is_empty()).then(|| kl / slices.len() as f64)
+            tally
         })
         .collect()
+}
+
+/// The mean of the per-slice KLs of the slices starting at `at` or later.
+fn mean_after(slices: &[(i64, f64)], at: i64) -> f64 {
+    let after: Vec<f64> = slices.iter().filter(|s| s.0 >= at).map(|s| s.1).collect();
+    after.iter().sum::<f64>() / after.len().max(1) as f64
 }
 
 /// The rows of the built-in targets, and the events to score: one per
@@ -431,7 +441,7 @@ fn report(
     tallies: &[Vec<Tally>],
     setup: &Setup,
     from: [i64; 4],
-    long_only: Option<Vec<Option<f64>>>,
+    long_only: Option<Vec<Tally>>,
 ) -> (Map<String, Value>, Value) {
     let finite = |x: f64| x.is_finite().then_some(x);
     let mut targets = Map::new();
@@ -494,12 +504,7 @@ fn report(
                 .iter()
                 .enumerate()
                 .map(|(a, n)| {
-                    let after: Vec<f64> = slices[a]
-                        .iter()
-                        .filter(|s| s.0 >= at)
-                        .map(|s| s.1)
-                        .collect();
-                    let kl_after = after.iter().sum::<f64>() / after.len().max(1) as f64;
+                    let kl_after = mean_after(&slices[a], at);
                     let recovered = slices_to_oracle(&slices[a], oracle, at);
                     // Σp̂/Σp over the slices after the shift, from the
                     // `skip`th on.
@@ -516,7 +521,8 @@ fn report(
                         "calibration_after_recovery": recovered.and_then(calibration),
                     });
                     if let (Some(l), 3) = (&long_only, t) {
-                        x["kl_after_cvr_long_only"] = json!(l[a].and_then(finite));
+                        x["kl_after_cvr_long_only"] =
+                            json!(finite(mean_after(&slice_kl(&l[a]), at)));
                     }
                     (n.to_string(), x)
                 })
