@@ -17,6 +17,9 @@
 //! `TIDEMARK_VARIANTS_SHIFT_MS`: the market's shift, for the `shift`
 //! figures. `TIDEMARK_VARIANTS_DROP=a,b`: features left out of every row.
 //! `TIDEMARK_VARIANTS_SLICES` set: `cvr_long`'s per-slice figures too.
+//! `TIDEMARK_VARIANTS_HOUR_SHIFT_MS=ms`: the bids' `hour` as if the run had
+//! started `ms` later (where the hour turns follows the wall clock a demo
+//! starts at).
 
 #[test]
 #[ignore]
@@ -36,14 +39,22 @@ fn asof_variants() {
     });
     // Features left out of every row, as if the bidder had not logged them.
     if let Ok(drop) = std::env::var("TIDEMARK_VARIANTS_DROP") {
-        for r in &mut rows {
-            let mut f: serde_json::Map<String, serde_json::Value> =
-                serde_json::from_str(&r.features).unwrap();
+        rewrite(&mut rows, |f, _| {
             for name in drop.split(',') {
                 f.remove(name);
             }
-            r.features = serde_json::Value::Object(f).to_string();
-        }
+        });
+    }
+    // The bids' `hour` as if the run had started `ms` later: where the
+    // hour turns falls with the wall clock a demo starts at.
+    if let Ok(ms) = std::env::var("TIDEMARK_VARIANTS_HOUR_SHIFT_MS") {
+        let ms: i64 = ms.parse().expect("a number of ms");
+        rewrite(&mut rows, |f, created| {
+            if f.contains_key("hour") {
+                let hour = ((created + ms) / 3_600_000).rem_euclid(24);
+                f.insert("hour".into(), hour.to_string().into());
+            }
+        });
     }
     let base = format!("checkpoint_dir = \"c\"\n{}", crate::LEARNER_SETTINGS);
     // The demo's transform, unless a variant gives its own.
@@ -82,7 +93,7 @@ fn asof_variants() {
         if std::env::var_os("TIDEMARK_VARIANTS_SLICES").is_some() {
             // Per slice, each arm's KL / calibration of cvr_long.
             let s = &targets["cvr_long"]["slices"];
-            let arms = ["final_only", "early", "oracle"];
+            let arms = ["final_only", "early", "oracle", "constant"];
             for i in 0..s["kl"]["early"].as_array().map_or(0, Vec::len) {
                 let cells: Vec<String> = (arms.iter())
                     .map(|a| {
@@ -96,5 +107,17 @@ fn asof_variants() {
                 println!("  slice {i:>3} {}", cells.join("  "));
             }
         }
+    }
+}
+
+/// Edits every row's features (given its creation time, ms).
+fn rewrite(
+    rows: &mut [crate::store::Emitted],
+    edit: impl Fn(&mut serde_json::Map<String, serde_json::Value>, i64),
+) {
+    for r in rows {
+        let mut f = serde_json::from_str(&r.features).unwrap();
+        edit(&mut f, r.created_ms);
+        r.features = serde_json::Value::Object(f).to_string();
     }
 }
