@@ -8,9 +8,11 @@
 //! arm predicts its prior, one half. Scored: `ctr` and `p_install` (=
 //! `ctr × (cvr_short + cvr_long)`) on impressions, `cvr_short` and `cvr_long`
 //! on clicks, from one longest window (with grace) after the first bid and
-//! the first slice in which every arm has read a row of the target (so no
-//! arm's prior is scored), through the last transaction whose final rows were all emitted before
-//! the run ended (only their outcome is known).
+//! the first slice in which every arm has read the target's rows of a
+//! whole slice of bids (so no arm's prior is scored, nor a rate read from
+//! the few rows a first sweep happened to reach), through the last
+//! transaction whose final rows were all emitted before the run ended
+//! (only their outcome is known).
 //!
 //! The arms, on the same events:
 //! - `early`: every row as emitted, weighed by kind (`tidemark_ftrl::Kind`):
@@ -122,14 +124,25 @@ pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, 
     let t0 = first.created.div_euclid(slice) * slice;
     // Scored from one longest window after the first bid (before,
     // positives, which mature first, would make the rates read look high)
-    // and from the first slice at which every arm has read a row of the
-    // target (of all three for p_install): before, an arm predicts its
-    // prior, one half, whose KL would swamp an arm's mean and move it with
-    // how late the shards' first final sweep came.
+    // and from the first slice at which every arm has read the target's
+    // rows of a whole slice of bids (of all three for p_install): before,
+    // an arm predicts its prior, one half, or a rate from the few rows the
+    // first sweep happened to reach (a sweep comes every 500 ms of wall
+    // time, a minute of event time), whose KL would swamp an arm's mean
+    // and move it with the machine's timing.
     let base = (t0 + longest).div_euclid(slice) * slice + slice;
     let reads = reads(&parsed, setup, settled);
+    let mut whole = [i64::MAX; 3];
+    for (t, r, _, _) in &parsed {
+        whole[*t] = whole[*t].min(r.created_ms.saturating_add(slice));
+    }
     let ready = |t: usize| {
-        let first = |r: &Vec<Read>| r.iter().find(|x| x.1 == t).map(|x| x.0);
+        let created = |x: &Read| parsed[x.2].1.created_ms;
+        let first = |r: &Vec<Read>| {
+            (r.iter())
+                .find(|x| x.1 == t && created(x) >= whole[t])
+                .map(|x| x.0)
+        };
         let at = reads.iter().map(first).collect::<Option<Vec<i64>>>();
         // A target some arm never reads is scored from `base` (its prior shows).
         let at = at.and_then(|a| a.into_iter().max()).unwrap_or(base);
@@ -631,6 +644,24 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn no_arm_is_scored_on_the_few_rows_a_first_sweep_reached() {
+        // cvr_long's final sweeps come 59 s into each minute: at 31 min the
+        // arms reading final rows have read one row, a positive, and their
+        // rate reads 0.75 against a truth of 0.05.
+        let mut rows = two_hours();
+        for r in rows.iter_mut().filter(|r| r.target == "cvr_long") {
+            r.clock_ms = r.created_ms + 30 * MIN + 59_000;
+        }
+        rows.sort_by_key(|r| r.clock_ms);
+        let config = config();
+        let (targets, _) = evaluate(&rows, &setup(&config, None)).unwrap();
+        let cvr_long = &targets["cvr_long"];
+        assert_eq!(cvr_long["from_ms"], 32 * MIN, "a whole slice of bids read");
+        let first = &cvr_long["slices"]["kl"]["constant"][0];
+        assert!(first.as_f64().unwrap() < 0.1, "{first}");
     }
 
     #[test]
