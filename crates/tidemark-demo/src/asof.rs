@@ -8,9 +8,9 @@
 //! arm predicts its prior, one half. Scored: `ctr` and `p_install` (=
 //! `ctr × (cvr_short + cvr_long)`) on impressions, `cvr_short` and `cvr_long`
 //! on clicks, from one longest window (with grace) after the first bid and
-//! the first slice in which every arm has read the target's rows of a
-//! whole slice of bids (so no arm's prior is scored, nor a rate read from
-//! the few rows a first sweep happened to reach), through the last
+//! the first slice in which every arm has read a row of a bid created a
+//! whole slice after the target's first (so no arm's prior is scored, nor
+//! a rate read from the few rows a first sweep happened to reach), through the last
 //! transaction whose final rows were all emitted before the run ended
 //! (only their outcome is known).
 //!
@@ -124,8 +124,9 @@ pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, 
     let t0 = first.created.div_euclid(slice) * slice;
     // Scored from one longest window after the first bid (before,
     // positives, which mature first, would make the rates read look high)
-    // and from the first slice at which every arm has read the target's
-    // rows of a whole slice of bids (of all three for p_install): before,
+    // and from the first slice at which every arm has read a row of a bid
+    // created a whole slice after the target's first (of all three for
+    // p_install): before,
     // an arm predicts its prior, one half, or a rate from the few rows the
     // first sweep happened to reach (a sweep comes every 500 ms of wall
     // time, a minute of event time), whose KL would swamp an arm's mean
@@ -144,7 +145,8 @@ pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, 
                 .map(|x| x.0)
         };
         let at = reads.iter().map(first).collect::<Option<Vec<i64>>>();
-        // A target some arm never reads is scored from `base` (its prior shows).
+        // A target some arm never reads a row of a whole slice after its
+        // first (too short a run) is scored from `base`: its prior shows.
         let at = at.and_then(|a| a.into_iter().max()).unwrap_or(base);
         base.max(at.div_euclid(slice) * slice + slice * i64::from(at.rem_euclid(slice) != 0))
     };
@@ -648,9 +650,9 @@ mod tests {
 
     #[test]
     fn no_arm_is_scored_on_the_few_rows_a_first_sweep_reached() {
-        // cvr_long's final sweeps come 59 s into each minute: at 31 min the
-        // arms reading final rows have read one row, a positive, and their
-        // rate reads 0.75 against a truth of 0.05.
+        // cvr_long's rows are emitted 30 min 59 s after their bids: at
+        // 31 min the arms reading final rows have read one row, a positive,
+        // and their rate reads 0.75 against a truth of 0.05.
         let mut rows = two_hours();
         for r in rows.iter_mut().filter(|r| r.target == "cvr_long") {
             r.clock_ms = r.created_ms + 30 * MIN + 59_000;
