@@ -10,9 +10,9 @@
 //! on clicks, from one longest window (with grace) after the first bid and
 //! the first slice in which every arm has read a row of a bid created a
 //! whole slice after the target's first (so no arm's prior is scored, nor
-//! a rate read from the few rows a first sweep happened to reach), through the last
-//! transaction whose final rows were all emitted before the run ended
-//! (only their outcome is known).
+//! a rate read from the few rows a first sweep happened to reach), through
+//! the last transaction whose final rows were all emitted before the run
+//! ended (only their outcome is known).
 //!
 //! The arms, on the same events:
 //! - `early`: every row as emitted, weighed by kind (`tidemark_ftrl::Kind`):
@@ -126,11 +126,10 @@ pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, 
     // positives, which mature first, would make the rates read look high)
     // and from the first slice at which every arm has read a row of a bid
     // created a whole slice after the target's first (of all three for
-    // p_install): before,
-    // an arm predicts its prior, one half, or a rate from the few rows the
-    // first sweep happened to reach (a sweep comes every 500 ms of wall
-    // time, a minute of event time), whose KL would swamp an arm's mean
-    // and move it with the machine's timing.
+    // p_install): before, an arm predicts its prior, one half, or a rate
+    // from the few rows the first sweep happened to reach (a sweep comes
+    // every 500 ms of wall time, a minute of event time), whose KL would
+    // swamp an arm's mean and move it with the machine's timing.
     let base = (t0 + longest).div_euclid(slice) * slice + slice;
     let reads = reads(&parsed, setup, settled);
     let mut whole = [i64::MAX; 3];
