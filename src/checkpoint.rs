@@ -82,6 +82,10 @@ fn show(path: &Path, json: bool) -> anyhow::Result<()> {
     for (name, t) in &h.transforms {
         println!("transform   {name} = {t}");
     }
+    for (target, names) in &h.omit {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        println!("omit        {target}: {}", names.join(", "));
+    }
     // A pool's weights are added to those of each target naming it.
     let pools = c.pools.iter().map(|p| ("pool", p));
     for (kind, t) in c.targets.iter().map(|t| ("target", t)).chain(pools) {

@@ -49,10 +49,14 @@ pub struct Offline {
     /// `--transform clk_1h=log1p`, `price=clip(0, 10)`, `n=buckets(1, 2, 5)` (repeatable)
     #[arg(long, value_name = "NAME=T")]
     transform: Vec<String>,
+    /// Leave a feature out of one target's rows, as the online learner's
+    /// `[omit]`: `--omit cvr_long=hour` (repeatable)
+    #[arg(long, value_name = "TARGET=NAME")]
+    omit: Vec<String>,
     /// Start from this checkpoint's models, every target and pool (its hashing,
     /// its settings and grids; --alpha/--beta/--l1/--l2 replace a grid by one
     /// setting) instead of empty ones
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["bits", "seed", "cross", "transform", "tune_alpha", "tune_l2"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["bits", "seed", "cross", "transform", "omit", "tune_alpha", "tune_l2"])]
     model: Option<PathBuf>,
     /// The target of rows without a `:target` column: one of --model's
     /// (default: its only one), or the name --save gives the new model
@@ -95,7 +99,8 @@ pub fn run(args: Offline) -> anyhow::Result<()> {
         None => {
             let crosses = parse_crosses(&args.cross)?;
             let bits = args.bits.unwrap_or(22);
-            let h = offline::hashing(bits, args.seed.unwrap_or(0), crosses, &args.transform)?;
+            let seed = args.seed.unwrap_or(0);
+            let h = offline::hashing(bits, seed, crosses, &args.transform, &args.omit)?;
             (h, None)
         }
     };

@@ -272,6 +272,61 @@ fn the_pooled_golden_checkpoint_scores_as_recorded_through_rust_and_the_c_abi() 
     assert!(moved >= BIDS.len() - 2, "the pool moved {moved} scores");
 }
 
+/// The pooled golden checkpoint with two targets leaving features out
+/// (format version 6): `cvr_long` omits `exchange` (so the cross of
+/// `country` and `exchange` too), `cvr_short` a transformed number.
+fn omitting() -> Checkpoint {
+    let mut c = pooled();
+    let omit = BTreeMap::from([
+        ("cvr_long".to_owned(), ["exchange".to_owned()].into()),
+        ("cvr_short".to_owned(), ["clk_1h".to_owned()].into()),
+    ]);
+    c.hashing = c.hashing.clone().with_omit(omit);
+    c
+}
+
+#[test]
+fn the_omitting_golden_checkpoint_scores_as_recorded_through_rust_and_the_c_abi() {
+    let (c, path) = (omitting(), fixtures().join("golden-omit.tdm"));
+    let scores = fixtures().join("golden-omit-scores.jsonl");
+    if std::env::var_os("TIDEMARK_BLESS").is_some() {
+        std::fs::write(&path, c.to_bytes()).unwrap();
+        std::fs::write(&scores, score_lines(&path)).unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes, c.to_bytes(), "golden-omit.tdm changed");
+    assert_eq!(bytes[8], 6, "format version 6");
+    let (want, pooled) = (
+        expected_in("golden-omit-scores.jsonl"),
+        expected_in("golden-pooled-scores.jsonl"),
+    );
+    let scorer = Scorer::open(&path).unwrap();
+    let path_c = CString::new(path.to_str().unwrap()).unwrap();
+    let mut err = [0 as c_char; 256];
+    let s = unsafe { tidemark_open(path_c.as_ptr(), err.as_mut_ptr(), err.len()) };
+    assert!(!s.is_null());
+    let mut moved = 0;
+    for ((bid, want), pooled) in BIDS.iter().zip(&want).zip(&pooled) {
+        let got = scorer.score(&serde_json::from_str(bid).unwrap()).to_json();
+        assert_eq!(&got, want, "{bid}");
+        // Only a target that omits a feature the bid has scores otherwise.
+        let has = |n: &str| bid.contains(&format!("\"{n}\""));
+        assert_eq!(got["ctr"], pooled["ctr"], "{bid}");
+        if !has("exchange") {
+            assert_eq!(got["cvr_long"], pooled["cvr_long"], "{bid}");
+        }
+        if !has("clk_1h") {
+            assert_eq!(got["cvr_short"], pooled["cvr_short"], "{bid}");
+        }
+        moved += usize::from(got["cvr_long"] != pooled["cvr_long"]);
+        let (abi, n) = score_json(s, bid);
+        assert_eq!(n as usize, abi.len());
+        assert_eq!(&serde_json::from_str::<Value>(&abi).unwrap(), want, "{bid}");
+    }
+    unsafe { tidemark_free(s) };
+    assert!(moved >= 4, "omitting exchange moved {moved} scores");
+}
+
 #[test]
 fn files_of_older_versions_keep_scoring_as_recorded() {
     // golden-v2.tdm and golden-tuned-v3.tdm are golden.tdm and
@@ -412,6 +467,7 @@ fn python_and_c_programs_score_the_golden_bids_through_the_library() {
     for (file, scores) in [
         ("golden.tdm", "golden-scores.jsonl"),
         ("golden-pooled.tdm", "golden-pooled-scores.jsonl"),
+        ("golden-omit.tdm", "golden-omit-scores.jsonl"),
     ] {
         programs_score(&lib, &root, &fixtures().join(file), &expected_in(scores));
     }

@@ -1,8 +1,9 @@
-//! The bytes of a checkpoint (version 5, or 4 when no target is pooled), little-endian:
+//! The bytes of a checkpoint (version 6 when a target omits features, else
+//! 5 with pools, else 4), little-endian:
 //!
 //! ```text
 //! magic        8 bytes   "TDMKCKPT"
-//! version      u32       5 or 4 (versions 1 to 3 are still read)
+//! version      u32       6, 5 or 4 (versions 1 to 3 are still read)
 //! header_len   u32
 //! header       JSON, header_len bytes (hashing, targets and pools with their counts, positions, metrics)
 //! weights      per target, then per pool, in header order: count × (u32 index, f32 weight), non-zero only
@@ -17,10 +18,11 @@
 //! `hashing.max_abs`, the bound past which a value is left out of a row
 //! (SPEC 10, v1.3). Version 5 adds pools, weights that several targets
 //! share (SPEC 10, v1.3): a pooled target scores its own weights plus its
-//! pool's. Every number in a file is finite: a reader refuses one that is
+//! pool's. Version 6 adds `hashing.omit`, the features a target's rows
+//! leave out (target → names). Every number in a file is finite: a reader refuses one that is
 //! not, whatever its checksum says.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde_json::{json, Value};
@@ -39,7 +41,10 @@ pub const MAGIC: &[u8; 8] = b"TDMKCKPT";
 /// read (with the bound of this build, [`tidemark_features::MAX_ABS`]).
 /// Version 5 added `pools`; a file without one is still written as version
 /// 4, so a bidder's older reader keeps reading every unpooled model.
-pub const FORMAT_VERSION: u32 = 5;
+/// Version 6 added `hashing.omit`: a reader that hashed an omitted feature
+/// into its target's row would score differently. A file whose targets
+/// omit nothing is written as version 5 or 4.
+pub const FORMAT_VERSION: u32 = 6;
 
 /// How a self-tuning target chose its weights: the settings that learn side
 /// by side over the same rows, and which one the target's own weights,
@@ -228,19 +233,25 @@ impl Checkpoint {
             "positions": self.positions,
             "created_at_ms": self.created_at_ms,
         });
+        if !self.hashing.omit.is_empty() {
+            h["hashing"]["omit"] = json!(self.hashing.omit);
+        }
         if !self.pools.is_empty() {
             h["pools"] = self.pools.iter().map(target_header).collect();
         }
         h
     }
 
-    /// The version [`Checkpoint::to_bytes`] writes: 5 with pools, else 4
-    /// (the file is then what a version-4 writer wrote, byte for byte).
+    /// The version [`Checkpoint::to_bytes`] writes: 6 when a target omits
+    /// features, else 5 with pools, else 4 (the file is then what a writer
+    /// of that version wrote, byte for byte).
     pub fn version(&self) -> u32 {
-        if self.pools.is_empty() {
-            4
-        } else {
+        if !self.hashing.omit.is_empty() {
             FORMAT_VERSION
+        } else if !self.pools.is_empty() {
+            5
+        } else {
+            4
         }
     }
 
@@ -463,7 +474,25 @@ fn read_hashing(h: &Value, version: u32) -> Result<Hashing, FormatError> {
             .collect::<Result<_, _>>()?,
         _ => return Err(corrupt("hashing.transforms")),
     };
-    let mut hashing = Hashing::new(bits, seed, crosses).with_transforms(transforms);
+    let omit = match (version, &h["omit"]) {
+        (6.., Value::Object(m)) => m
+            .iter()
+            .map(|(t, names)| {
+                let names = (names.as_array().into_iter().flatten())
+                    .map(|n| n.as_str().map(str::to_owned))
+                    .collect::<Option<BTreeSet<String>>>()
+                    .filter(|n| !n.is_empty());
+                names
+                    .map(|n| (t.clone(), n))
+                    .ok_or_else(|| corrupt(&format!("hashing.omit.{t}")))
+            })
+            .collect::<Result<_, _>>()?,
+        (6.., Value::Null) | (..6, _) => BTreeMap::new(),
+        _ => return Err(corrupt("hashing.omit")),
+    };
+    let mut hashing = Hashing::new(bits, seed, crosses)
+        .with_transforms(transforms)
+        .with_omit(omit);
     if version >= 4 {
         hashing.max_abs = h["max_abs"]
             .as_f64()
@@ -709,6 +738,28 @@ mod tests {
     }
 
     #[test]
+    fn omitted_features_round_trip_and_only_they_make_a_version_6_file() {
+        let mut c = pooled();
+        let omit = BTreeMap::from([("cvr_long".to_owned(), BTreeSet::from(["hour".to_owned()]))]);
+        c.hashing = c.hashing.clone().with_omit(omit);
+        let bytes = c.to_bytes();
+        assert_eq!(bytes[8], 6);
+        assert_eq!(Checkpoint::from_bytes(&bytes, true).unwrap(), c);
+        assert_eq!(c.header()["hashing"]["omit"], json!({"cvr_long": ["hour"]}));
+        // A list that is not of names, or is empty, is refused.
+        for bad in [
+            json!({"cvr_long": [1]}),
+            json!({"cvr_long": []}),
+            json!(["hour"]),
+        ] {
+            let mut h = c.header();
+            h["hashing"]["omit"] = bad.clone();
+            let e = read_hashing(&h["hashing"], 6).unwrap_err().to_string();
+            assert!(e.contains("hashing.omit"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn pools_round_trip_and_only_they_make_a_version_5_file() {
         let plain = sample().to_bytes();
         assert_eq!(plain[8], 4, "no pool: a version-4 file");
@@ -758,10 +809,10 @@ mod tests {
             Err(FormatError::Corrupt(_))
         ));
         let mut future = bytes.clone();
-        future[8] = 6;
+        future[8] = FORMAT_VERSION as u8 + 1;
         assert!(matches!(
             Checkpoint::from_bytes(&future, true),
-            Err(FormatError::UnsupportedVersion(6))
+            Err(FormatError::UnsupportedVersion(v)) if v == FORMAT_VERSION + 1
         ));
         for cut in 0..bytes.len() {
             assert!(Checkpoint::from_bytes(&bytes[..cut], true).is_err());

@@ -99,9 +99,19 @@ impl Model {
     pub fn score(&self, features: &Map<String, Value>) -> Scores {
         let mut x = Vec::with_capacity(features.len() + 1 + self.hashing.crosses.len());
         self.hashing.hash_json(features, &mut x);
+        // Hashed again only for a target that leaves features out.
+        let mut own = Vec::new();
         let targets: Vec<(String, f64)> = (self.targets.iter().zip(&self.margins))
             .zip(&self.pooled)
             .map(|(((name, w), margin), pool)| {
+                let x = match self.hashing.omitted(name) {
+                    None => &x,
+                    Some(_) => {
+                        own.clear();
+                        self.hashing.hash_json_for(name, features, &mut own);
+                        &own
+                    }
+                };
                 let s: f64 = margin
                     + match pool.map(|k| &self.pools[k]) {
                         None => x
@@ -270,6 +280,23 @@ mod tests {
         let s = Model::from_checkpoint(&c).score(&Map::new());
         assert_eq!(s.get("ctr"), Some(sigmoid(0.5)));
         assert_eq!(s.get("cvr_long"), Some(sigmoid(-1.0 + 0.5 + 1.25)));
+    }
+
+    #[test]
+    fn a_target_that_omits_a_feature_scores_without_it() {
+        let mut c = checkpoint(0.0);
+        let omit = BTreeMap::from([("cvr_long".to_owned(), ["hour".to_owned()].into())]);
+        c.hashing = c.hashing.clone().with_omit(omit);
+        let hour = c.hashing.categorical(c.hashing.name_seed("hour"), b"7");
+        for t in &mut c.targets {
+            t.weights.push((hour, 2.0));
+        }
+        let c = Checkpoint::from_bytes(&c.to_bytes(), false).unwrap();
+        let bid: Map<String, Value> = serde_json::from_str(r#"{"hour":"7"}"#).unwrap();
+        let s = Model::from_checkpoint(&c).score(&bid);
+        assert_eq!(s.get("ctr"), Some(sigmoid(2.0)));
+        assert_eq!(s.get("cvr_short"), Some(sigmoid(2.0)));
+        assert_eq!(s.get("cvr_long"), Some(0.5), "its hour is not in its row");
     }
 
     #[test]

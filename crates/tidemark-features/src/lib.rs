@@ -19,6 +19,10 @@
 //! value replaced (`log1p`, `clip`), or made the categorical bucket label
 //! (`buckets`), everywhere above, crosses included.
 //!
+//! A target may leave features out of its rows ([`Hashing::omit`]): for
+//! that target they are hashed as if the bid did not carry them, crosses
+//! with them included, in training and scoring alike.
+//!
 //! A number (after its transform) or a cross's product that is not finite
 //! or exceeds [`MAX_ABS`] in magnitude is left out of the row (SPEC 10,
 //! v1.3), in training and scoring alike: one absurd value in one bid must
@@ -29,7 +33,7 @@
 mod transform;
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 pub use transform::{Shaped, Transform};
@@ -48,6 +52,10 @@ pub struct Hashing {
     pub crosses: Vec<(String, String)>,
     /// Numeric features' transforms, by feature name.
     pub transforms: BTreeMap<String, Transform>,
+    /// Per target, the feature names its rows leave out (as if absent, so
+    /// crosses with them are left out too). A target not named hashes
+    /// every feature.
+    pub omit: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// A feature's value as hashing sees it.
@@ -121,6 +129,24 @@ impl Hashing {
             seed,
             crosses,
             transforms: BTreeMap::new(),
+            omit: BTreeMap::new(),
+        }
+    }
+
+    /// The same hashing with these targets leaving these features out
+    /// (target → names; empty sets are dropped).
+    pub fn with_omit(mut self, omit: BTreeMap<String, BTreeSet<String>>) -> Hashing {
+        self.omit = omit.into_iter().filter(|(_, n)| !n.is_empty()).collect();
+        self
+    }
+
+    /// The features `target`'s rows leave out, if any.
+    #[inline]
+    pub fn omitted(&self, target: &str) -> Option<&BTreeSet<String>> {
+        if self.omit.is_empty() {
+            None
+        } else {
+            self.omit.get(target)
         }
     }
 
@@ -187,8 +213,21 @@ impl Hashing {
     /// Appends the features of a JSON object, then the bias, to `out`.
     /// Values other than strings, numbers and bools are skipped, and numbers
     /// out of range left out ([`Hashing::hash_json_counted`] names them).
+    /// Every feature is hashed: [`Hashing::hash_json_for`] hashes a
+    /// target's row.
     pub fn hash_json(&self, features: &serde_json::Map<String, Value>, out: &mut Vec<(u32, f32)>) {
         self.hash_json_counted(features, out, |_| {});
+    }
+
+    /// [`Hashing::hash_json`] as `target`'s row: without the features it
+    /// omits.
+    pub fn hash_json_for(
+        &self,
+        target: &str,
+        features: &serde_json::Map<String, Value>,
+        out: &mut Vec<(u32, f32)>,
+    ) {
+        self.hash_json_skipping(self.omitted(target), features, out, |_| {});
     }
 
     /// [`Hashing::hash_json`], calling `left_out` for each feature or cross
@@ -197,9 +236,35 @@ impl Hashing {
         &self,
         features: &serde_json::Map<String, Value>,
         out: &mut Vec<(u32, f32)>,
+        left_out: impl FnMut(OutOfRange<'_>),
+    ) {
+        self.hash_json_skipping(None, features, out, left_out);
+    }
+
+    /// [`Hashing::hash_json_counted`] as `target`'s row.
+    pub fn hash_json_counted_for(
+        &self,
+        target: &str,
+        features: &serde_json::Map<String, Value>,
+        out: &mut Vec<(u32, f32)>,
+        left_out: impl FnMut(OutOfRange<'_>),
+    ) {
+        self.hash_json_skipping(self.omitted(target), features, out, left_out);
+    }
+
+    /// Hashes the features not in `skip`, and the crosses of two of them.
+    fn hash_json_skipping(
+        &self,
+        skip: Option<&BTreeSet<String>>,
+        features: &serde_json::Map<String, Value>,
+        out: &mut Vec<(u32, f32)>,
         mut left_out: impl FnMut(OutOfRange<'_>),
     ) {
+        let kept = |name: &str| skip.is_none_or(|s| !s.contains(name));
         for (name, v) in features {
+            if !kept(name) {
+                continue;
+            }
             if let Some(v) = Val::of_json(v) {
                 if !self.push(self.name_seed(name), self.transform(name), v, out) {
                     left_out(OutOfRange::Feature(name));
@@ -207,6 +272,9 @@ impl Hashing {
             }
         }
         for (a, b) in &self.crosses {
+            if !(kept(a) && kept(b)) {
+                continue;
+            }
             let (Some(va), Some(vb)) = (
                 features.get(a).and_then(Val::of_json),
                 features.get(b).and_then(Val::of_json),
@@ -363,6 +431,29 @@ mod tests {
             "bias last, one past the hashed slots"
         );
         assert_eq!(out.len(), 6, "the array value is skipped");
+    }
+
+    #[test]
+    fn a_target_leaves_out_what_it_omits_crosses_included() {
+        let omit = BTreeMap::from([
+            ("cvr".to_string(), BTreeSet::from(["os".to_string()])),
+            ("none".to_string(), BTreeSet::new()),
+        ]);
+        let h = Hashing::new(10, 0, vec![("app".into(), "os".into())]).with_omit(omit);
+        assert!(!h.omit.contains_key("none"), "an empty list omits nothing");
+        let f: serde_json::Map<String, Value> =
+            serde_json::from_str(r#"{"app":"x","n":2.5,"os":"ios"}"#).unwrap();
+        let (mut all, mut cvr, mut ctr) = (Vec::new(), Vec::new(), Vec::new());
+        h.hash_json(&f, &mut all);
+        h.hash_json_for("cvr", &f, &mut cvr);
+        h.hash_json_for("ctr", &f, &mut ctr);
+        assert_eq!(ctr, all, "a target not named hashes every feature");
+        let mut without: serde_json::Map<String, Value> = f.clone();
+        without.remove("os");
+        let mut expected = Vec::new();
+        h.hash_json(&without, &mut expected);
+        assert_eq!(cvr, expected, "as if the bid had no os: its cross goes too");
+        assert_eq!(all.len(), cvr.len() + 2);
     }
 
     #[test]

@@ -13,7 +13,8 @@ use crate::{Ftrl, Grid, Metrics, Params, Row};
 /// The models of every target seen, with their progressive metrics.
 #[derive(Debug, Clone)]
 pub struct Models {
-    /// How features become coordinates, the same for every target.
+    /// How features become coordinates, the same for every target but for
+    /// the features a target omits.
     pub hashing: Hashing,
     /// Per target: the model and its progressive-validation metrics.
     pub targets: BTreeMap<String, (Ftrl, Metrics)>,
@@ -144,13 +145,14 @@ impl Models {
         x.clear();
         let (counts, new) = (&mut self.out_of_range, &mut self.new_out_of_range);
         self.hashing
-            .hash_json_counted(features, &mut x, |f| count(counts, new, target, f));
+            .hash_json_counted_for(target, features, &mut x, |f| count(counts, new, target, f));
         let p = self.learn_hashed(target, params, &x, row);
         self.x = x;
         p
     }
 
-    /// [`Models::learn`] for a row already hashed (`x`, the bias included):
+    /// [`Models::learn`] for a row already hashed (`x`, the bias included,
+    /// without the features `target` omits):
     /// what the offline pass feeds, its columns hashed as online learning
     /// hashes their JSON.
     pub fn learn_hashed(
@@ -207,11 +209,11 @@ impl Models {
     /// (`None` before its first row).
     pub fn predict(&self, target: &str, features: &Map<String, Value>) -> Option<f64> {
         let mut x = Vec::with_capacity(features.len() + 1);
-        self.hashing.hash_json(features, &mut x);
+        self.hashing.hash_json_for(target, features, &mut x);
         self.score_hashed(target, &x)
     }
 
-    /// [`Models::predict`] for a row already hashed.
+    /// [`Models::predict`] for a row already hashed as `target`'s.
     pub fn score_hashed(&self, target: &str, x: &[(u32, f32)]) -> Option<f64> {
         let (model, _) = self.targets.get(target)?;
         let shared = (self.pool_of.get(target))

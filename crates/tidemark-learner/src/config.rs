@@ -1,7 +1,7 @@
 //! The online learner's configuration (`docs/learner.md`): one TOML file,
 //! validated at start with messages that name the offending key.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -86,6 +86,8 @@ struct Raw {
     crosses: Vec<(String, String)>,
     #[serde(default)]
     transforms: BTreeMap<String, String>,
+    #[serde(default)]
+    omit: BTreeMap<String, Vec<String>>,
     alpha: Option<f64>,
     beta: Option<f64>,
     l1: Option<f64>,
@@ -227,6 +229,27 @@ pub(crate) fn pool_members<'a>(
     Ok((of, teaches))
 }
 
+/// The features each target's rows leave out, from `target → names`
+/// pairs (a configuration's `[omit]`, `learn --omit TARGET=NAME`); an
+/// error names the target at fault.
+pub fn parse_omit<'a>(
+    pairs: impl IntoIterator<Item = (&'a str, &'a [String])>,
+) -> Result<BTreeMap<String, BTreeSet<String>>, String> {
+    let mut omit: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (target, names) in pairs {
+        if target.is_empty() {
+            return Err("a target needs a name".into());
+        }
+        for n in names {
+            if n.is_empty() {
+                return Err(format!("{target}: a feature name is empty"));
+            }
+            omit.entry(target.to_owned()).or_default().insert(n.clone());
+        }
+    }
+    Ok(omit)
+}
+
 /// Numeric transforms by feature name, from `name → text` pairs (a
 /// configuration's `[transforms]`, `learn --transform NAME=T`); an error
 /// starts with the name at fault.
@@ -328,6 +351,8 @@ impl Config {
         let transforms =
             parse_transforms(raw.transforms.iter().map(|(n, t)| (n.as_str(), t.as_str())))
                 .map_err(|e| ConfigError(format!("transforms.{e}")))?;
+        let omit = parse_omit(raw.omit.iter().map(|(t, n)| (t.as_str(), &n[..])))
+            .map_err(|e| ConfigError(format!("omit.{e}")))?;
         let members =
             (raw.pools.iter()).map(|(n, p)| (n.as_str(), &p.targets[..], p.teachers.as_deref()));
         let (pools, teaches) =
@@ -351,7 +376,9 @@ impl Config {
             checkpoint_every: raw.checkpoint_every,
             checkpoint_interval,
             keep: raw.keep,
-            hashing: Hashing::new(raw.bits, raw.seed, raw.crosses).with_transforms(transforms),
+            hashing: Hashing::new(raw.bits, raw.seed, raw.crosses)
+                .with_transforms(transforms)
+                .with_omit(omit),
             batch: raw.batch,
             poll,
             source_timeout,
@@ -430,6 +457,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.hashing.transforms["clk"], Transform::Log1p);
+        assert!(t.hashing.omit.is_empty());
+        let o = Config::from_toml(
+            "checkpoint_dir = \"c\"\n[omit]\ncvr_long = [\"hour\", \"day\"]\nctr = []\n[[sources]]\nname = \"a\"\n",
+        )
+        .unwrap();
+        assert_eq!(o.hashing.omitted("cvr_long").unwrap().len(), 2);
+        assert!(
+            o.hashing.omitted("ctr").is_none(),
+            "an empty list omits nothing"
+        );
         assert_eq!(t.grid, Grid::default());
         let off = Config::from_toml(
             "checkpoint_dir = \"c\"\n[tuning]\nalpha = [1.0]\nl2 = [1.0]\n[[sources]]\nname = \"a\"\n",
@@ -466,6 +503,7 @@ mod tests {
             ("alpha = 0.0\n", "alpha"),
             ("[targets.ctr]\nl2 = -1.0\n", "targets.ctr"),
             ("[transforms]\nclk = \"log2\"\n", "transforms.clk"),
+            ("[omit]\ncvr_long = [\"\"]\n", "omit.cvr_long"),
             ("[tuning]\nalpha = [1.0, -2.0]\n", "tuning.alpha"),
             ("[tuning]\nhalf_life = 0.0\n", "tuning.half_life"),
             (

@@ -36,7 +36,7 @@ pub enum TrainError {
         error: String,
     },
     /// The latest checkpoint was hashed otherwise than the configuration says.
-    #[error("{path} was trained with hashing {found:?}, the configuration says {configured:?}: use a new checkpoint_dir to change bits, seed, crosses or transforms")]
+    #[error("{path} was trained with hashing {found:?}, the configuration says {configured:?}: use a new checkpoint_dir to change bits, seed, crosses, transforms or omit")]
     HashingChanged {
         /// The checkpoint file.
         path: PathBuf,

@@ -212,24 +212,7 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
     // hold the online learner's weights.
     let db = TestDb::new("offline_pooled");
     insert(&db, "a", 1500, 1500);
-    tidemark_testkit::block_on({
-        let url = db.url.clone();
-        async move {
-            let c = tidemark_store::connect(&url).await.unwrap();
-            c.batch_execute(
-                "INSERT INTO tidemark.observations (shard, seq, target, txid, label, kind, features, rate, created_at)
-                 SELECT 'a', g, 'cvr_long', md5(g::text || 'a'), 0, 'provisional',
-                        jsonb_build_object('app', 'app' || (g % 13), 'os', CASE WHEN g % 2 = 0 THEN 'ios' ELSE 'android' END,
-                                           'n', g % 5, 'wifi', g % 4 = 0),
-                        0.5, now()
-                 FROM generate_series(0::bigint, 1499) g;
-                 UPDATE tidemark.observations SET kind = 'late', delay_ms = 1000
-                 WHERE target = 'cvr_long' AND kind = 'final' AND label = 1",
-            )
-            .await
-            .unwrap();
-        }
-    });
+    early_cvr_long(&db);
     let dir = workdir("pooled");
     let cfg = settings(&dir, &db)
         .set("targets.cvr_long.alpha", 0.1)
@@ -353,4 +336,156 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
             "{args:?}: {err}"
         );
     }
+}
+
+/// `cvr_long` rows as a shard learning it early writes them, after the
+/// rows `insert(db, "a", 1500, 1500)` made: a provisional 0 for every
+/// member, then its final rows, those labelled 1 as `late`.
+fn early_cvr_long(db: &TestDb) {
+    tidemark_testkit::block_on({
+        let url = db.url.clone();
+        async move {
+            let c = tidemark_store::connect(&url).await.unwrap();
+            c.batch_execute(
+                "INSERT INTO tidemark.observations (shard, seq, target, txid, label, kind, features, rate, created_at)
+                 SELECT 'a', g, 'cvr_long', md5(g::text || 'a'), 0, 'provisional',
+                        jsonb_build_object('app', 'app' || (g % 13), 'os', CASE WHEN g % 2 = 0 THEN 'ios' ELSE 'android' END,
+                                           'n', g % 5, 'wifi', g % 4 = 0),
+                        0.5, now()
+                 FROM generate_series(0::bigint, 1499) g;
+                 UPDATE tidemark.observations SET kind = 'late', delay_ms = 1000
+                 WHERE target = 'cvr_long' AND kind = 'final' AND label = 1",
+            )
+            .await
+            .unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_target_that_omits_a_feature_learns_and_scores_without_it_online_and_offline() {
+    // cvr_long leaves `os` out of its rows (`[omit]`, `--omit`), so its
+    // cross with `app` goes too; the pool it shares with cvr_short's rows
+    // still learns `os` from them. Online and offline hold the same
+    // weights, and the file records the omission for bidders.
+    let db = TestDb::new("offline_omit");
+    insert(&db, "a", 1500, 1500);
+    early_cvr_long(&db);
+    let dir = workdir("omit");
+    let cfg = settings(&dir, &db)
+        .set("targets.cvr_long.alpha", 0.1)
+        .set("omit.cvr_long", ["os"])
+        .set("pools.install.targets", ["cvr_long"])
+        .set("pools.install.teachers", ["cvr_short", "cvr_long"])
+        .write(&dir.join("learn.toml"));
+    let mut child = start(&cfg, &dir.join("learn.log"));
+    let online = wait_for("every row learned online", || {
+        latest(&dir).filter(|c| {
+            let trained = |n: &str| c.targets.iter().find(|t| t.name == n).map(|t| t.trained);
+            trained("ctr") == Some(1500)
+                && trained("cvr_short") == Some(1500)
+                && trained("cvr_long") == Some(3000)
+        })
+    });
+    tidemark_testkit::signal(child.id(), "TERM");
+    assert!(child.wait().unwrap().success());
+    let h = &online.hashing;
+    let os = h.name_seed("os");
+    let os_slots = [h.categorical(os, b"ios"), h.categorical(os, b"android")];
+    // The state holds every coordinate a model has learned, weight or not.
+    let has_os = |s: &[(u32, f32, f32)]| s.iter().any(|(i, _, _)| os_slots.contains(i));
+    let target = |c: &Checkpoint, n: &str| c.targets.iter().find(|t| t.name == n).unwrap().clone();
+    assert!(has_os(&target(&online, "cvr_short").state));
+    assert!(
+        !has_os(&target(&online, "cvr_long").state),
+        "cvr_long learned os"
+    );
+    assert!(
+        has_os(&online.pools[0].state),
+        "the pool learns os from cvr_short"
+    );
+
+    let (tsv, saved) = (dir.join("all.tsv"), dir.join("all.tdm"));
+    let (tsv, saved) = (tsv.to_str().unwrap(), saved.to_str().unwrap());
+    export(&db.url, "ctr,cvr_short,cvr_long", tsv, &["--kinds", "all"]);
+    run_ok(&[
+        "learn",
+        "--input",
+        tsv,
+        "--header",
+        "--bits",
+        "16",
+        "--cross",
+        "app,os",
+        "--pool",
+        "install=cvr_long",
+        "--teachers",
+        "install=cvr_short,cvr_long",
+        "--omit",
+        "cvr_long=os",
+        "--save",
+        saved,
+    ]);
+    let offline = Checkpoint::read(Path::new(saved), true).unwrap();
+    assert_eq!(offline.hashing, online.hashing);
+    for want in &online.targets {
+        let got = target(&offline, &want.name);
+        assert_eq!(got.weights, want.weights, "{}'s weights differ", want.name);
+        assert_eq!(got.state, want.state, "{}'s state differs", want.name);
+    }
+    assert_eq!(offline.pools[0].weights, online.pools[0].weights);
+    let shown: serde_json::Value =
+        serde_json::from_slice(&run_ok(&["checkpoint", "show", "--json", saved]).stdout).unwrap();
+    assert_eq!(shown["version"], 6);
+    assert_eq!(
+        shown["hashing"]["omit"],
+        serde_json::json!({"cvr_long": ["os"]})
+    );
+
+    // Scored, cvr_long is blind to os. Learned with one setting and no
+    // L1 (every coordinate seen gets a weight), it is blind with the
+    // omission and not without it: the check can fail.
+    let one = ["--tune-alpha", "1", "--tune-l2", "1", "--l1", "0"];
+    let scores = |name: &str, omit: &[&str]| -> Vec<serde_json::Value> {
+        let file = dir.join(name);
+        let file = file.to_str().unwrap();
+        let learn = [
+            "learn", "--input", tsv, "--header", "--bits", "16", "--save", file,
+        ];
+        run_ok(&[&learn[..], &one, omit].concat());
+        let mut score = bin()
+            .args(["score", "--checkpoint", file])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = score.stdin.take().unwrap();
+        for os in ["ios", "android"] {
+            writeln!(stdin, r#"{{"app":"app3","os":"{os}","n":1,"wifi":true}}"#).unwrap();
+        }
+        drop(stdin);
+        let out = score.wait_with_output().unwrap();
+        (out.stdout.split(|b| *b == b'\n'))
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect()
+    };
+    let blind = scores("blind.tdm", &["--omit", "cvr_long=os"]);
+    assert_eq!(blind[0]["cvr_long"], blind[1]["cvr_long"]);
+    assert_ne!(blind[0]["cvr_short"], blind[1]["cvr_short"]);
+    let seeing = scores("seeing.tdm", &[]);
+    assert_ne!(seeing[0]["cvr_long"], seeing[1]["cvr_long"]);
+    let shown = String::from_utf8(run_ok(&["checkpoint", "show", saved]).stdout).unwrap();
+    assert!(shown.contains("omit        cvr_long: os"), "{shown}");
+
+    // A malformed --omit is refused, saying why.
+    let out = bin()
+        .args(["learn", "--input", tsv, "--header", "--omit", "cvr_long"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("TARGET=NAME"),
+        "{err}"
+    );
 }

@@ -39,13 +39,14 @@ pub(super) fn cell_value<'l>(
     }
 }
 
-/// Hashing into `2^bits` slots with crosses and `NAME=T` transforms, as
-/// the command line gives them.
+/// Hashing into `2^bits` slots with crosses, `NAME=T` transforms and
+/// `TARGET=NAME` omissions, as the command line gives them.
 pub fn hashing(
     bits: u8,
     seed: u32,
     crosses: Vec<(String, String)>,
     transforms: &[String],
+    omit: &[String],
 ) -> Result<Hashing, OfflineError> {
     crate::config::check_bits(bits).map_err(|e| OfflineError::Settings(e.to_string()))?;
     let pairs = transforms
@@ -53,7 +54,22 @@ pub fn hashing(
         .map(|t| t.split_once('=').unwrap_or((t.as_str(), "")));
     let transforms = crate::config::parse_transforms(pairs)
         .map_err(|e| OfflineError::Settings(format!("--transform {e}")))?;
-    Ok(Hashing::new(bits, seed, crosses).with_transforms(transforms))
+    let mut pairs: Vec<(&str, Vec<String>)> = Vec::new();
+    for o in omit {
+        match o.split_once('=') {
+            Some((t, n)) => pairs.push((t, vec![n.to_owned()])),
+            None => {
+                return Err(OfflineError::Settings(format!(
+                    "--omit {o}: expected TARGET=NAME"
+                )))
+            }
+        }
+    }
+    let omit = crate::config::parse_omit(pairs.iter().map(|(t, n)| (*t, &n[..])))
+        .map_err(|e| OfflineError::Settings(format!("--omit {e}")))?;
+    Ok(Hashing::new(bits, seed, crosses)
+        .with_transforms(transforms)
+        .with_omit(omit))
 }
 
 /// A column: its name, seed and kind.

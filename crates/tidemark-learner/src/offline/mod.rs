@@ -204,6 +204,8 @@ struct Pass<'a> {
     kind_col: Option<usize>,
     /// The column naming each row's target (`:target`), if any.
     target_col: Option<usize>,
+    /// The current row's target (a buffer kept between rows).
+    row_target: String,
     /// The column holding each row's txid (`:txid`), if any.
     txid_col: Option<usize>,
     /// Column names, from the first file's header or the columns' numbers.
@@ -268,6 +270,7 @@ impl<'a> Pass<'a> {
             weights_out,
             kind_col: None,
             target_col: None,
+            row_target: String::new(),
             txid_col: None,
             names: Vec::new(),
             cols: Vec::new(),
@@ -339,7 +342,6 @@ impl<'a> Pass<'a> {
         if self.cols.len() < n_cols {
             self.name_columns(n_cols)?;
         }
-        self.features(line, n_cols, path, line_no)?;
         let kind = match self.kind_col {
             None => Kind::Final,
             Some(j) => {
@@ -352,11 +354,15 @@ impl<'a> Pass<'a> {
                 })?
             }
         };
-        let target = match self.target_col {
+        // Owned for the row (its buffer reused): hashing reads which
+        // features the target omits while it fills `x`.
+        let mut target = std::mem::take(&mut self.row_target);
+        target.clear();
+        match self.target_col {
             Some(j) => {
                 let (a, b) = self.fields[j + 1];
                 match std::str::from_utf8(&line[a..b]) {
-                    Ok(t) if !t.is_empty() => t,
+                    Ok(t) if !t.is_empty() => target.push_str(t),
                     _ => {
                         return Err(OfflineError::Target {
                             path: path.to_owned(),
@@ -366,11 +372,29 @@ impl<'a> Pass<'a> {
                     }
                 }
             }
-            None => self
-                .target
-                .as_deref()
-                .map_err(|e| OfflineError::NoTarget(e.clone()))?,
+            None => target.push_str(
+                self.target
+                    .as_deref()
+                    .map_err(|e| OfflineError::NoTarget(e.clone()))?,
+            ),
         };
+        self.features(line, n_cols, &target, path, line_no)?;
+        let result = self.learn_row(line, y, kind, &target, path, line_no);
+        self.row_target = target;
+        result
+    }
+
+    /// Learns (or scores) the row hashed into `x` as `target`'s, and
+    /// writes its prediction and weight.
+    fn learn_row(
+        &mut self,
+        line: &[u8],
+        y: bool,
+        kind: Kind,
+        target: &str,
+        path: &Path,
+        line_no: u64,
+    ) -> Result<(), OfflineError> {
         let mut row = Row::of(y, kind);
         if let Some(j) = self.txid_col {
             let (a, b) = self.fields[j + 1];
@@ -460,21 +484,25 @@ impl<'a> Pass<'a> {
         Ok(())
     }
 
-    /// Hashes the row's cells, crosses and bias into `x`.
+    /// Hashes the row's cells, crosses and bias into `x`, without the
+    /// columns `target` omits.
     fn features(
         &mut self,
         line: &[u8],
         n_cols: usize,
+        target: &str,
         path: &Path,
         line_no: u64,
     ) -> Result<(), OfflineError> {
         let hashing = &self.opts.hashing;
+        let skip = hashing.omitted(target);
+        let kept = |col: &Column| skip.is_none_or(|s| !s.contains(&col.name));
         let x = &mut self.x;
         x.clear();
         let value = |j: usize| cell_value(line, self.fields[j + 1], &self.cols[j], path, line_no);
         for (j, col) in self.cols.iter().enumerate().take(n_cols) {
             let (a, b) = self.fields[j + 1];
-            if a == b || !col.feature {
+            if a == b || !col.feature || !kept(col) {
                 continue;
             }
             if !col.numeric {
@@ -487,7 +515,7 @@ impl<'a> Pass<'a> {
             }
         }
         for &(ca, cb, seed) in &self.cross_cols {
-            if ca >= n_cols || cb >= n_cols {
+            if ca >= n_cols || cb >= n_cols || !kept(&self.cols[ca]) || !kept(&self.cols[cb]) {
                 continue;
             }
             if let (Some(va), Some(vb)) = (value(ca)?, value(cb)?) {
