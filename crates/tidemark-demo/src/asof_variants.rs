@@ -11,7 +11,8 @@
 //! ```
 //!
 //! `TIDEMARK_VARIANTS` holds learner configuration lines, variants apart by
-//! `||` (an empty one is the demo's own settings without pools); each is
+//! `||` (an empty one is the demo's own settings without its pool and
+//! without `crate::EARLY_TARGET`: give them in the variant); each is
 //! added to the demo's learner settings (`crate::LEARNER_SETTINGS`, and
 //! `user_clicks` in buckets unless the variant has a `[transforms]` table).
 //! `TIDEMARK_VARIANTS_SHIFT_MS`: the market's shift, for the `shift`
