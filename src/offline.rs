@@ -49,8 +49,7 @@ pub struct Offline {
     /// `--transform clk_1h=log1p`, `price=clip(0, 10)`, `n=buckets(1, 2, 5)` (repeatable)
     #[arg(long, value_name = "NAME=T")]
     transform: Vec<String>,
-    /// Leave a feature out of one target's rows, as the online learner's
-    /// `[omit]`: `--omit cvr_long=hour` (repeatable)
+    /// Leave a feature out of one target's rows (`[omit]` online): `--omit cvr_long=hour` (repeatable)
     #[arg(long, value_name = "TARGET=NAME")]
     omit: Vec<String>,
     /// Start from this checkpoint's models, every target and pool (its hashing,
@@ -97,9 +96,8 @@ pub fn run(args: Offline) -> anyhow::Result<()> {
             (c.hashing.clone(), Some(c))
         }
         None => {
+            let (bits, seed) = (args.bits.unwrap_or(22), args.seed.unwrap_or(0));
             let crosses = parse_crosses(&args.cross)?;
-            let bits = args.bits.unwrap_or(22);
-            let seed = args.seed.unwrap_or(0);
             let h = offline::hashing(bits, seed, crosses, &args.transform, &args.omit)?;
             (h, None)
         }
