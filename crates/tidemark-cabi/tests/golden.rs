@@ -239,23 +239,41 @@ fn pooled() -> Checkpoint {
     c
 }
 
-#[test]
-fn the_pooled_golden_checkpoint_scores_as_recorded_through_rust_and_the_c_abi() {
-    let (c, path) = (pooled(), fixtures().join("golden-pooled.tdm"));
-    let scores = fixtures().join("golden-pooled-scores.jsonl");
+/// The fixture `file` and its answers `scores` as `c` gives them (both
+/// rewritten under `TIDEMARK_BLESS`), checked byte for byte and for its
+/// format `version`: its path.
+fn recorded(c: &Checkpoint, file: &str, scores: &str, version: u8) -> PathBuf {
+    let path = fixtures().join(file);
     if std::env::var_os("TIDEMARK_BLESS").is_some() {
         std::fs::write(&path, c.to_bytes()).unwrap();
-        std::fs::write(&scores, score_lines(&path)).unwrap();
+        std::fs::write(fixtures().join(scores), score_lines(&path)).unwrap();
     }
     let bytes = std::fs::read(&path).unwrap();
-    assert_eq!(bytes, c.to_bytes(), "golden-pooled.tdm changed");
-    assert_eq!(bytes[8], 5, "format version 5");
-    let (want, plain) = (expected_in("golden-pooled-scores.jsonl"), expected());
-    let scorer = Scorer::open(&path).unwrap();
+    assert_eq!(bytes, c.to_bytes(), "{file} changed");
+    assert_eq!(bytes[8], version, "format version {version}");
+    path
+}
+
+/// The C ABI's scorer of the checkpoint at `path` (free it with
+/// `tidemark_free`).
+fn opened(path: &Path) -> *mut TidemarkScorer {
     let path_c = CString::new(path.to_str().unwrap()).unwrap();
     let mut err = [0 as c_char; 256];
     let s = unsafe { tidemark_open(path_c.as_ptr(), err.as_mut_ptr(), err.len()) };
     assert!(!s.is_null());
+    s
+}
+
+#[test]
+fn the_pooled_golden_checkpoint_scores_as_recorded_through_rust_and_the_c_abi() {
+    let path = recorded(
+        &pooled(),
+        "golden-pooled.tdm",
+        "golden-pooled-scores.jsonl",
+        5,
+    );
+    let (want, plain) = (expected_in("golden-pooled-scores.jsonl"), expected());
+    let (scorer, s) = (Scorer::open(&path).unwrap(), opened(&path));
     let mut moved = 0;
     for ((bid, want), plain) in BIDS.iter().zip(&want).zip(&plain) {
         let got = scorer.score(&serde_json::from_str(bid).unwrap()).to_json();
@@ -287,24 +305,17 @@ fn omitting() -> Checkpoint {
 
 #[test]
 fn the_omitting_golden_checkpoint_scores_as_recorded_through_rust_and_the_c_abi() {
-    let (c, path) = (omitting(), fixtures().join("golden-omit.tdm"));
-    let scores = fixtures().join("golden-omit-scores.jsonl");
-    if std::env::var_os("TIDEMARK_BLESS").is_some() {
-        std::fs::write(&path, c.to_bytes()).unwrap();
-        std::fs::write(&scores, score_lines(&path)).unwrap();
-    }
-    let bytes = std::fs::read(&path).unwrap();
-    assert_eq!(bytes, c.to_bytes(), "golden-omit.tdm changed");
-    assert_eq!(bytes[8], 6, "format version 6");
+    let path = recorded(
+        &omitting(),
+        "golden-omit.tdm",
+        "golden-omit-scores.jsonl",
+        6,
+    );
     let (want, pooled) = (
         expected_in("golden-omit-scores.jsonl"),
         expected_in("golden-pooled-scores.jsonl"),
     );
-    let scorer = Scorer::open(&path).unwrap();
-    let path_c = CString::new(path.to_str().unwrap()).unwrap();
-    let mut err = [0 as c_char; 256];
-    let s = unsafe { tidemark_open(path_c.as_ptr(), err.as_mut_ptr(), err.len()) };
-    assert!(!s.is_null());
+    let (scorer, s) = (Scorer::open(&path).unwrap(), opened(&path));
     let mut moved = 0;
     for ((bid, want), pooled) in BIDS.iter().zip(&want).zip(&pooled) {
         let got = scorer.score(&serde_json::from_str(bid).unwrap()).to_json();

@@ -212,11 +212,11 @@ impl Hashing {
 
     /// Appends the features of a JSON object, then the bias, to `out`.
     /// Values other than strings, numbers and bools are skipped, and numbers
-    /// out of range left out ([`Hashing::hash_json_counted`] names them).
-    /// Every feature is hashed: [`Hashing::hash_json_for`] hashes a
+    /// out of range left out ([`Hashing::hash_json_counted_for`] names
+    /// them). Every feature is hashed: [`Hashing::hash_json_for`] hashes a
     /// target's row.
     pub fn hash_json(&self, features: &serde_json::Map<String, Value>, out: &mut Vec<(u32, f32)>) {
-        self.hash_json_counted(features, out, |_| {});
+        self.hash_json_skipping(None, features, out, |_| {});
     }
 
     /// [`Hashing::hash_json`] as `target`'s row: without the features it
@@ -227,21 +227,11 @@ impl Hashing {
         features: &serde_json::Map<String, Value>,
         out: &mut Vec<(u32, f32)>,
     ) {
-        self.hash_json_skipping(self.omitted(target), features, out, |_| {});
+        self.hash_json_counted_for(target, features, out, |_| {});
     }
 
-    /// [`Hashing::hash_json`], calling `left_out` for each feature or cross
-    /// left out because its value is out of range.
-    pub fn hash_json_counted(
-        &self,
-        features: &serde_json::Map<String, Value>,
-        out: &mut Vec<(u32, f32)>,
-        left_out: impl FnMut(OutOfRange<'_>),
-    ) {
-        self.hash_json_skipping(None, features, out, left_out);
-    }
-
-    /// [`Hashing::hash_json_counted`] as `target`'s row.
+    /// [`Hashing::hash_json_for`], calling `left_out` for each feature or
+    /// cross left out because its value is out of range.
     pub fn hash_json_counted_for(
         &self,
         target: &str,

@@ -210,26 +210,7 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
     // cvr_short's rows too). `export --target` with all three and `--kinds
     // all`, learned offline with the same pool: every target and the pool
     // hold the online learner's weights.
-    let db = TestDb::new("offline_pooled");
-    insert(&db, "a", 1500, 1500);
-    early_cvr_long(&db);
-    let dir = workdir("pooled");
-    let cfg = settings(&dir, &db)
-        .set("targets.cvr_long.alpha", 0.1)
-        .set("pools.install.targets", ["cvr_long"])
-        .set("pools.install.teachers", ["cvr_short", "cvr_long"])
-        .write(&dir.join("learn.toml"));
-    let mut child = start(&cfg, &dir.join("learn.log"));
-    let online = wait_for("every row learned online", || {
-        latest(&dir).filter(|c| {
-            let trained = |n: &str| c.targets.iter().find(|t| t.name == n).map(|t| t.trained);
-            trained("ctr") == Some(1500)
-                && trained("cvr_short") == Some(1500)
-                && trained("cvr_long") == Some(3000)
-        })
-    });
-    tidemark_testkit::signal(child.id(), "TERM");
-    assert!(child.wait().unwrap().success());
+    let (db, dir, online) = pooled_online("pooled", |c| c);
     let (tsv, saved) = (dir.join("all.tsv"), dir.join("all.tdm"));
     let (tsv, saved) = (tsv.to_str().unwrap(), saved.to_str().unwrap());
     let url = db.url.as_str();
@@ -255,26 +236,7 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
     // no per-target settings.)
     let offline = Checkpoint::read(Path::new(saved), true).unwrap();
     assert_eq!(offline.hashing, online.hashing);
-    for want in &online.targets {
-        let got = offline
-            .targets
-            .iter()
-            .find(|t| t.name == want.name)
-            .unwrap();
-        assert_eq!(got.pool, want.pool, "{}", want.name);
-        assert_eq!(got.trained, want.trained, "{}", want.name);
-        assert_eq!(got.weights, want.weights, "{}'s weights differ", want.name);
-        assert_eq!(
-            got.state, want.state,
-            "{}'s resume state differs",
-            want.name
-        );
-        assert_eq!(got.tuning, want.tuning, "{}'s grid differs", want.name);
-    }
-    let (got, want) = (&offline.pools[0], &online.pools[0]);
-    assert_eq!((got.name.as_str(), got.trained), ("install", 4500));
-    assert_eq!(got.weights, want.weights, "the pool's weights differ");
-    assert_eq!(got.state, want.state, "the pool's resume state differs");
+    same_models(&offline, &online);
 
     // Resumed from the saved models, the lending pool is named by its
     // teachers alone (the checkpoint holds its targets).
@@ -338,6 +300,63 @@ fn a_pooled_early_export_learned_offline_equals_online_learning_weight_for_weigh
     }
 }
 
+/// Every target and the pool `install` of `offline` hold what `online`'s
+/// do: pool, rows, weights, resume state and grid.
+fn same_models(offline: &Checkpoint, online: &Checkpoint) {
+    for want in &online.targets {
+        let got = offline
+            .targets
+            .iter()
+            .find(|t| t.name == want.name)
+            .unwrap();
+        assert_eq!(got.pool, want.pool, "{}", want.name);
+        assert_eq!(got.trained, want.trained, "{}", want.name);
+        assert_eq!(got.weights, want.weights, "{}'s weights differ", want.name);
+        assert_eq!(
+            got.state, want.state,
+            "{}'s resume state differs",
+            want.name
+        );
+        assert_eq!(got.tuning, want.tuning, "{}'s grid differs", want.name);
+    }
+    let (got, want) = (&offline.pools[0], &online.pools[0]);
+    assert_eq!((got.name.as_str(), got.trained), ("install", 4500));
+    assert_eq!(got.weights, want.weights, "the pool's weights differ");
+    assert_eq!(got.state, want.state, "the pool's resume state differs");
+}
+
+/// The rows of `insert(db, "a", 1500, 1500)` and [`early_cvr_long`] in a
+/// new database, learned online with `cvr_long` pooled as the demo pools
+/// it (its pool taught by `cvr_short`'s rows too) and `more` settings;
+/// the learner stopped once every row is learned: the database, the
+/// learner's directory and its last checkpoint.
+fn pooled_online(
+    name: &str,
+    more: impl FnOnce(tidemark_testkit::config::Config) -> tidemark_testkit::config::Config,
+) -> (TestDb, std::path::PathBuf, Checkpoint) {
+    let db = TestDb::new(&format!("offline_{name}"));
+    insert(&db, "a", 1500, 1500);
+    early_cvr_long(&db);
+    let dir = workdir(name);
+    let cfg = settings(&dir, &db)
+        .set("targets.cvr_long.alpha", 0.1)
+        .set("pools.install.targets", ["cvr_long"])
+        .set("pools.install.teachers", ["cvr_short", "cvr_long"]);
+    let cfg = more(cfg).write(&dir.join("learn.toml"));
+    let mut child = start(&cfg, &dir.join("learn.log"));
+    let online = wait_for("every row learned online", || {
+        latest(&dir).filter(|c| {
+            let trained = |n: &str| c.targets.iter().find(|t| t.name == n).map(|t| t.trained);
+            trained("ctr") == Some(1500)
+                && trained("cvr_short") == Some(1500)
+                && trained("cvr_long") == Some(3000)
+        })
+    });
+    tidemark_testkit::signal(child.id(), "TERM");
+    assert!(child.wait().unwrap().success());
+    (db, dir, online)
+}
+
 /// `cvr_long` rows as a shard learning it early writes them, after the
 /// rows `insert(db, "a", 1500, 1500)` made: a provisional 0 for every
 /// member, then its final rows, those labelled 1 as `late`.
@@ -368,27 +387,7 @@ fn a_target_that_omits_a_feature_learns_and_scores_without_it_online_and_offline
     // cross with `app` goes too; the pool it shares with cvr_short's rows
     // still learns `os` from them. Online and offline hold the same
     // weights, and the file records the omission for bidders.
-    let db = TestDb::new("offline_omit");
-    insert(&db, "a", 1500, 1500);
-    early_cvr_long(&db);
-    let dir = workdir("omit");
-    let cfg = settings(&dir, &db)
-        .set("targets.cvr_long.alpha", 0.1)
-        .set("omit.cvr_long", ["os"])
-        .set("pools.install.targets", ["cvr_long"])
-        .set("pools.install.teachers", ["cvr_short", "cvr_long"])
-        .write(&dir.join("learn.toml"));
-    let mut child = start(&cfg, &dir.join("learn.log"));
-    let online = wait_for("every row learned online", || {
-        latest(&dir).filter(|c| {
-            let trained = |n: &str| c.targets.iter().find(|t| t.name == n).map(|t| t.trained);
-            trained("ctr") == Some(1500)
-                && trained("cvr_short") == Some(1500)
-                && trained("cvr_long") == Some(3000)
-        })
-    });
-    tidemark_testkit::signal(child.id(), "TERM");
-    assert!(child.wait().unwrap().success());
+    let (db, dir, online) = pooled_online("omit", |c| c.set("omit.cvr_long", ["os"]));
     let h = &online.hashing;
     let os = h.name_seed("os");
     let os_slots = [h.categorical(os, b"ios"), h.categorical(os, b"android")];
@@ -428,12 +427,7 @@ fn a_target_that_omits_a_feature_learns_and_scores_without_it_online_and_offline
     ]);
     let offline = Checkpoint::read(Path::new(saved), true).unwrap();
     assert_eq!(offline.hashing, online.hashing);
-    for want in &online.targets {
-        let got = target(&offline, &want.name);
-        assert_eq!(got.weights, want.weights, "{}'s weights differ", want.name);
-        assert_eq!(got.state, want.state, "{}'s state differs", want.name);
-    }
-    assert_eq!(offline.pools[0].weights, online.pools[0].weights);
+    same_models(&offline, &online);
     let shown: serde_json::Value =
         serde_json::from_slice(&run_ok(&["checkpoint", "show", "--json", saved]).stdout).unwrap();
     assert_eq!(shown["version"], 6);
