@@ -121,6 +121,10 @@ bench-early-cost pairs="2" dense="2000000" days="3":
 bench-early-seeds seeds="3":
     bash bench/early_seeds.sh {{seeds}}
 
+# Issue 48: the share of an early target's gap no learner of the shard's rows can close (the oracle at its windows' opening), seeds 1..N
+bench-early-bound seeds="3":
+    bash bench/early_bound.sh {{seeds}}
+
 # The online learner's per-row cost in process: final, early, and pooled rows (issue 48)
 bench-models members="200000" rounds="3":
     cargo run --release -q -p tidemark-ftrl --example models {{members}} {{rounds}}

@@ -25,7 +25,8 @@
 //! - `pooled_final`: the same rows, `cvr_short` and `cvr_long` pooled as
 //!   the learner's configuration pools them: what pooling alone gives.
 //! - `oracle`: every matured row readable at its bid: what knowing each
-//!   final label at once would give.
+//!   final label at once would give ([`Setup::oracle_at_window`]: at its
+//!   window's opening instead, a bound for learners of the shard's rows).
 //! - `constant`: the label rate of the rows `final_only` has read (the
 //!   online rate without early feedback; read as they arrive, late
 //!   positives would come before their cohort's zeros and read high).
@@ -34,7 +35,7 @@
 //! and the oracle's `ctr` and `cvr_short` (`cvr_long_only`): the part of
 //! its gap that early feedback on `cvr_long` can close.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Map, Value};
 use tidemark_ftrl::{Kind, Models, Row};
@@ -74,6 +75,13 @@ pub struct Setup<'a> {
     pub final_offset_ms: [i64; 3],
     /// The market's shift, if it shifted (absolute event time).
     pub shift_at_ms: Option<i64>,
+    /// When the oracle reads a row of an early target: by default just
+    /// after its bid; `true`, when its member's provisional row was emitted
+    /// (its window opened). No learner of the shard's rows hears of a
+    /// member before that (SPEC 7), and this oracle then knows its final
+    /// label too: the part of the gap no such learner can close is what it
+    /// leaves (docs/demo.md, "How far early feedback can go").
+    pub oracle_at_window: bool,
 }
 
 /// One event scored: an impression (ctr, p_install) or a click (cvr_*).
@@ -255,6 +263,15 @@ fn reads(parsed: &[Parsed], setup: &Setup, settled: i64) -> Vec<Vec<Read>> {
         let i = f.partition_point(|x| x.0 < created);
         f.get(i).map_or(created + setup.final_offset_ms[t], |x| x.1)
     };
+    // Per early member, when its window opened (its provisional row).
+    let mut opened: HashMap<(usize, &str), i64> = HashMap::new();
+    if setup.oracle_at_window {
+        for (t, r, kind, _) in parsed {
+            if *kind == Kind::Provisional {
+                opened.insert((*t, r.txid.as_str()), r.clock_ms);
+            }
+        }
+    }
     let mut reads: Vec<Vec<Read>> = vec![Vec::new(); ARMS.len()];
     for (i, (t, r, kind, _)) in parsed.iter().enumerate() {
         let label = r.label;
@@ -278,16 +295,23 @@ fn reads(parsed: &[Parsed], setup: &Setup, settled: i64) -> Vec<Vec<Read>> {
         let row = Row::of(label, *kind).member(&r.txid);
         reads[EARLY].push((r.clock_ms, *t, i, row));
         if matured && r.created_ms <= settled {
-            // Just after its bid: never learned before it is scored.
-            reads[ORACLE].push((r.created_ms + 1, *t, i, plain));
+            // Just after its bid (never learned before it is scored), or
+            // when its window opened.
+            let at = opened.get(&(*t, r.txid.as_str()));
+            reads[ORACLE].push((at.map_or(r.created_ms + 1, |c| *c), *t, i, plain));
         }
     }
     for (arm, r) in reads.iter_mut().enumerate() {
-        if [FINAL_ONLY, POOLED_FINAL, CONSTANT].contains(&arm) {
+        let swept = [FINAL_ONLY, POOLED_FINAL, CONSTANT].contains(&arm)
+            || (arm == ORACLE && setup.oracle_at_window);
+        if swept {
             // A shard without early feedback writes a cohort's final rows,
             // ones and zeros, in one sweep, not its ones first: an early
             // target's rows of one sweep in creation order (the others
             // keep the order they were written in, as every arm reads them).
+            // So are the labels an oracle learns at their windows' opening:
+            // in the order written, a sweep's late ones would come before
+            // its zeros, and the learner leans to the labels it saw last.
             let created = |x: &Read| early[x.1].then(|| parsed[x.2].1.created_ms);
             r.sort_by_key(|x| (x.0, created(x)));
         } else {
@@ -614,6 +638,7 @@ mod tests {
             slice_ms: MIN,
             final_offset_ms: [10 * MIN, 10 * MIN, 30 * MIN],
             shift_at_ms,
+            oracle_at_window: false,
         }
     }
 
@@ -696,5 +721,44 @@ mod tests {
             slices_to_oracle(&s(&[0.5, 0.5, 0.5, 0.5, 0.5, 0.105]), &oracle, 0),
             None
         );
+    }
+
+    #[test]
+    fn the_oracle_at_window_reads_each_early_label_when_its_window_opened() {
+        let row = |target: &str, kind: &str, txid: &str, created: i64, clock: i64| Emitted {
+            target: target.to_owned(),
+            label: kind == "late",
+            kind: kind.to_owned(),
+            features: "{}".to_owned(),
+            clock_ms: clock,
+            created_ms: created,
+            truth: [Some(0.1), Some(0.05), Some(0.05), Some(0.01)],
+            txid: txid.to_owned(),
+            shard: "s".to_owned(),
+        };
+        // b's bid came first; both windows opened in the sweep at 11 min.
+        let rows = [
+            row("ctr", "final", "b", 0, 10 * MIN),
+            row("cvr_long", "provisional", "b", 0, 11 * MIN),
+            row("cvr_long", "provisional", "a", 1000, 11 * MIN),
+            row("cvr_long", "late", "a", 1000, 17 * MIN),
+            row("cvr_long", "final", "b", 0, 31 * MIN),
+        ];
+        let (parsed, _) = parse(&rows).unwrap();
+        let config = config();
+        let oracle = |at_window| {
+            let setup = Setup {
+                oracle_at_window: at_window,
+                ..setup(&config, None)
+            };
+            (reads(&parsed, &setup, i64::MAX)[ORACLE].iter())
+                .map(|r| (r.2, r.0))
+                .collect::<Vec<_>>()
+        };
+        // ctr (not early) at its bid either way; cvr_long's matured rows at
+        // their bids, or at their sweep, in bid order: a's late one, written
+        // first, does not come before b's zero.
+        assert_eq!(oracle(false), [(0, 1), (4, 1), (3, 1001)]);
+        assert_eq!(oracle(true), [(0, 1), (4, 11 * MIN), (3, 11 * MIN)]);
     }
 }

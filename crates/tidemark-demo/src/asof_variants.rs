@@ -20,7 +20,9 @@
 //! `TIDEMARK_VARIANTS_SLICES` set: `cvr_long`'s per-slice figures too.
 //! `TIDEMARK_VARIANTS_HOUR_SHIFT_MS=ms`: the bids' `hour` as if the run had
 //! started `ms` later (where the hour turns follows the wall clock a demo
-//! starts at).
+//! starts at). `TIDEMARK_VARIANTS_ORACLE_AT_WINDOW` set: the oracle reads
+//! an early target's labels when their windows opened, not at their bids
+//! (`crate::asof::Setup::oracle_at_window`).
 
 #[test]
 #[ignore]
@@ -73,6 +75,7 @@ fn asof_variants() {
             slice_ms: crate::SLICE_MS,
             final_offset_ms: crate::FINAL_OFFSET_MS,
             shift_at_ms: shift,
+            oracle_at_window: std::env::var_os("TIDEMARK_VARIANTS_ORACLE_AT_WINDOW").is_some(),
         };
         let (targets, shift) = crate::asof::evaluate(&rows, &setup).unwrap();
         println!("== {}", v.replace('\n', " "));
