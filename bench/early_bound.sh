@@ -2,9 +2,9 @@
 # Issue 48: how much of the constant→oracle gap of an early target no
 # learner of the shard's rows can close. For seeds 1..N (default 3) of the
 # default market and of criteo delays shifted at 40 minutes, runs the demo,
-# then replays its rows as of bid time twice (`asof_variants`): with the
-# oracle learning each label at its bid, and at its window's opening
-# (`TIDEMARK_VARIANTS_ORACLE_AT_WINDOW`). Prints `cvr_long`'s and
+# then replays its rows as of bid time twice (`asof_variants`, the demo's
+# learner as built): with the oracle learning each label at its bid, and at
+# its window's opening (`TIDEMARK_VARIANTS_ORACLE_AT_WINDOW`). Prints `cvr_long`'s and
 # `p_install`'s KL per arm and `early`'s share of each gap. About 2 minutes
 # a run. Each run's cluster is deleted after its replays.
 set -euo pipefail
@@ -13,29 +13,25 @@ seeds="${1:-3}"
 out=target/early-bound
 mkdir -p "$out"
 cargo build --release -q -p tidemark
-pool=$'[pools.install]\ntargets = ["cvr_long"]\nteachers = ["cvr_short", "cvr_long"]\nalpha = 0.05'
-early=$'\n[omit]\ncvr_long = ["hour"]\n[targets.cvr_long]\nalpha = 0.0375'
 for market in default criteo; do
     for seed in $(seq 1 "$seeds"); do
         home="$out/$market-$seed"
         flags=(--seed "$seed")
         [ "$market" = criteo ] && flags+=(--delays criteo --shift-at 40m)
         echo "bench/early_bound.sh: $market, seed $seed" >&2
-        TIDEMARK_HOME="$home" target/release/tidemark demo "${flags[@]}" > "$out/$market-$seed.txt" 2>&1
+        TIDEMARK_HOME="$home" target/release/tidemark demo "${flags[@]}" > "$out/$market-$seed.txt" 2>&1 ||
+            { echo "bench/early_bound.sh: the demo failed; see $out/$market-$seed.txt" >&2; exit 1; }
         url="$(grep -m1 -o 'postgresql://[^ ]*' "$out/$market-$seed.txt")"
         shift_ms="$(python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['shift']; print(s['at_ms'] if s else '')" "$home/report/report.json")"
         for oracle in bid window; do
             at_window=()
             [ "$oracle" = window ] && at_window=(TIDEMARK_VARIANTS_ORACLE_AT_WINDOW=1)
             echo "== $market seed $seed, oracle at $oracle"
-            env "${at_window[@]}" TIDEMARK_VARIANTS_URL="$url" TIDEMARK_VARIANTS="$pool$early" \
+            env "${at_window[@]}" TIDEMARK_VARIANTS_URL="$url" TIDEMARK_VARIANTS=demo \
                 TIDEMARK_VARIANTS_SHIFT_MS="$shift_ms" \
                 cargo test -q --release -p tidemark-demo --lib asof_variants -- --ignored --nocapture 2>&1 |
                 grep -E '^  (cvr_long|p_install) '
         done
-        if TIDEMARK_HOME="$home" target/release/tidemark db down > /dev/null 2>&1; then
-            pg="$(readlink "$home/pg" || true)"
-            case "$pg" in /var/tmp/tidemark-*) rm -rf "$pg" "$home/pg" ;; esac
-        fi
+        bash bench/demo_down.sh "$home"
     done
 done

@@ -26,12 +26,7 @@ for market in ${MARKETS:-default criteo criteo-long}; do
         echo "bench/early_seeds.sh: $market, seed $seed" >&2
         TIDEMARK_HOME="$home" target/release/tidemark demo "${flags[@]}" > "$out/$market-seed$seed.txt" 2>&1
         cp "$home/report/report.json" "$out/$market-seed$seed.json"
-        # The cluster's files live outside the home (as root, under
-        # /var/tmp): delete them once it is down, nine runs would fill a disk.
-        if TIDEMARK_HOME="$home" target/release/tidemark db down > /dev/null 2>&1; then
-            pg="$(readlink "$home/pg" || true)"
-            case "$pg" in /var/tmp/tidemark-*) rm -rf "$pg" "$home/pg" ;; esac
-        fi
+        bash bench/demo_down.sh "$home"
     done
 done
 python3 bench/early_table.py "$out"

@@ -12,7 +12,8 @@
 //!
 //! `TIDEMARK_VARIANTS` holds learner configuration lines, variants apart by
 //! `||` (an empty one is the demo's own settings without its pool and
-//! without `crate::EARLY_TARGET`: give them in the variant); each is
+//! without `crate::EARLY_TARGET`; `demo` is the demo's learner as built,
+//! both included); each is
 //! added to the demo's learner settings (`crate::LEARNER_SETTINGS`, and
 //! `user_clicks` in buckets unless the variant has a `[transforms]` table).
 //! `TIDEMARK_VARIANTS_SHIFT_MS`: the market's shift, for the `shift`
@@ -62,7 +63,9 @@ fn asof_variants() {
     let base = format!("checkpoint_dir = \"c\"\n{}", crate::LEARNER_SETTINGS);
     // The demo's transform, unless a variant gives its own.
     let transforms = format!("[transforms]\nuser_clicks = \"{}\"\n", crate::USER_CLICKS);
+    let built = format!("{}{}", crate::POOL, crate::EARLY_TARGET);
     for v in variants.split("||") {
+        let v = if v.trim() == "demo" { &built } else { v };
         let own = if v.contains("[transforms]") {
             ""
         } else {

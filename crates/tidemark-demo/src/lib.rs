@@ -127,8 +127,13 @@ const COUNTERS: [(&str, &str, &str); 3] = [
 /// writes (`asof_variants` replays from them too).
 const LEARNER_SETTINGS: &str = "bits = 20\nalpha = 0.15\ncrosses = [[\"country\", \"exchange\"]]\n";
 
+/// The demo learner's pool (docs/learner.md, "Targets that share
+/// weights"): `cvr_long` scores with weights `cvr_short`'s rows teach too.
+const POOL: &str =
+    "\n[pools.install]\ntargets = [\"cvr_long\"]\nteachers = [\"cvr_short\", \"cvr_long\"]\nalpha = 0.05\n";
+
 /// How the demo's learner takes the early target, `cvr_long` (TOML tables,
-/// after the pool). It leaves the bids' `hour` out of its rows: in 90
+/// after `POOL`). It leaves the bids' `hour` out of its rows: in 90
 /// minutes of event time every hour is recent, and a provisional zero's
 /// late one has not come yet, so a new hour's weight reads low and the
 /// shared ones high (docs/learner.md, "Features whose values are all

@@ -21,7 +21,7 @@ use crate::progress::{self, Display, Sample};
 use crate::{evaluate, html, report, store};
 use crate::{
     Options, Outcome, BIDDER_RATE, COUNTERS, DATABASE, EARLY_TARGET, ENDPOINT, LEARNER_SETTINGS,
-    USER_CLICKS, WINDOWS, WINDOW_MS,
+    POOL, USER_CLICKS, WINDOWS, WINDOW_MS,
 };
 
 /// Runs the demo, progress on stderr, the report on stdout and in
@@ -226,7 +226,7 @@ impl<'a> Demo<'a> {
         let _ = std::fs::remove_dir_all(&ckpt);
         let learn_cfg = dir.join("learn.toml");
         let mut learn_text = format!(
-            "checkpoint_dir = \"{}\"\ncheckpoint_interval = \"3s\"\npoll = \"200ms\"\n{LEARNER_SETTINGS}\n[[sources]]\nname = \"demo\"\ndatabase_url = \"{url}\"\n\n[pools.install]\ntargets = [\"cvr_long\"]\nteachers = [\"cvr_short\", \"cvr_long\"]\nalpha = 0.05\n{EARLY_TARGET}",
+            "checkpoint_dir = \"{}\"\ncheckpoint_interval = \"3s\"\npoll = \"200ms\"\n{LEARNER_SETTINGS}\n[[sources]]\nname = \"demo\"\ndatabase_url = \"{url}\"\n{POOL}{EARLY_TARGET}",
             ckpt.display()
         );
         // The bid's click count is a number from 0 to 10 on almost every
