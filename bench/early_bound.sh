@@ -3,10 +3,14 @@
 # learner of the shard's rows can close. For seeds 1..N (default 3) of the
 # default market and of criteo delays shifted at 40 minutes, runs the demo,
 # then replays its rows as of bid time twice (`asof_variants`, the demo's
-# learner as built): with the oracle learning each label at its bid, and at
-# its window's opening (`TIDEMARK_VARIANTS_ORACLE_AT_WINDOW`). Prints `cvr_long`'s and
-# `p_install`'s KL per arm and `early`'s share of each gap. About 2 minutes
-# a run. Each run's cluster is deleted after its replays.
+# learner as built): with the oracle learning each label at its bid, and
+# with the first row its shard wrote of the member (an early target's at its
+# window's opening, any other's with its final row;
+# `TIDEMARK_VARIANTS_ORACLE_AT_WINDOW`). Prints `cvr_long`'s and
+# `p_install`'s KL per arm and `early`'s share of each gap, and after the
+# criteo runs' shift each arm's mean KL and `early`'s share of the
+# naive→oracle gap. About 2 minutes a run. Each run's cluster is deleted
+# after its replays.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds="${1:-3}"
@@ -30,7 +34,7 @@ for market in default criteo; do
             env "${at_window[@]}" TIDEMARK_VARIANTS_URL="$url" TIDEMARK_VARIANTS=demo \
                 TIDEMARK_VARIANTS_SHIFT_MS="$shift_ms" \
                 cargo test -q --release -p tidemark-demo --lib asof_variants -- --ignored --nocapture 2>&1 |
-                grep -E '^  (cvr_long|p_install) '
+                grep -E '^  (cvr_long|p_install|after) '
         done
         bash bench/demo_down.sh "$home"
     done

@@ -75,12 +75,14 @@ pub struct Setup<'a> {
     pub final_offset_ms: [i64; 3],
     /// The market's shift, if it shifted (absolute event time).
     pub shift_at_ms: Option<i64>,
-    /// When the oracle reads a row of an early target: by default just
-    /// after its bid; `true`, when its member's provisional row was emitted
-    /// (its window opened). No learner of the shard's rows hears of a
-    /// member before that (SPEC 7), and this oracle then knows its final
-    /// label too: the part of the gap no such learner can close is what it
-    /// leaves (docs/demo.md, "How far early feedback can go").
+    /// When the oracle reads a row: by default just after its bid; `true`,
+    /// with the first row its shard wrote of the member: an early target's
+    /// when its window opened (its provisional row), any other's with its
+    /// final row (SPEC 7 refuses early feedback for a window that starts
+    /// at creation). No learner of the shard's rows hears of a member
+    /// before that, and this oracle then knows its final label too: the
+    /// part of the gap no such learner can close is what it leaves
+    /// (docs/demo.md, "How far early feedback can go").
     pub oracle_at_window: bool,
 }
 
@@ -296,9 +298,14 @@ fn reads(parsed: &[Parsed], setup: &Setup, settled: i64) -> Vec<Vec<Read>> {
         reads[EARLY].push((r.clock_ms, *t, i, row));
         if matured && r.created_ms <= settled {
             // Just after its bid (never learned before it is scored), or
-            // when its window opened.
-            let at = opened.get(&(*t, r.txid.as_str()));
-            reads[ORACLE].push((at.map_or(r.created_ms + 1, |c| *c), *t, i, plain));
+            // at the first row the shard wrote of its member: an early
+            // target's when its window opened, any other's its final row.
+            let at = match opened.get(&(*t, r.txid.as_str())) {
+                Some(opened) => *opened,
+                None if setup.oracle_at_window => r.clock_ms,
+                None => r.created_ms + 1,
+            };
+            reads[ORACLE].push((at, *t, i, plain));
         }
     }
     for (arm, r) in reads.iter_mut().enumerate() {
@@ -724,7 +731,7 @@ mod tests {
     }
 
     #[test]
-    fn the_oracle_at_window_reads_each_early_label_when_its_window_opened() {
+    fn the_oracle_at_window_reads_each_label_with_the_first_row_written_of_its_member() {
         let row = |target: &str, kind: &str, txid: &str, created: i64, clock: i64| Emitted {
             target: target.to_owned(),
             label: kind == "late",
@@ -755,10 +762,11 @@ mod tests {
                 .map(|r| (r.2, r.0))
                 .collect::<Vec<_>>()
         };
-        // ctr (not early) at its bid either way; cvr_long's matured rows at
-        // their bids, or at their sweep, in bid order: a's late one, written
-        // first, does not come before b's zero.
+        // At their bids, or at the first row written of their members:
+        // ctr (not early) with its final row; cvr_long's when its window
+        // opened, in bid order: a's late one, written first, does not come
+        // before b's zero.
         assert_eq!(oracle(false), [(0, 1), (4, 1), (3, 1001)]);
-        assert_eq!(oracle(true), [(0, 1), (4, 11 * MIN), (3, 11 * MIN)]);
+        assert_eq!(oracle(true), [(0, 10 * MIN), (4, 11 * MIN), (3, 11 * MIN)]);
     }
 }

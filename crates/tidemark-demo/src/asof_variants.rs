@@ -96,6 +96,18 @@ fn asof_variants() {
         }
         if !shift.is_null() {
             println!("  shift {shift}");
+            // Mean KL after the shift, and early's share of naive→oracle.
+            for name in ["cvr_long", "p_install"] {
+                let after = |arm: &str| shift[name][arm]["kl_after"].as_f64().unwrap_or(f64::NAN);
+                let kl: Vec<String> = ["final_only", "naive", "early", "oracle"]
+                    .map(|arm| format!("{arm} {:.5}", after(arm)))
+                    .into();
+                let share = (after("naive") - after("early")) / (after("naive") - after("oracle"));
+                println!(
+                    "  after {name:<10} {} | early naive→oracle {share:.3}",
+                    kl.join(" ")
+                );
+            }
         }
         if std::env::var_os("TIDEMARK_VARIANTS_SLICES").is_some() {
             // Per slice, each arm's KL / calibration of cvr_long.
