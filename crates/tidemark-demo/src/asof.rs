@@ -25,8 +25,9 @@
 //! - `pooled_final`: the same rows, `cvr_short` and `cvr_long` pooled as
 //!   the learner's configuration pools them: what pooling alone gives.
 //! - `oracle`: every matured row readable at its bid: what knowing each
-//!   final label at once would give ([`Setup::oracle_at_window`]: at its
-//!   window's opening instead, a bound for learners of the shard's rows).
+//!   final label at once would give ([`Setup::oracle_at_window`]: with the
+//!   first row the shard wrote of its member instead, what the shard's rows
+//!   would allow if each told its final label at once).
 //! - `constant`: the label rate of the rows `final_only` has read (the
 //!   online rate without early feedback; read as they arrive, late
 //!   positives would come before their cohort's zeros and read high).

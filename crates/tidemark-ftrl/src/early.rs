@@ -19,7 +19,9 @@
 //! from either side; every weight lies in `[0, 1]`, and a member weighs
 //! about one row in all, as it would with its final label alone.
 //! Unweighted, it is `2p − q`, which settles at `q / 2`: provisional zeros
-//! taken at face value halve the rate.
+//! taken at face value halve the rate. Unweighted and without the final
+//! zeros it is `p + q·(p − 1)`, settling at `q / (1 + q)`: nearly `q` for a
+//! rare label.
 //!
 //! A target is early while it has provisional rows and no `final` 1 (an
 //! early target's final rows are all 0): a `final` 1 means its shard now
@@ -176,8 +178,8 @@ mod tests {
     /// provisional 0, then its late 1 after a random delay or its final 0
     /// at the window's end, rows in time order. Returns each group's
     /// prediction at the end, from a model learning every row as `as_kind`
-    /// says.
-    fn stream(as_kind: impl Fn(Kind) -> Kind) -> [f64; 2] {
+    /// says (`None`: not at all).
+    fn stream(as_kind: impl Fn(Kind) -> Option<Kind>) -> [f64; 2] {
         let q = [0.1, 0.4];
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = move || {
@@ -201,10 +203,10 @@ mod tests {
         rows.sort_by_key(|r| r.0);
         let mut m = crate::Ftrl::new(crate::Params::default(), 16);
         for (_, g, row) in rows {
-            let row = Row {
-                kind: as_kind(row.kind),
-                ..row
+            let Some(kind) = as_kind(row.kind) else {
+                continue;
             };
+            let row = Row { kind, ..row };
             m.learn_row(&[(g as u32, 1.0)], row);
         }
         [m.score(&[(0, 1.0)]), m.score(&[(1, 1.0)])]
@@ -212,11 +214,21 @@ mod tests {
 
     #[test]
     fn a_model_learning_weighted_early_rows_predicts_the_final_rate() {
-        let [a, b] = stream(|k| k);
+        let [a, b] = stream(Some);
         assert!((a - 0.1).abs() < 0.02 && (b - 0.4).abs() < 0.03, "{a} {b}");
         // Taken at face value, provisional zeros halve the rates: the test
         // tells the two apart.
-        let [a, b] = stream(|_| Kind::Final);
+        let [a, b] = stream(|_| Some(Kind::Final));
         assert!(a < 0.07 && b < 0.3, "{a} {b}");
+    }
+
+    #[test]
+    fn fake_negatives_never_corrected_settle_at_q_over_one_plus_q() {
+        // The demo's `naive` arm: provisional zeros and late ones at face
+        // value, no final rows. Nearly q for a rare label, not q / 2.
+        let [a, b] = stream(|k| (k != Kind::Final).then_some(Kind::Final));
+        let settled = |q: f64| q / (1.0 + q);
+        assert!((a - settled(0.1)).abs() < 0.015, "{a}");
+        assert!((b - settled(0.4)).abs() < 0.03 && b < 0.34, "{b}");
     }
 }
