@@ -121,7 +121,7 @@ bench-early-cost pairs="2" dense="2000000" days="3":
 bench-early-seeds seeds="3":
     bash bench/early_seeds.sh {{seeds}}
 
-# Issue 48: the share of an early target's gap no learner of the shard's rows can close (the oracle at its windows' opening), seeds 1..N
+# Issue 48: how much of an early target's gap the shard's rows allow (the oracle told each label with the first row of its member), seeds 1..N
 bench-early-bound seeds="3":
     bash bench/early_bound.sh {{seeds}}
 

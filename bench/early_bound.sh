@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 48: how much of the constant→oracle gap of an early target no
-# learner of the shard's rows can close. For seeds 1..N (default 3) of the
+# Issue 48: how much of the constant→oracle gap of an early target the
+# shard's rows allow, told at once (not a strict bound: docs/demo.md). For seeds 1..N (default 3) of the
 # default market and of criteo delays shifted at 40 minutes, runs the demo,
 # then replays its rows as of bid time twice (`asof_variants`, the demo's
 # learner as built): with the oracle learning each label at its bid, and

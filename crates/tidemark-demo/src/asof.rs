@@ -34,7 +34,9 @@
 //!
 //! After a shift, `p_install` is also scored with each arm's `cvr_long`
 //! and the oracle's `ctr` and `cvr_short` (`cvr_long_only`): the part of
-//! its gap that early feedback on `cvr_long` can close.
+//! its gap that early feedback on `cvr_long` can close (with
+//! [`Setup::oracle_at_window`] the oracle too reads those two from their
+//! final rows).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -177,9 +179,9 @@ pub fn evaluate(rows: &[Emitted], setup: &Setup) -> anyhow::Result<(Map<String, 
 /// Per arm, `p_install` tallied with `ctr` and `cvr_short` from the oracle
 /// and only `cvr_long` from the arm: how much of the arm's `p_install` gap
 /// is its `cvr_long`'s. `ctr` and `cvr_short` are learned from final rows
-/// in every arm but the oracle (SPEC 7 refuses early feedback for a window
-/// starting at creation), so after a shift their lag is a part of
-/// `p_install`'s gap no arm can close.
+/// in every arm but the oracle at the bid (SPEC 7 refuses early feedback
+/// for a window starting at creation), so after a shift their lag is a
+/// part of `p_install`'s gap no arm can close.
 fn cvr_long_only(parts: &[Vec<Parts>]) -> Vec<Tally> {
     let oracle = &parts[ORACLE];
     (parts.iter())
@@ -317,9 +319,11 @@ fn reads(parsed: &[Parsed], setup: &Setup, settled: i64) -> Vec<Vec<Read>> {
             // ones and zeros, in one sweep, not its ones first: an early
             // target's rows of one sweep in creation order (the others
             // keep the order they were written in, as every arm reads them).
-            // So are the labels an oracle learns at their windows' opening:
-            // in the order written, a sweep's late ones would come before
-            // its zeros, and the learner leans to the labels it saw last.
+            // So are the labels an oracle learns with the first row of their
+            // members (an early target's at its window's opening, others'
+            // with their final rows): in the order written, a sweep's late
+            // ones would come before its zeros, and the learner leans to the
+            // labels it saw last.
             let created = |x: &Read| early[x.1].then(|| parsed[x.2].1.created_ms);
             r.sort_by_key(|x| (x.0, created(x)));
         } else {

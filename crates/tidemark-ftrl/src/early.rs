@@ -229,6 +229,7 @@ mod tests {
         let [a, b] = stream(|k| (k != Kind::Final).then_some(Kind::Final));
         let settled = |q: f64| q / (1.0 + q);
         assert!((a - settled(0.1)).abs() < 0.015, "{a}");
-        assert!((b - settled(0.4)).abs() < 0.03 && b < 0.34, "{b}");
+        // At 0.4, q / (1 + q) is 0.286: this tells it from q and from q / 2.
+        assert!((b - settled(0.4)).abs() < 0.03, "{b}");
     }
 }
