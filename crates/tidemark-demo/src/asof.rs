@@ -25,7 +25,7 @@
 //! - `pooled_final`: the same rows, `cvr_short` and `cvr_long` pooled as
 //!   the learner's configuration pools them: what pooling alone gives.
 //! - `oracle`: every matured row readable at its bid: what knowing each
-//!   final label at once would give ([`Setup::oracle_at_window`]: with the
+//!   final label at once would give ([`Setup::oracle_at_first_row`]: with the
 //!   first row the shard wrote of its member instead, what the shard's rows
 //!   would allow if each told its final label at once).
 //! - `constant`: the label rate of the rows `final_only` has read (the
@@ -35,7 +35,7 @@
 //! After a shift, `p_install` is also scored with each arm's `cvr_long`
 //! and the oracle's `ctr` and `cvr_short` (`cvr_long_only`): the part of
 //! its gap that early feedback on `cvr_long` can close (with
-//! [`Setup::oracle_at_window`] the oracle too reads those two from their
+//! [`Setup::oracle_at_first_row`] the oracle too reads those two from their
 //! final rows).
 
 use std::collections::{BTreeMap, HashMap};
@@ -83,10 +83,10 @@ pub struct Setup<'a> {
     /// when its window opened (its provisional row), any other's with its
     /// final row (SPEC 7 refuses early feedback for a window that starts
     /// at creation). No learner of the shard's rows hears of a member
-    /// before that, and this oracle then knows its final label too: the
-    /// part of the gap no such learner can close is what it leaves
-    /// (docs/demo.md, "How far early feedback can go").
-    pub oracle_at_window: bool,
+    /// before that, and this oracle then knows its final label too. Not a
+    /// strict bound on such learners: the order and timing of rows move
+    /// the KL as much (docs/demo.md, "How far early feedback can go").
+    pub oracle_at_first_row: bool,
 }
 
 /// One event scored: an impression (ctr, p_install) or a click (cvr_*).
@@ -270,7 +270,7 @@ fn reads(parsed: &[Parsed], setup: &Setup, settled: i64) -> Vec<Vec<Read>> {
     };
     // Per early member, when its window opened (its provisional row).
     let mut opened: HashMap<(usize, &str), i64> = HashMap::new();
-    if setup.oracle_at_window {
+    if setup.oracle_at_first_row {
         for (t, r, kind, _) in parsed {
             if *kind == Kind::Provisional {
                 opened.insert((*t, r.txid.as_str()), r.clock_ms);
@@ -303,17 +303,18 @@ fn reads(parsed: &[Parsed], setup: &Setup, settled: i64) -> Vec<Vec<Read>> {
             // Just after its bid (never learned before it is scored), or
             // at the first row the shard wrote of its member: an early
             // target's when its window opened, any other's its final row.
-            let at = match opened.get(&(*t, r.txid.as_str())) {
-                Some(opened) => *opened,
-                None if setup.oracle_at_window => r.clock_ms,
-                None => r.created_ms + 1,
+            let at = if setup.oracle_at_first_row {
+                let opened = opened.get(&(*t, r.txid.as_str()));
+                opened.copied().unwrap_or(r.clock_ms)
+            } else {
+                r.created_ms + 1
             };
             reads[ORACLE].push((at, *t, i, plain));
         }
     }
     for (arm, r) in reads.iter_mut().enumerate() {
         let swept = [FINAL_ONLY, POOLED_FINAL, CONSTANT].contains(&arm)
-            || (arm == ORACLE && setup.oracle_at_window);
+            || (arm == ORACLE && setup.oracle_at_first_row);
         if swept {
             // A shard without early feedback writes a cohort's final rows,
             // ones and zeros, in one sweep, not its ones first: an early
@@ -650,7 +651,7 @@ mod tests {
             slice_ms: MIN,
             final_offset_ms: [10 * MIN, 10 * MIN, 30 * MIN],
             shift_at_ms,
-            oracle_at_window: false,
+            oracle_at_first_row: false,
         }
     }
 
@@ -736,7 +737,7 @@ mod tests {
     }
 
     #[test]
-    fn the_oracle_at_window_reads_each_label_with_the_first_row_written_of_its_member() {
+    fn the_oracle_at_first_row_reads_each_label_with_the_first_row_written_of_its_member() {
         let row = |target: &str, kind: &str, txid: &str, created: i64, clock: i64| Emitted {
             target: target.to_owned(),
             label: kind == "late",
@@ -760,7 +761,7 @@ mod tests {
         let config = config();
         let oracle = |at_window| {
             let setup = Setup {
-                oracle_at_window: at_window,
+                oracle_at_first_row: at_window,
                 ..setup(&config, None)
             };
             (reads(&parsed, &setup, i64::MAX)[ORACLE].iter())

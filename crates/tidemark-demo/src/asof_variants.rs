@@ -21,10 +21,10 @@
 //! `TIDEMARK_VARIANTS_SLICES` set: `cvr_long`'s per-slice figures too.
 //! `TIDEMARK_VARIANTS_HOUR_SHIFT_MS=ms`: the bids' `hour` as if the run had
 //! started `ms` later (where the hour turns follows the wall clock a demo
-//! starts at). `TIDEMARK_VARIANTS_ORACLE_AT_WINDOW` set: the oracle reads
+//! starts at). `TIDEMARK_VARIANTS_ORACLE_AT_FIRST_ROW` set: the oracle reads
 //! each label with the first row the shard wrote of its member (an early
 //! target's when its window opened), not at its bid
-//! (`crate::asof::Setup::oracle_at_window`). With a shift, each arm's mean
+//! (`crate::asof::Setup::oracle_at_first_row`). With a shift, each arm's mean
 //! KL after it and `early`'s share of the naive→oracle gap are printed.
 
 #[test]
@@ -80,7 +80,8 @@ fn asof_variants() {
             slice_ms: crate::SLICE_MS,
             final_offset_ms: crate::FINAL_OFFSET_MS,
             shift_at_ms: shift,
-            oracle_at_window: std::env::var_os("TIDEMARK_VARIANTS_ORACLE_AT_WINDOW").is_some(),
+            oracle_at_first_row: std::env::var_os("TIDEMARK_VARIANTS_ORACLE_AT_FIRST_ROW")
+                .is_some(),
         };
         let (targets, shift) = crate::asof::evaluate(&rows, &setup).unwrap();
         println!("== {}", v.replace('\n', " "));

@@ -463,7 +463,7 @@ impl<'a> Demo<'a> {
                 slice_ms: crate::SLICE_MS,
                 final_offset_ms: crate::FINAL_OFFSET_MS,
                 shift_at_ms: shift_at,
-                oracle_at_window: false,
+                oracle_at_first_row: false,
             };
             let as_of_bid = crate::asof::evaluate(&store::emitted(&c).await?, &setup)?;
             let ids = tidemark_profiles::store::identifiers(&c).await?;
