@@ -334,6 +334,8 @@ pub fn links() -> Config {
 /// every event that may link is an impression (the high-frequency socket);
 /// clicks carry only a `user`.
 pub fn link_stream(seed: u64, events: usize, now: i64) -> Vec<(String, String)> {
+    // Shown with a failure: the same seed and `now` give the same stream.
+    eprintln!("link_stream: seed {seed:#x}, now {now}");
     let mut rng = Rng(seed | 1);
     let mut out = Vec::new();
     // Two persons of four, then a link between them: refused (8 > 6), and

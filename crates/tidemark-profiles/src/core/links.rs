@@ -271,6 +271,11 @@ impl<'a> Rows<'a> {
     /// that is not blocklisted; merged within `max_ids`, else refused.
     fn link(&mut self, l: &[String], e: &Event, caps: Caps) {
         let mut charged: BTreeSet<(String, i64)> = BTreeSet::new();
+        // Who a person is to this event's charges: the anchor's person stays
+        // one person as it grows, though a larger side that absorbs it gives
+        // it its number (SPEC 11 "once per distinct other person").
+        let mut name: HashMap<i64, i64> = HashMap::new();
+        let named = |name: &HashMap<i64, i64>, p: i64| name.get(&p).copied().unwrap_or(p);
         for i in 1..l.len() {
             if self.ids[&l[i]].blocklisted {
                 continue;
@@ -288,6 +293,7 @@ impl<'a> Rows<'a> {
                 // The smaller side is absorbed: fewer identifier rows to move.
                 let (keep, gone) = if size_q > size_p { (q, p) } else { (p, q) };
                 self.merge(keep, gone, e);
+                name.insert(keep, named(&name, p));
                 continue;
             }
             self.refused += 1;
@@ -295,10 +301,10 @@ impl<'a> Rows<'a> {
             // each of the event's identifiers in it is charged once per
             // distinct other person.
             if size_p >= size_q {
-                self.charge(l, p, q, caps, &mut charged);
+                self.charge(l, p, named(&name, q), caps, &mut charged);
             }
             if size_q >= size_p {
-                self.charge(l, q, p, caps, &mut charged);
+                self.charge(l, q, named(&name, p), caps, &mut charged);
             }
         }
     }
@@ -331,8 +337,9 @@ impl<'a> Rows<'a> {
         self.dirty.insert(keep);
     }
 
-    /// Charges a refusal against `other` to each of `l` in person `cap`,
-    /// once per (identifier, other person); blocklists past the limit.
+    /// Charges a refusal against `other` (as the event names it) to each of
+    /// `l` in person `cap`, once per (identifier, other person); blocklists
+    /// past the limit.
     fn charge(
         &mut self,
         l: &[String],
