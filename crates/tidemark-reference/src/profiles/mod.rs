@@ -52,6 +52,9 @@
 //!   *within one event*. An identifier whose refusals exceed
 //!   `blocklist_after` is blocklisted at once (later steps of the same event
 //!   see it); its refusals keep counting if it is charged again.
+//! * **Merges**: a merge joins the step's person into the anchor's, which
+//!   stays the same person, however much it grows, for the rest of the
+//!   event: two steps refused against it charge an identifier once.
 //! * **Persons**: every identifier carried by an accepted event exists
 //!   (a singleton person at first), whether or not its links were refused.
 //!   Its first ts is the smallest `ts` of the accepted events carrying it.
