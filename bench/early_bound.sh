@@ -2,12 +2,11 @@
 # Issue 48: how much of the constant→oracle gap of an early target the
 # shard's rows allow, told at once (not a strict bound: docs/demo.md). For
 # seeds 1..N (default 3) of the default market and of criteo delays shifted
-# at 40 minutes, runs the demo,
-# then replays its rows as of bid time twice (`asof_variants`, the demo's
-# learner as built): with the oracle learning each label at its bid, and
-# with the first row its shard wrote of the member (an early target's at its
-# window's opening, any other's with its final row;
-# `TIDEMARK_VARIANTS_ORACLE_AT_FIRST_ROW`). Prints `cvr_long`'s and
+# at 40 minutes, runs the demo, then replays its rows as of bid time twice
+# (`asof_variants`, the demo's learner as built): with the oracle learning
+# each label at its bid, and with the first row its shard wrote of the
+# member (an early target's at its window's opening, any other's with its
+# final row; `TIDEMARK_VARIANTS_ORACLE_AT_FIRST_ROW`). Prints `cvr_long`'s and
 # `p_install`'s KL per arm and `early`'s share of each gap, and after the
 # criteo runs' shift each arm's mean KL and `early`'s share of the
 # naive→oracle gap. About 2 minutes a run. Each run's cluster is deleted

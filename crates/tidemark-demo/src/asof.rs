@@ -759,9 +759,9 @@ mod tests {
         ];
         let (parsed, _) = parse(&rows).unwrap();
         let config = config();
-        let oracle = |at_window| {
+        let oracle = |first_row| {
             let setup = Setup {
-                oracle_at_first_row: at_window,
+                oracle_at_first_row: first_row,
                 ..setup(&config, None)
             };
             (reads(&parsed, &setup, i64::MAX)[ORACLE].iter())

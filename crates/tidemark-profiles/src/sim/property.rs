@@ -292,7 +292,8 @@ fn the_core_agrees_with_the_reference() {
 /// person grew by a merge between two refused steps: the anchor's person
 /// (user:a's) stays one person as it grows, whichever side's number the
 /// merge keeps (the larger's, s:1's, below), so p:1 and z:1 are charged
-/// once each. Until the eleventh session the core charged them twice.
+/// once each, as the reference charges them (until 2026-12-08 the core
+/// charged them twice).
 #[test]
 fn a_person_grown_between_two_refusals_is_one_other_person() {
     let msg = |n: u128, user: Option<Value>, ids: Value| Msg {
